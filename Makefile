@@ -1,0 +1,38 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up on a fresh
+# machine: Debian packages when missing (infra/bootstrap.sh), a virtualenv at .venv, and
+# the package with its dependencies.
+# Debian's interpreter, not a per-user one (pyenv lives under /root, mode 0700): PostgreSQL
+# runs `cdclake wal-push` as the postgres user, which must be able to execute .venv/bin/python.
+PYTHON ?= /usr/bin/python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean system
+
+$(STAMP): pyproject.toml
+	./infra/bootstrap.sh
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
+	$(VENV)/bin/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+system:
+	./infra/bootstrap.sh
+
+demo: $(STAMP)
+	$(VENV)/bin/cdclake demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests dags bench
+	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests dags bench
+	$(VENV)/bin/mypy src
+
+bench: $(STAMP)
+	$(VENV)/bin/python bench/waldump.py
+	$(VENV)/bin/python bench/decode.py
+
+clean:
+	rm -rf $(VENV) .cdclake .pytest_cache

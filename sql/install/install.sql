@@ -1,0 +1,260 @@
+-- cdclake source install: lets a decoder with no catalog access follow the schema from the WAL.
+--
+-- Heap tuples in WAL carry no schema. These functions describe relations as JSON, and triggers
+-- write those descriptions into the WAL with pg_logical_emit_message(true, 'cdclake.ddl', ...)
+-- whenever DDL or TRUNCATE changes a table's definition or relfilenode: inside the changing
+-- transaction, at its exact LSN, and gone with it if it aborts. Idempotent: run it again to
+-- upgrade the functions and emit a fresh full dictionary.
+
+CREATE SCHEMA IF NOT EXISTS cdclake;
+
+-- One relation as cdclake.catalog.model.RelationVersion expects it.
+CREATE OR REPLACE FUNCTION cdclake.relation_json(rel oid) RETURNS jsonb
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+SELECT jsonb_build_object(
+  'oid', c.oid::int8,
+  'db_oid', d.oid::int8,
+  'tablespace', (CASE WHEN c.reltablespace = 0 THEN d.dattablespace
+                 ELSE c.reltablespace END)::int8,
+  'relfilenode', COALESCE(pg_relation_filenode(c.oid)::int8, 0),
+  'schema', n.nspname,
+  'name', c.relname,
+  'qualified', quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+  'relkind', c.relkind,
+  'persistence', c.relpersistence,
+  'replident', c.relreplident,
+  'key_attnums', COALESCE((
+      SELECT jsonb_agg(k.attnum ORDER BY k.ord)
+      FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      WHERE i.indrelid = c.oid AND k.ord <= i.indnkeyatts
+        AND ((c.relreplident = 'd' AND i.indisprimary)
+             OR (c.relreplident = 'i' AND i.indisreplident))), '[]'::jsonb),
+  'toast_oid', c.reltoastrelid::int8,
+  'toast_relfilenode', COALESCE(pg_relation_filenode(NULLIF(c.reltoastrelid, 0))::int8, 0),
+  'parent_oid', COALESCE((SELECT h.inhparent::int8 FROM pg_inherits h
+                          WHERE h.inhrelid = c.oid ORDER BY h.inhseqno LIMIT 1), 0),
+  'columns', COALESCE((
+      SELECT jsonb_agg(jsonb_build_object(
+          'attnum', a.attnum,
+          'name', a.attname,
+          'quoted', quote_ident(a.attname),
+          'type_oid', a.atttypid::int8,
+          'typmod', a.atttypmod,
+          'attlen', a.attlen,
+          'attalign', a.attalign,
+          'attbyval', a.attbyval,
+          'dropped', a.attisdropped,
+          'not_null', a.attnotnull,
+          'generated', a.attgenerated,
+          'has_missing', a.atthasmissing,
+          'missing_text', CASE WHEN a.atthasmissing
+                               THEN (a.attmissingval::text::text[])[1] END)
+        ORDER BY a.attnum)
+      FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0), '[]'::jsonb))
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+CROSS JOIN (SELECT oid, dattablespace FROM pg_database WHERE datname = current_database()) d
+WHERE c.oid = rel
+$fn$;
+
+-- The types of a set of columns, closed over array elements, domain bases, range subtypes.
+-- format_type() runs under the search path a decoding session has by default, as PostgreSQL's
+-- test_decoding prints format_type_be() under its session's path.
+CREATE OR REPLACE FUNCTION cdclake.types_json(type_oids oid[]) RETURNS jsonb
+LANGUAGE sql STABLE SET search_path = "$user", public AS $fn$
+WITH RECURSIVE t(oid) AS (
+    SELECT DISTINCT u FROM unnest(type_oids) u WHERE u <> 0
+  UNION
+    SELECT x.x FROM t
+    JOIN pg_catalog.pg_type ty ON ty.oid = t.oid
+    CROSS JOIN LATERAL (VALUES
+        (NULLIF(ty.typelem, 0)), (NULLIF(ty.typbasetype, 0)),
+        ((SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = ty.oid)),
+        ((SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = ty.oid))) x(x)
+    WHERE x.x IS NOT NULL
+)
+SELECT COALESCE(jsonb_agg(jsonb_build_object(
+    'oid', ty.oid::int8,
+    'name', pg_catalog.format_type(ty.oid, NULL),
+    'output', p.proname,
+    'typlen', ty.typlen,
+    'typbyval', ty.typbyval,
+    'typalign', ty.typalign,
+    'typtype', ty.typtype,
+    'typcategory', ty.typcategory,
+    'element', ty.typelem::int8,
+    'delimiter', ty.typdelim,
+    'base', ty.typbasetype::int8,
+    'range_subtype', COALESCE(
+        (SELECT r.rngsubtype::int8 FROM pg_catalog.pg_range r WHERE r.rngtypid = ty.oid),
+        (SELECT r.rngtypid::int8 FROM pg_catalog.pg_range r WHERE r.rngmultitypid = ty.oid),
+        0),
+    'enum_labels', COALESCE((SELECT jsonb_object_agg(e.oid::text, e.enumlabel)
+                             FROM pg_catalog.pg_enum e WHERE e.enumtypid = ty.oid), '{}'::jsonb),
+    'namespace', ns.nspname) ORDER BY ty.oid), '[]'::jsonb)
+FROM t
+JOIN pg_catalog.pg_type ty ON ty.oid = t.oid
+JOIN pg_catalog.pg_proc p ON p.oid = ty.typoutput
+JOIN pg_catalog.pg_namespace ns ON ns.oid = ty.typnamespace
+$fn$;
+
+-- Relations (and their types) as one cdclake.ddl message payload.
+CREATE OR REPLACE FUNCTION cdclake.relations_json(rels oid[], extra_types oid[] DEFAULT '{}')
+RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+SELECT jsonb_build_object(
+  'kind', 'relations',
+  'relations', COALESCE((SELECT jsonb_agg(cdclake.relation_json(r) ORDER BY r)
+                         FROM unnest(rels) r), '[]'::jsonb),
+  'types', cdclake.types_json(
+      ARRAY(SELECT a.atttypid FROM pg_attribute a
+            WHERE a.attrelid = ANY (rels) AND a.attnum > 0 AND NOT a.attisdropped)
+      || extra_types))
+$fn$;
+
+-- Which relations cdclake follows: permanent user tables, partitioned tables, matviews.
+CREATE OR REPLACE FUNCTION cdclake.is_followed(rel oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+SELECT EXISTS (
+  SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE c.oid = rel AND c.relkind IN ('r', 'p', 'm') AND c.relpersistence = 'p'
+    AND c.oid >= 16384
+    AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'cdclake')
+    AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp\_%')
+$fn$;
+
+-- The whole dictionary: what a decoder needs to start at this LSN.
+CREATE OR REPLACE FUNCTION cdclake.dictionary_json() RETURNS jsonb
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+WITH rels AS (SELECT array_agg(c.oid ORDER BY c.oid) AS oids FROM pg_class c
+              WHERE cdclake.is_followed(c.oid))
+SELECT cdclake.relations_json(COALESCE(rels.oids, '{}'),
+         ARRAY(SELECT a.atttypid FROM pg_attribute a
+               WHERE a.attrelid = 'pg_catalog.pg_class'::regclass AND a.attnum > 0))
+  || jsonb_build_object(
+    'kind', 'dictionary',
+    'server_version_num', current_setting('server_version_num')::int,
+    'db_oid', d.oid::int8,
+    'default_tablespace', d.dattablespace::int8,
+    'pg_class', cdclake.relation_json('pg_catalog.pg_class'::regclass),
+    'catalogs', COALESCE((
+        SELECT jsonb_agg(jsonb_build_array(
+                 (CASE WHEN c.reltablespace = 0 THEN d.dattablespace
+                  ELSE c.reltablespace END)::int8,
+                 pg_relation_filenode(c.oid)::int8, c.relkind) ORDER BY c.oid)
+        FROM pg_class c
+        WHERE c.oid < 16384 AND c.relkind IN ('r', 't', 'm')
+          AND pg_relation_filenode(c.oid) IS NOT NULL), '[]'::jsonb))
+FROM rels, (SELECT oid, dattablespace FROM pg_database WHERE datname = current_database()) d
+$fn$;
+
+CREATE OR REPLACE FUNCTION cdclake.emit(payload jsonb) RETURNS pg_lsn
+LANGUAGE sql VOLATILE SET search_path = pg_catalog AS $fn$
+SELECT pg_logical_emit_message(true, 'cdclake.ddl', payload::text)
+$fn$;
+
+-- A relation and everything that inherits from it (partitions, inheritance children), whose
+-- columns an ALTER TABLE on it changes too.
+CREATE OR REPLACE FUNCTION cdclake.with_descendants(rels oid[]) RETURNS oid[]
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+WITH RECURSIVE d(oid) AS (
+    SELECT unnest(rels)
+  UNION
+    SELECT h.inhrelid FROM pg_inherits h JOIN d ON h.inhparent = d.oid)
+SELECT COALESCE(array_agg(DISTINCT oid), '{}') FROM d
+$fn$;
+
+CREATE OR REPLACE FUNCTION cdclake.add_truncate_trigger(rel oid) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = rel AND tgname = 'cdclake_truncate')
+     AND (SELECT relkind FROM pg_class WHERE oid = rel) IN ('r', 'p') THEN
+    PERFORM set_config('cdclake.in_ddl_trigger', 'on', true);
+    EXECUTE format('CREATE TRIGGER cdclake_truncate AFTER TRUNCATE ON %s '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION cdclake.on_truncate()', rel::regclass);
+    PERFORM set_config('cdclake.in_ddl_trigger', 'off', true);
+  END IF;
+END
+$fn$;
+
+-- AFTER TRUNCATE: the table now has a new relfilenode, which only this trigger sees.
+CREATE OR REPLACE FUNCTION cdclake.on_truncate() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
+BEGIN
+  PERFORM cdclake.emit(cdclake.relations_json(ARRAY[TG_RELID]));
+  RETURN NULL;
+END
+$fn$;
+
+-- ddl_command_end: describe every followed relation the command touched.
+CREATE OR REPLACE FUNCTION cdclake.on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
+DECLARE
+  rels oid[];
+  typs oid[];
+  r oid;
+BEGIN
+  IF current_setting('cdclake.in_ddl_trigger', true) = 'on' THEN
+    RETURN;
+  END IF;
+  SELECT array_agg(DISTINCT x) INTO rels FROM (
+    SELECT CASE
+             WHEN k.relkind IN ('r', 'p', 'm') THEN k.oid
+             WHEN k.relkind IN ('i', 'I') THEN (SELECT i.indrelid FROM pg_index i
+                                                WHERE i.indexrelid = k.oid)
+             WHEN k.relkind = 't' THEN (SELECT o.oid FROM pg_class o
+                                        WHERE o.reltoastrelid = k.oid)
+           END
+    FROM pg_event_trigger_ddl_commands() c
+    JOIN pg_class k ON c.classid = 'pg_class'::regclass AND k.oid = c.objid
+    UNION ALL
+    SELECT con.conrelid FROM pg_event_trigger_ddl_commands() c
+    JOIN pg_constraint con ON c.classid = 'pg_constraint'::regclass AND con.oid = c.objid
+  ) s(x) WHERE x IS NOT NULL;
+  SELECT array_agg(DISTINCT c.objid) INTO typs FROM pg_event_trigger_ddl_commands() c
+  WHERE c.classid = 'pg_type'::regclass;
+  rels := ARRAY(SELECT o FROM unnest(cdclake.with_descendants(COALESCE(rels, '{}'))) o
+                WHERE cdclake.is_followed(o) ORDER BY o);
+  IF cardinality(rels) > 0 OR typs IS NOT NULL THEN
+    PERFORM cdclake.emit(cdclake.relations_json(rels, COALESCE(typs, '{}')));
+  END IF;
+  FOREACH r IN ARRAY rels LOOP
+    PERFORM cdclake.add_truncate_trigger(r);
+  END LOOP;
+END
+$fn$;
+
+-- sql_drop: tombstones for dropped relations, and tables whose replica identity index went.
+CREATE OR REPLACE FUNCTION cdclake.on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
+DECLARE
+  dropped jsonb;
+  orphaned oid[];
+BEGIN
+  SELECT jsonb_agg(jsonb_build_object('oid', o.objid::int8) ORDER BY o.objid) INTO dropped
+  FROM pg_event_trigger_dropped_objects() o
+  WHERE o.classid = 'pg_class'::regclass AND o.objsubid = 0
+    AND o.object_type IN ('table', 'materialized view');
+  IF dropped IS NOT NULL THEN
+    PERFORM cdclake.emit(jsonb_build_object('kind', 'drop', 'relations', dropped));
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects() o
+             WHERE o.object_type IN ('index', 'table constraint')) THEN
+    orphaned := ARRAY(
+      SELECT c.oid FROM pg_class c
+      WHERE c.relreplident = 'i' AND cdclake.is_followed(c.oid)
+        AND NOT EXISTS (SELECT 1 FROM pg_index i
+                        WHERE i.indrelid = c.oid AND i.indisreplident));
+    IF cardinality(orphaned) > 0 THEN
+      PERFORM cdclake.emit(cdclake.relations_json(orphaned));
+    END IF;
+  END IF;
+END
+$fn$;
+
+-- TRUNCATE triggers on the tables that exist now (new ones get theirs from on_ddl).
+SELECT cdclake.add_truncate_trigger(c.oid) FROM pg_class c WHERE cdclake.is_followed(c.oid);
+
+DROP EVENT TRIGGER IF EXISTS cdclake_ddl;
+CREATE EVENT TRIGGER cdclake_ddl ON ddl_command_end EXECUTE FUNCTION cdclake.on_ddl();
+DROP EVENT TRIGGER IF EXISTS cdclake_drop;
+CREATE EVENT TRIGGER cdclake_drop ON sql_drop EXECUTE FUNCTION cdclake.on_drop();

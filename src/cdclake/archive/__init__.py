@@ -1,0 +1,51 @@
+"""The archive: object store, key layout, wal-push, ship, manifest, gap and timeline checks.
+
+:func:`open_store` picks the backend from the store URL's scheme and imports it only then, so
+``cdclake wal-push`` on a local directory never imports boto3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from cdclake.archive.layout import Layout
+from cdclake.archive.store import ObjectInfo, ObjectStore
+from cdclake.config import Config
+from cdclake.errors import ConfigError
+
+__all__ = ["Layout", "ObjectInfo", "ObjectStore", "open_store", "store_for_url"]
+
+
+def open_store(config: Config) -> ObjectStore:
+    """The store named by ``config.effective_store_url()``, with the S3 settings of ``config``."""
+    return store_for_url(config.effective_store_url(), config)
+
+
+def store_for_url(url: str, config: Config) -> ObjectStore:
+    """``s3://bucket/prefix``, ``file:///dir`` or a plain directory path -> a store.
+
+    Raises ConfigError naming the URL when it has another scheme or lacks a bucket.
+    """
+    parts = urlsplit(url)
+    if parts.scheme in ("s3", "s3a"):
+        if not parts.netloc:
+            raise ConfigError(f"store URL {url!r} has no bucket: use s3://BUCKET/PREFIX")
+        from cdclake.archive.s3 import S3Store
+
+        return S3Store(parts.netloc, unquote(parts.path), endpoint_url=config.s3_endpoint_url,
+                       region=config.s3_region, access_key_id=config.s3_access_key_id,
+                       secret_access_key=config.s3_secret_access_key)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ConfigError(f"store URL {url!r} names host {parts.netloc!r}: file URLs must "
+                              "be local (file:///absolute/path)")
+        from cdclake.archive.local import LocalStore
+
+        return LocalStore(Path(unquote(parts.path)))
+    if parts.scheme == "" and url:
+        from cdclake.archive.local import LocalStore
+
+        return LocalStore(Path(url).expanduser().resolve())
+    raise ConfigError(f"unsupported store URL {url!r}: use s3://BUCKET/PREFIX or "
+                      "file:///absolute/path (CDCLAKE_STORE_URL)")

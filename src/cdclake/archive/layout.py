@@ -1,0 +1,160 @@
+"""Where everything lives in the object store: the one place that formats keys.
+
+The store URL is the stream's prefix (ARCHITECTURE.md, "Object store layout")::
+
+    wal/<TLI><LOG><SEG>[.zst]       segments as PostgreSQL wrote them (.partial, .backup too)
+    wal/<TLI>.history               timeline history files
+    manifest/system.json            the stream's identity: system id, version, segment size
+    manifest/wal/<segment>.json     one entry per shipped segment (size, sha256, LSNs)
+    dictionary/<name>               relation versions by LSN
+    spill/<stream>/xid-<XID>-lsn-<HI>-<LO>.spill
+    changes/<batch>/<path>          the emitted change stream
+    state/progress.json
+    reports/<path>
+
+Keeping key formatting here means a reader and a writer cannot disagree on a name, and the
+inverse functions (``wal_file_of``, ``manifest_name_of``) let listings be parsed back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from cdclake.archive.store import check_key
+from cdclake.wal.lsn import DEFAULT_SEGMENT_SIZE, SegmentName
+
+ZST_SUFFIX = ".zst"
+
+_SEGMENT_RE = re.compile(r"^[0-9A-F]{24}$")
+_PARTIAL_RE = re.compile(r"^[0-9A-F]{24}\.partial$")
+_HISTORY_RE = re.compile(r"^[0-9A-F]{8}\.history$")
+_BACKUP_RE = re.compile(r"^[0-9A-F]{24}\.[0-9A-F]{8}\.backup$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_=+-][A-Za-z0-9._=+-]*$")
+
+
+class WalFileKind(StrEnum):
+    """The files PostgreSQL's archiver hands to ``archive_command``."""
+
+    SEGMENT = "segment"
+    PARTIAL = "partial"  #: the last, incomplete segment of a timeline left at promotion
+    HISTORY = "history"
+    BACKUP = "backup"  #: backup history file written by pg_backup_stop
+
+
+def wal_file_kind(name: str) -> WalFileKind | None:
+    """Which kind of archived WAL file ``name`` is, or None if PostgreSQL never archives it."""
+    if _SEGMENT_RE.match(name):
+        return WalFileKind.SEGMENT
+    if _HISTORY_RE.match(name):
+        return WalFileKind.HISTORY
+    if _PARTIAL_RE.match(name):
+        return WalFileKind.PARTIAL
+    if _BACKUP_RE.match(name):
+        return WalFileKind.BACKUP
+    return None
+
+
+def _name(value: str, what: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError(f"invalid {what} {value!r}: use letters, digits and . _ = + -")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Keys relative to the store root; ``prefix`` nests a stream deeper inside a store."""
+
+    prefix: str = ""
+
+    def _k(self, rel: str) -> str:
+        return check_key(f"{self.prefix.strip('/')}/{rel}" if self.prefix.strip("/") else rel)
+
+    def _p(self, rel: str) -> str:
+        p = self.prefix.strip("/")
+        return f"{p}/{rel}" if p else rel
+
+    # -- WAL -----------------------------------------------------------------------------
+
+    def wal_prefix(self) -> str:
+        return self._p("wal/")
+
+    def wal_key(self, name: str, *, compressed: bool = False) -> str:
+        """Key of an archived WAL file (segment, history, partial or backup file)."""
+        if wal_file_kind(name) is None:
+            raise ValueError(f"not a WAL archive file name: {name!r}")
+        return self._k(f"wal/{name}{ZST_SUFFIX if compressed else ''}")
+
+    def segment_key(self, segment: SegmentName, segment_size: int = DEFAULT_SEGMENT_SIZE, *,
+                    compressed: bool = False) -> str:
+        return self.wal_key(segment.name(segment_size), compressed=compressed)
+
+    def history_key(self, timeline: int) -> str:
+        return self.wal_key(f"{timeline:08X}.history")
+
+    def wal_file_of(self, key: str) -> tuple[str, bool] | None:
+        """(file name, compressed) for a key under ``wal/``, or None for anything else."""
+        prefix = self.wal_prefix()
+        if not key.startswith(prefix):
+            return None
+        name = key[len(prefix):]
+        compressed = name.endswith(ZST_SUFFIX)
+        if compressed:
+            name = name[: -len(ZST_SUFFIX)]
+        return (name, compressed) if wal_file_kind(name) is not None else None
+
+    # -- manifest ------------------------------------------------------------------------
+
+    def system_key(self) -> str:
+        return self._k("manifest/system.json")
+
+    def manifest_prefix(self) -> str:
+        return self._p("manifest/wal/")
+
+    def manifest_key(self, segment_name: str) -> str:
+        if wal_file_kind(segment_name) is not WalFileKind.SEGMENT:
+            raise ValueError(f"manifest entries are per segment; not a segment: {segment_name!r}")
+        return self._k(f"manifest/wal/{segment_name}.json")
+
+    def manifest_name_of(self, key: str) -> str | None:
+        """The segment name a manifest key is for, or None if it is not a manifest entry."""
+        prefix = self.manifest_prefix()
+        if not key.startswith(prefix) or not key.endswith(".json"):
+            return None
+        name = key[len(prefix):-len(".json")]
+        return name if wal_file_kind(name) is WalFileKind.SEGMENT else None
+
+    # -- the rest of the stream ----------------------------------------------------------
+
+    def dictionary_prefix(self) -> str:
+        return self._p("dictionary/")
+
+    def dictionary_key(self, name: str) -> str:
+        return self._k(f"dictionary/{_name(name, 'dictionary object name')}")
+
+    def spill_prefix(self, stream: str) -> str:
+        return self._p(f"spill/{_name(stream, 'stream name')}/")
+
+    def spill_key(self, stream: str, xid: int, lsn: int) -> str:
+        """PostgreSQL's spill name (ReorderBufferSerializedPath): LSN halves in upper hex."""
+        if not 0 <= xid < 1 << 32 or not 0 <= lsn < 1 << 64:
+            raise ValueError(f"spill key needs a 32-bit xid and 64-bit LSN, got {xid}, {lsn}")
+        return self._k(f"spill/{_name(stream, 'stream name')}/"
+                       f"xid-{xid}-lsn-{lsn >> 32:X}-{lsn & 0xFFFFFFFF:X}.spill")
+
+    def changes_prefix(self, batch: str) -> str:
+        return self._p(f"changes/{_name(batch, 'batch name')}/")
+
+    def changes_key(self, batch: str, path: str) -> str:
+        """A file of a batch; ``path`` is relative to the batch directory."""
+        return self._k(f"changes/{_name(batch, 'batch name')}/{check_key(path)}")
+
+    def progress_key(self) -> str:
+        return self._k("state/progress.json")
+
+    def reports_prefix(self) -> str:
+        return self._p("reports/")
+
+    def report_key(self, path: str) -> str:
+        return self._k(f"reports/{check_key(path)}")

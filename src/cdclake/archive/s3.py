@@ -1,0 +1,234 @@
+"""The object store on any S3 endpoint (AWS, MinIO, a local moto_server), over boto3.
+
+Failures must surface fast — ``wal-push`` runs inside PostgreSQL's archiver, which retries on
+its own — so the client uses botocore's *standard* retry mode with few attempts and short
+connect timeouts. Conditional writes use ``If-None-Match: *`` (S3 since 2024, MinIO, moto);
+an endpoint that answers 501 to it is remembered, and if-absent falls back to head, put,
+head-again: weaker under a race (documented on :meth:`S3Store.put`), but never silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import botocore.exceptions as bex
+from botocore.config import Config as BotoConfig
+
+from cdclake.archive.store import (
+    SHA256_METADATA,
+    ObjectInfo,
+    ObjectStore,
+    check_key,
+    check_url_key,
+    sha256_hex,
+)
+from cdclake.errors import CdclakeError, ObjectNotFound, StoreError, StoreUnreachableError
+
+#: HTTP statuses / error codes that mean "no such object" on head and get.
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+#: what an endpoint without conditional-write support answers to If-None-Match on PUT.
+_NO_CONDITIONAL = {"NotImplemented", "501"}
+
+
+class S3Store(ObjectStore):
+    """Objects under ``s3://bucket/prefix``.
+
+    The boto3 client is made on first use and dropped when pickled, so a store can be shipped
+    to Spark executors and rebuilt there from its settings.
+    """
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 region: str = "us-east-1", access_key_id: str | None = None,
+                 secret_access_key: str | None = None, conditional_put: bool | None = None,
+                 max_attempts: int = 3, connect_timeout: float = 3.0,
+                 read_timeout: float = 30.0) -> None:
+        if not bucket:
+            raise StoreError("an S3 store needs a bucket: use s3://BUCKET/PREFIX")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url or None
+        self.region = region
+        self.access_key_id = access_key_id or None
+        self.secret_access_key = secret_access_key or None
+        #: None = try If-None-Match and learn; True/False = known.
+        self.conditional_put = conditional_put
+        self.max_attempts = max_attempts
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._client_obj: Any = None
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.url()!r}, endpoint={self.endpoint_name!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client_obj"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def endpoint_name(self) -> str:
+        return self.endpoint_url or f"AWS S3 ({self.region})"
+
+    def _client(self) -> Any:
+        if self._client_obj is None:
+            session = boto3.session.Session(
+                aws_access_key_id=self.access_key_id,
+                aws_secret_access_key=self.secret_access_key,
+                region_name=self.region,
+            )
+            cfg = BotoConfig(
+                retries={"mode": "standard", "max_attempts": self.max_attempts},
+                connect_timeout=self.connect_timeout,
+                read_timeout=self.read_timeout,
+                s3={"addressing_style": "path"} if self.endpoint_url else None,
+            )
+            self._client_obj = session.client("s3", endpoint_url=self.endpoint_url, config=cfg)
+        return self._client_obj
+
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def url(self, key: str = "") -> str:
+        if key:
+            check_url_key(key)
+            full = f"{self.prefix}/{key}" if self.prefix else key
+        else:
+            full = self.prefix
+        return f"s3://{self.bucket}/{full}" if full else f"s3://{self.bucket}"
+
+    # -- operations ----------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        try:
+            resp = self._client().get_object(Bucket=self.bucket, Key=self._key(key))
+            return bytes(resp["Body"].read())
+        except bex.ClientError as exc:
+            if _code(exc) in _NOT_FOUND:
+                raise ObjectNotFound(f"no object {key!r} in {self.url()}") from exc
+            raise self._error(exc, "reading", key) from exc
+        except bex.BotoCoreError as exc:
+            raise self._error(exc, "reading", key) from exc
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            resp = self._client().head_object(Bucket=self.bucket, Key=self._key(key))
+        except bex.ClientError as exc:
+            if _code(exc) in _NOT_FOUND:
+                return None
+            raise self._error(exc, "inspecting", key) from exc
+        except bex.BotoCoreError as exc:
+            raise self._error(exc, "inspecting", key) from exc
+        meta = {k.lower(): v for k, v in (resp.get("Metadata") or {}).items()}
+        return ObjectInfo(key, int(resp["ContentLength"]), _etag(resp.get("ETag")),
+                          meta.get(SHA256_METADATA))
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        """See :meth:`ObjectStore.put`.
+
+        On an endpoint without ``If-None-Match`` support, if-absent is head, put, then head
+        again to check the object holds our sha256; two writers racing inside that window can
+        both believe they wrote. Use an endpoint with conditional writes for concurrent
+        writers (AWS S3, MinIO, moto all have them).
+        """
+        digest = sha256_hex(data)
+        if if_absent and self.conditional_put is not False:
+            try:
+                self._put(key, data, digest, if_none_match=True)
+            except bex.ClientError as exc:
+                code = _code(exc)
+                if code in ("PreconditionFailed", "412"):
+                    self.conditional_put = True  # the endpoint evaluated the condition
+                    return False
+                if code in ("ConditionalRequestConflict", "409"):
+                    raise StoreError(
+                        f"another writer is writing {self.url(key)} right now; retry") from exc
+                if code not in _NO_CONDITIONAL:
+                    raise self._error(exc, "writing", key) from exc
+                self.conditional_put = False  # learnt: fall through to the emulation
+            except bex.BotoCoreError as exc:
+                raise self._error(exc, "writing", key) from exc
+            else:
+                self.conditional_put = True
+                return True
+        try:
+            if if_absent:
+                if self.head(key) is not None:
+                    return False
+                self._put(key, data, digest, if_none_match=False)
+                info = self.head(key)
+                return info is not None and info.sha256 == digest
+            self._put(key, data, digest, if_none_match=False)
+            return True
+        except bex.ClientError as exc:
+            raise self._error(exc, "writing", key) from exc
+        except bex.BotoCoreError as exc:
+            raise self._error(exc, "writing", key) from exc
+
+    def _put(self, key: str, data: bytes, digest: str, *, if_none_match: bool) -> None:
+        extra: dict[str, Any] = {"IfNoneMatch": "*"} if if_none_match else {}
+        self._client().put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                  Metadata={SHA256_METADATA: digest}, **extra)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        root = f"{self.prefix}/" if self.prefix else ""
+        try:
+            pages = self._client().get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=root + prefix)
+            for page in pages:
+                for obj in page.get("Contents", ()):
+                    yield ObjectInfo(obj["Key"][len(root):], int(obj["Size"]),
+                                     _etag(obj.get("ETag")))
+        except bex.ClientError as exc:
+            raise self._error(exc, "listing", prefix) from exc
+        except bex.BotoCoreError as exc:
+            raise self._error(exc, "listing", prefix) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client().delete_object(Bucket=self.bucket, Key=self._key(key))
+        except bex.ClientError as exc:
+            if _code(exc) in _NOT_FOUND:
+                return
+            raise self._error(exc, "deleting", key) from exc
+        except bex.BotoCoreError as exc:
+            raise self._error(exc, "deleting", key) from exc
+
+    # -- errors --------------------------------------------------------------------------
+
+    def _error(self, exc: Exception, action: str, key: str) -> CdclakeError:
+        """One place that turns botocore's exceptions into ours, naming endpoint and object."""
+        what = f"{action} {self.url(key) if key else self.url()}"
+        if isinstance(exc, bex.ConnectionError | bex.HTTPClientError):
+            return StoreUnreachableError(
+                f"S3 endpoint {self.endpoint_name} is unreachable ({what}): {exc}. Check "
+                "CDCLAKE_S3_ENDPOINT_URL and that the service is running; nothing was changed")
+        if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
+            return StoreError(
+                f"no usable S3 credentials for {self.endpoint_name} ({what}): set "
+                "CDCLAKE_S3_ACCESS_KEY_ID and CDCLAKE_S3_SECRET_ACCESS_KEY or configure boto3")
+        if isinstance(exc, bex.ClientError):
+            code = _code(exc)
+            msg = exc.response.get("Error", {}).get("Message", "")
+            if code == "NoSuchBucket":
+                return StoreError(f"bucket {self.bucket!r} does not exist at "
+                                  f"{self.endpoint_name} ({what}); create it first")
+            if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                return StoreError(f"access denied by {self.endpoint_name} ({what}): {code} "
+                                  f"{msg}; check the S3 credentials and bucket policy")
+            return StoreError(f"S3 {code or 'error'} from {self.endpoint_name} ({what}): {msg}")
+        return StoreError(f"S3 request to {self.endpoint_name} failed ({what}): {exc}")
+
+
+def _code(exc: bex.ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", "")
+               or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
+def _etag(value: str | None) -> str | None:
+    return value.strip('"') if value else None

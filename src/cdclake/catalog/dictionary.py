@@ -1,0 +1,233 @@
+"""The data dictionary: relation versions by relfilenode and by oid, each valid from an LSN.
+
+It stands in for PostgreSQL's historic catalog snapshots. Versions arrive from ``cdclake.ddl``
+messages in the WAL (applied when their transaction commits, never if it aborts) and from the
+pg_class rows the decoder follows (rewrites). A lookup asks "what was relfilenode R at LSN L":
+the newest version of R whose ``valid_from`` is at or before L. Lookups run once per change, so
+the common case — the newest version applies — is a dict hit and one comparison.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+from typing import Any
+
+from cdclake.catalog.model import (
+    RELKIND_TOAST,
+    RelationVersion,
+    TypeInfo,
+    type_from_json,
+    type_to_json,
+)
+from cdclake.errors import DecodingError
+from cdclake.wal.lsn import format_lsn
+
+Locator = tuple[int, int]  #: (tablespace oid as WAL shows it, relfilenode)
+
+
+class Dictionary:
+    """Relation versions and types of one source database."""
+
+    def __init__(self) -> None:
+        self.types: dict[int, TypeInfo] = {}
+        self.db_oid = 0
+        self.server_version_num = 0
+        self._default_tablespace = 0
+        self._by_loc: dict[Locator, list[RelationVersion]] = {}
+        self._by_oid: dict[int, list[RelationVersion]] = {}
+        self._catalogs: dict[Locator, str] = {}  #: catalog relfilenodes -> relkind
+        self._toast: dict[Locator, int] = {}  #: TOAST relfilenodes -> LSN known from
+        self._pg_class: RelationVersion | None = None
+        self._pg_class_loc: Locator | None = None
+
+    # -- lookups (hot path) ------------------------------------------------------------------
+
+    def relation_for_locator(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
+        versions = self._by_loc.get((spc, relfilenode))
+        if versions is None:
+            return None
+        v = versions[-1]
+        if v.valid_from > lsn:
+            v = _at(versions, lsn)  # type: ignore[assignment]
+            if v is None:
+                return None
+        return None if v.dropped else v
+
+    def relation_for_oid(self, oid: int, lsn: int) -> RelationVersion | None:
+        versions = self._by_oid.get(oid)
+        if versions is None:
+            return None
+        v = _at(versions, lsn)
+        return None if v is None or v.dropped else v
+
+    def first_version_after(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
+        """The earliest version defined after ``lsn`` (rows written before their definition)."""
+        versions = self._by_loc.get((spc, relfilenode), [])
+        i = bisect.bisect_right([v.valid_from for v in versions], lsn)
+        for v in versions[i:]:
+            if not v.dropped:
+                return v
+        return None
+
+    def is_catalog(self, spc: int, relfilenode: int, lsn: int) -> bool:
+        """A system catalog (or its TOAST table), or a TOAST table of a user table."""
+        loc = (spc, relfilenode)
+        if loc in self._catalogs:
+            return True
+        since = self._toast.get(loc)
+        return since is not None and since <= lsn
+
+    def is_toast(self, spc: int, relfilenode: int, lsn: int) -> bool:
+        loc = (spc, relfilenode)
+        since = self._toast.get(loc)
+        return (since is not None and since <= lsn) or self._catalogs.get(loc) == RELKIND_TOAST
+
+    def versions(self) -> list[RelationVersion]:
+        return sorted((v for vs in self._by_oid.values() for v in vs),
+                      key=lambda v: (v.valid_from, v.oid))
+
+    def default_tablespace(self) -> int:
+        return self._default_tablespace
+
+    def pg_class_relation(self) -> RelationVersion | None:
+        return self._pg_class
+
+    def pg_class_locator(self) -> Locator | None:
+        return self._pg_class_loc
+
+    # -- updates -------------------------------------------------------------------------------
+
+    def add_version(self, v: RelationVersion) -> None:
+        if v.relfilenode:
+            _insert(self._by_loc.setdefault((v.tablespace, v.relfilenode), []), v)
+            if v.toast_relfilenode:
+                self._toast.setdefault((v.tablespace, v.toast_relfilenode), v.valid_from)
+        _insert(self._by_oid.setdefault(v.oid, []), v)
+
+    def add_rewrite_heap(self, spc: int, relfilenode: int, oid: int, original: int,
+                         lsn: int) -> None:
+        """A transient heap (``pg_temp_<original>``): its rows are a copy, not changes."""
+        base = self.relation_for_oid(original, lsn)
+        if base is None:
+            base = RelationVersion(oid=oid, db_oid=self.db_oid, tablespace=spc, relfilenode=0,
+                                   schema="pg_toast", name=f"pg_temp_{original}",
+                                   qualified=f"pg_temp_{original}", relkind="r",
+                                   persistence="p", replident="n", columns=())
+        marker = dataclasses.replace(base, oid=oid, tablespace=spc, relfilenode=relfilenode,
+                                     name=f"pg_temp_{original}", valid_from=lsn,
+                                     rewrite_of=original, toast_relfilenode=0)
+        _insert(self._by_loc.setdefault((spc, relfilenode), []), marker)
+
+    def add_catalog_locator(self, spc: int, relfilenode: int) -> None:
+        self._catalogs.setdefault((spc, relfilenode), "r")
+
+    def add_toast_locator(self, spc: int, relfilenode: int, lsn: int) -> None:
+        self._toast.setdefault((spc, relfilenode), lsn)
+
+    def set_pg_class_filenode(self, spc: int, filenode: int, lsn: int) -> None:
+        """A RELMAP update moved pg_class (VACUUM FULL pg_class)."""
+        self._pg_class_loc = (spc or self._default_tablespace, filenode)
+        self._catalogs[self._pg_class_loc] = "r"
+
+    def drop(self, oid: int, lsn: int) -> None:
+        current = self.relation_for_oid(oid, lsn)
+        if current is None:
+            return
+        tomb = dataclasses.replace(current, valid_from=lsn, dropped=True)
+        self.add_version(tomb)
+
+    def apply_message(self, lsn: int, payload: bytes | str) -> list[RelationVersion]:
+        """Apply one ``cdclake.ddl`` message emitted at ``lsn``; the versions it adds."""
+        try:
+            msg = json.loads(payload)
+            kind = msg["kind"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DecodingError(f"cdclake.ddl message at {format_lsn(lsn)} is not valid: "
+                                f"{exc}") from exc
+        for t in msg.get("types", ()):
+            info = type_from_json(t)
+            self.types[info.oid] = info
+        if kind == "drop":
+            for r in msg.get("relations", ()):
+                self.drop(int(r["oid"]), lsn)
+            return []
+        if kind == "dictionary":
+            self._apply_full(msg, lsn)
+        elif kind != "relations":
+            raise DecodingError(f"cdclake.ddl message at {format_lsn(lsn)} has unknown kind "
+                                f"{kind!r}")
+        added = []
+        for r in msg.get("relations", ()):
+            v = dataclasses.replace(RelationVersion.from_json(r), valid_from=lsn)
+            self.add_version(v)
+            added.append(v)
+        return added
+
+    def _apply_full(self, msg: dict[str, Any], lsn: int) -> None:
+        self.db_oid = int(msg["db_oid"])
+        self._default_tablespace = int(msg["default_tablespace"])
+        self.server_version_num = int(msg.get("server_version_num", 0))
+        for spc, filenode, relkind in msg.get("catalogs", ()):
+            self._catalogs[(int(spc), int(filenode))] = relkind
+        pg_class = msg.get("pg_class")
+        if pg_class:
+            v = dataclasses.replace(RelationVersion.from_json(pg_class), valid_from=lsn)
+            self._pg_class = v
+            if self._pg_class_loc is None:
+                self._pg_class_loc = (v.tablespace, v.relfilenode)
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db_oid": self.db_oid,
+            "server_version_num": self.server_version_num,
+            "default_tablespace": self._default_tablespace,
+            "types": [type_to_json(t) for t in self.types.values()],
+            "versions": [v.to_json() for v in self.versions()],
+            "loc_versions": [[spc, rel, [v.to_json() for v in vs if v.rewrite_of]]
+                             for (spc, rel), vs in self._by_loc.items()
+                             if any(v.rewrite_of for v in vs)],
+            "catalogs": [[spc, rel, kind] for (spc, rel), kind in self._catalogs.items()],
+            "toast": [[spc, rel, lsn] for (spc, rel), lsn in self._toast.items()],
+            "pg_class": self._pg_class.to_json() if self._pg_class else None,
+            "pg_class_locator": list(self._pg_class_loc) if self._pg_class_loc else None,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Dictionary:
+        self = cls()
+        self.db_oid = d.get("db_oid", 0)
+        self.server_version_num = d.get("server_version_num", 0)
+        self._default_tablespace = d.get("default_tablespace", 0)
+        for t in d.get("types", ()):
+            info = type_from_json(t)
+            self.types[info.oid] = info
+        for v in d.get("versions", ()):
+            self.add_version(RelationVersion.from_json(v))
+        for spc, rel, markers in d.get("loc_versions", ()):
+            for m in markers:
+                _insert(self._by_loc.setdefault((spc, rel), []), RelationVersion.from_json(m))
+        self._catalogs = {(spc, rel): kind for spc, rel, kind in d.get("catalogs", ())}
+        self._toast = {(spc, rel): lsn for spc, rel, lsn in d.get("toast", ())}
+        if d.get("pg_class"):
+            self._pg_class = RelationVersion.from_json(d["pg_class"])
+        if d.get("pg_class_locator"):
+            self._pg_class_loc = tuple(d["pg_class_locator"])  # type: ignore[assignment]
+        return self
+
+
+def _insert(versions: list[RelationVersion], v: RelationVersion) -> None:
+    """Keep ``versions`` sorted by valid_from; a later add at the same LSN wins."""
+    if not versions or versions[-1].valid_from <= v.valid_from:
+        versions.append(v)
+        return
+    i = bisect.bisect_right([x.valid_from for x in versions], v.valid_from)
+    versions.insert(i, v)
+
+
+def _at(versions: list[RelationVersion], lsn: int) -> RelationVersion | None:
+    i = bisect.bisect_right([x.valid_from for x in versions], lsn)
+    return versions[i - 1] if i else None

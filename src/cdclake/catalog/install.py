@@ -1,0 +1,93 @@
+"""``cdclake source install``: prepare the source database so the WAL describes its own schema.
+
+Installs the functions and triggers of ``sql/install/install.sql`` (event triggers for DDL,
+TRUNCATE triggers on every followed table) and emits a full dictionary message, whose LSN is
+where decoding can start without any other knowledge of the source. Refuses when the server
+cannot produce what logical decoding needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from importlib import resources
+
+from cdclake.config import Config
+from cdclake.errors import ConfigError, SourceError
+from cdclake.wal.lsn import parse_lsn
+
+
+@dataclass(frozen=True)
+class InstallReport:
+    database: str
+    db_oid: int
+    server_version: int
+    dictionary_lsn: int  #: end of the full-dictionary message
+    relations: int  #: tables described by it
+
+
+def _sql(name: str) -> str:
+    return resources.files("cdclake.catalog").joinpath("sql", name).read_text()
+
+
+def _connect(dsn: str):  # type: ignore[no-untyped-def]
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        raise SourceError(f"cannot connect to the source database ({dsn}): {exc}") from exc
+
+
+def check_source(conn) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """Refuse unless wal_level is logical and we may create event triggers."""
+    wal_level, version, superuser = conn.execute(
+        "SELECT current_setting('wal_level'), current_setting('server_version_num')::int, "
+        "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)").fetchone()
+    if wal_level != "logical":
+        raise SourceError(
+            f"wal_level is '{wal_level}' on the source; cdclake needs 'logical' (full new "
+            "tuples and old keys in the WAL): ALTER SYSTEM SET wal_level = logical and restart")
+    if version < 150000:
+        raise SourceError(f"the source runs PostgreSQL {version}; cdclake reads 15 to 18")
+    if not superuser:
+        raise SourceError("source install creates event triggers, which needs a superuser")
+    return version, conn.info.dbname
+
+
+def install(dsn: str) -> InstallReport:
+    """Install (or upgrade) and emit a full dictionary; one transaction."""
+    with _connect(dsn) as conn:
+        version, dbname = check_source(conn)
+        with conn.transaction():
+            conn.execute(_sql("install.sql"))
+            lsn, n, db_oid = conn.execute(
+                "SELECT cdclake.emit(d)::text, jsonb_array_length(d->'relations'), "
+                "(d->>'db_oid')::oid FROM cdclake.dictionary_json() d").fetchone()
+    return InstallReport(dbname, int(db_oid), version, parse_lsn(lsn), int(n))
+
+
+def uninstall(dsn: str) -> None:
+    with _connect(dsn) as conn, conn.transaction():
+        conn.execute(_sql("uninstall.sql"))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("install", "uninstall"))
+    p.add_argument("--dsn", help="source database (default CDCLAKE_SOURCE_DSN)")
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    dsn = args.dsn or config.source_dsn
+    if not dsn:
+        raise ConfigError("give --dsn or set CDCLAKE_SOURCE_DSN")
+    if args.action == "uninstall":
+        uninstall(dsn)
+        print("cdclake removed from the source (messages already in the WAL stay there)")
+        return 0
+    r = install(dsn)
+    lsn = f"{r.dictionary_lsn >> 32:X}/{r.dictionary_lsn & 0xFFFFFFFF:X}"
+    print(f"cdclake installed in database {r.database} (oid {r.db_oid}, PostgreSQL "
+          f"{r.server_version // 10000}); full dictionary of {r.relations} tables written to "
+          f"the WAL at {lsn}: decode from WAL that includes it")
+    return 0

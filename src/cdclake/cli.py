@@ -1,0 +1,66 @@
+"""``cdclake <command>``: one command per stage, plus run/demo/status.
+
+Each command lives in the module that does its work; that module exposes
+``add_arguments(parser)`` and ``run(args, config) -> int``. Modules are imported only when
+their command runs, so ``cdclake wal-push`` (called by PostgreSQL for every segment) does not
+pay for Spark or Airflow imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from cdclake.config import Config
+from cdclake.errors import CdclakeError
+
+#: command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "waldump": ("cdclake.wal.waldump", "print WAL records like pg_waldump"),
+    "decode": ("cdclake.decoding.cli", "decode WAL into a change stream (test_decoding, ...)"),
+    "source": ("cdclake.catalog.install", "set up the source database (source install)"),
+    "wal-push": ("cdclake.archive.push", "archive_command: push one WAL file to the store"),
+    "ship": ("cdclake.archive.ship", "upload new segments from an archive directory"),
+    "run": ("cdclake.pipeline", "run one batch: ship, decode, validate, merge, report"),
+    "status": ("cdclake.pipeline", "show the stream's progress and the archive's state"),
+    "demo": ("cdclake.demo", "start local services, run a workload and the DAG, compare"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdclake", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="TOML configuration file (else CDCLAKE_CONFIG)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    known, rest = parser.parse_known_args(argv)
+    module_name, help_text = COMMANDS[known.command]
+    module = importlib.import_module(module_name)
+    cmd_parser = argparse.ArgumentParser(prog=f"cdclake {known.command}", description=help_text)
+    add_arguments = getattr(module, f"add_{known.command.replace('-', '_')}_arguments",
+                            getattr(module, "add_arguments", None))
+    run = getattr(module, f"run_{known.command.replace('-', '_')}", getattr(module, "run", None))
+    if add_arguments is None or run is None:
+        parser.error(f"command {known.command!r} is not available")
+    add_arguments(cmd_parser)
+    args = cmd_parser.parse_args(rest)
+    try:
+        config = Config.load(known.config)
+        return int(run(args, config) or 0)
+    except CdclakeError as exc:
+        print(f"cdclake {known.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

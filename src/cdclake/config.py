@@ -1,0 +1,142 @@
+"""The one configuration object, read from a TOML file and ``CDCLAKE_*`` environment variables.
+
+Every component takes the :class:`Config` (or the part it needs) as an argument; nothing reads
+the environment on its own. Precedence: explicit overrides > environment > file > defaults.
+The defaults are the embedded local set-up (``make demo``): a local PostgreSQL, a local S3
+endpoint, Spark ``local[*]`` and an Iceberg SQL catalog on SQLite under ``.cdclake/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from cdclake.errors import ConfigError
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|kB|KB|K|MB|M|GB|G|TB)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1024, "k": 1024, "mb": 1024**2, "m": 1024**2, "gb": 1024**3,
+          "g": 1024**3, "tb": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """``'64kB'`` -> 65536, in PostgreSQL's memory units (kB = 1024 bytes)."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ConfigError(f"not a size: {text!r} (use e.g. 64kB, 64MB, 1GB)")
+    return int(m.group(1)) * _UNITS[(m.group(2) or "B").lower()]
+
+
+@dataclass(slots=True)
+class Config:
+    """What a cdclake run needs to know. Field docs give the env var and default."""
+
+    #: CDCLAKE_HOME: working directory for local state (spill, catalog, reports, services).
+    home: Path = field(default_factory=lambda: Path(".cdclake").resolve())
+    #: CDCLAKE_SOURCE_DSN: libpq connection string of the source database.
+    source_dsn: str = ""
+    #: CDCLAKE_ARCHIVE_DIR: local directory PostgreSQL archives WAL to (``ship --from``).
+    archive_dir: Path | None = None
+    #: CDCLAKE_STORE_URL: ``s3://bucket/prefix`` or ``file:///path/prefix``.
+    store_url: str = ""
+    #: CDCLAKE_S3_ENDPOINT_URL: S3 endpoint (MinIO, moto_server); empty = AWS.
+    s3_endpoint_url: str = ""
+    #: CDCLAKE_S3_REGION
+    s3_region: str = "us-east-1"
+    #: CDCLAKE_S3_ACCESS_KEY_ID / CDCLAKE_S3_SECRET_ACCESS_KEY (else boto3's own chain).
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = ""
+    #: CDCLAKE_STREAM: name of the source stream (one prefix, one progress state).
+    stream: str = "main"
+    #: CDCLAKE_DATABASE: database name decoded (gate 1); empty = the DSN's database.
+    database: str = ""
+    #: CDCLAKE_WORK_MEM: reorder-buffer memory before spilling (logical_decoding_work_mem).
+    work_mem: int = 64 * 1024 * 1024
+    #: CDCLAKE_SPILL_DIR: local directory for spill files while decoding.
+    spill_dir: Path | None = None
+    #: CDCLAKE_SPARK_MASTER
+    spark_master: str = "local[*]"
+    #: CDCLAKE_SPARK_PARTITIONS: reorder-buffer partitions (shuffle by top-level xid).
+    spark_partitions: int = 2
+    #: CDCLAKE_CATALOG_NAME / CDCLAKE_CATALOG_URI / CDCLAKE_WAREHOUSE: pyiceberg catalog.
+    catalog_name: str = "cdclake"
+    catalog_uri: str = ""
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+    warehouse: str = ""
+    #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
+    namespace: str = "cdc"
+    #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.
+    tables: list[str] = field(default_factory=list)
+    #: CDCLAKE_SCHEDULE: Airflow schedule of the ingest DAG.
+    schedule: str = "*/10 * * * *"
+
+    # -- derived paths -------------------------------------------------------------------
+
+    def spill_path(self) -> Path:
+        return self.spill_dir if self.spill_dir is not None else self.home / "spill"
+
+    def reports_path(self) -> Path:
+        return self.home / "reports"
+
+    def effective_store_url(self) -> str:
+        return self.store_url or (self.home / "store").resolve().as_uri()
+
+    def effective_catalog_uri(self) -> str:
+        return self.catalog_uri or f"sqlite:///{(self.home / 'catalog.db').resolve()}"
+
+    def effective_warehouse(self) -> str:
+        return self.warehouse or (self.home / "warehouse").resolve().as_uri()
+
+    # -- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, env: dict[str, str] | None = None,
+             **overrides: Any) -> Config:
+        """Build from defaults, then the TOML file (``path`` or CDCLAKE_CONFIG), env, overrides."""
+        env = dict(os.environ) if env is None else env
+        values: dict[str, Any] = {}
+        file = path or env.get("CDCLAKE_CONFIG")
+        if file:
+            try:
+                data = tomllib.loads(Path(file).read_text())
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"cannot read configuration file {file}: {exc}") from exc
+            values.update(data.get("cdclake", data))
+        for f in fields(cls):
+            key = "CDCLAKE_" + f.name.upper()
+            if key in env and env[key] != "":
+                values[f.name] = env[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown configuration keys: {', '.join(sorted(unknown))}")
+        return cls(**{k: _coerce(cls, k, v) for k, v in values.items()})
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(cls: type, name: str, value: Any) -> Any:
+    if name in ("home", "archive_dir", "spill_dir"):
+        return Path(value).expanduser().resolve()
+    if name == "work_mem":
+        return parse_size(value)
+    if name == "spark_partitions":
+        try:
+            n = int(value)
+        except ValueError as exc:
+            raise ConfigError(f"spark_partitions must be an integer, got {value!r}") from exc
+        if n < 1:
+            raise ConfigError("spark_partitions must be at least 1")
+        return n
+    if name == "tables" and isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    if name == "catalog_properties" and isinstance(value, str):
+        return dict(kv.split("=", 1) for kv in value.split(",") if "=" in kv)
+    return value

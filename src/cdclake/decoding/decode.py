@@ -1,0 +1,311 @@
+"""Decode: WAL records -> reorder-buffer changes and transaction events (PostgreSQL's decode.c).
+
+The cheapest filtering gates run here, before anything is buffered (seed 000 §12.4.1):
+gate 1 drops records of other databases from the block reference alone, before the record is
+parsed; gate 2 drops changes with a replication origin when ``origin=none``; gate 4 drops
+changes to relations known to be catalogs or TOAST deletions. Whatever cannot be decided yet
+(a relfilenode created by a transaction still running) is buffered and decided at commit.
+
+Transactions are emitted at their commit record, in WAL order, which is commit-LSN order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cdclake.decoding.changes import (
+    DELETE,
+    INSERT,
+    MESSAGE,
+    SPEC_ABORT,
+    SPEC_CONFIRM,
+    SPEC_INSERT,
+    TOAST_CHUNK,
+    TRUNCATE,
+    UPDATE,
+    Change,
+    Message,
+    ToastChunk,
+    Truncate,
+    TxnInfo,
+)
+from cdclake.decoding.filter import Filter
+from cdclake.decoding.reorder import ReorderBuffer
+from cdclake.errors import DecodingError
+from cdclake.tuples.varlena import toast_chunk
+from cdclake.wal.lsn import format_lsn
+from cdclake.wal.record import (
+    RM_HEAP2_ID,
+    RM_HEAP_ID,
+    RM_LOGICALMSG_ID,
+    RM_RELMAP_ID,
+    RM_STANDBY_ID,
+    RM_XACT_ID,
+    XLogRecord,
+)
+from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
+
+#: prefix of the WAL messages `cdclake source install` makes the source emit on DDL
+DDL_PREFIX = "cdclake.ddl"
+
+
+class Replay(Protocol):
+    """Commit processing (reassembly + emit), called by the decoder."""
+
+    def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None: ...
+
+    def replay(self, info: TxnInfo, changes: object) -> None: ...
+
+    def message(self, lsn: int, prefix: str, content: bytes) -> None: ...
+
+
+class CatalogTracker(Protocol):
+    """Follows pg_class rows in the WAL (VACUUM FULL, CLUSTER, table rewrites)."""
+
+    def is_pg_class(self, spc: int, rel: int) -> bool: ...
+
+    def pg_class_insert(self, rec: XLogRecord, ins: heap.HeapInsert) -> object | None: ...
+
+    def relmap_update(self, upd: relmap.RelmapUpdate, lsn: int) -> None: ...
+
+
+@dataclass
+class DecodeStats:
+    records: int = 0
+    changes: int = 0
+    committed: int = 0
+    emitted: int = 0
+    aborted: int = 0
+    skipped_before_start: int = 0
+    last_lsn: int = 0
+    by_rmgr: dict[int, int] = field(default_factory=dict)
+
+
+class Decoder:
+    """Feeds one database's records into a ReorderBuffer and replays commits."""
+
+    def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
+                 start_lsn: int, version: int, tracker: CatalogTracker | None = None) -> None:
+        self.db_oid = db_oid
+        self.rb = buffer
+        self.replay = replay
+        self.filter = filter
+        self.start_lsn = start_lsn
+        self.version = version
+        self.tracker = tracker
+        self.stats = DecodeStats()
+        #: xids running at the first RUNNING_XACTS record read; they may have changes before
+        #: the first WAL we read, so emitting one of them would risk an incomplete transaction
+        self.maybe_incomplete: set[int] | None = None
+        self._clean_start = False
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    def process(self, rec: XLogRecord) -> None:
+        st = self.stats
+        st.records += 1
+        st.last_lsn = rec.lsn
+        if rec.toplevel_xid:
+            self.rb.assign_child(rec.toplevel_xid, rec.xid, rec.lsn)
+        rmid = rec.rmid
+        if rmid == RM_HEAP_ID:
+            self._heap(rec)
+        elif rmid == RM_HEAP2_ID:
+            self._heap2(rec)
+        elif rmid == RM_XACT_ID:
+            self._xact(rec)
+        elif rmid == RM_LOGICALMSG_ID:
+            self._message(rec)
+        elif rmid == RM_STANDBY_ID:
+            self._standby(rec)
+        elif rmid == RM_RELMAP_ID and self.tracker is not None:
+            upd = relmap.parse(rec)
+            if upd is not None and upd.db_id == self.db_oid:
+                self.tracker.relmap_update(upd, rec.lsn)
+        elif rmid == 0 and st.records == 1:
+            # A shutdown checkpoint first: nothing was running, every transaction is whole.
+            self._clean_start = (rec.info & 0xF0) == 0x00
+
+    # -- heap ----------------------------------------------------------------------------------
+
+    def _heap(self, rec: XLogRecord) -> None:
+        op = rec.info & heap.XLOG_HEAP_OPMASK
+        if op == heap.XLOG_HEAP_TRUNCATE:
+            t = heap.parse(rec)
+            if t.db_id != self.db_oid or not self.filter.origin_ok(rec.origin):
+                return
+            self._queue(rec, Change(TRUNCATE, rec.lsn, 0, None, None, None, False, rec.origin,
+                                    Truncate(t.relids,
+                                             bool(t.flags & heap.XLH_TRUNCATE_CASCADE),
+                                             bool(t.flags & heap.XLH_TRUNCATE_RESTART_SEQS))))
+            return
+        if op not in _HEAP_DML:
+            return
+        loc = rec.blocks[0].rlocator
+        if loc.db != self.db_oid:  # gate 1, before parsing
+            return
+        if op == heap.XLOG_HEAP_INSERT:
+            ins = heap.parse(rec)
+            if self.tracker is not None and self.tracker.is_pg_class(loc.spc, loc.rel):
+                event = self.tracker.pg_class_insert(rec, ins)
+                if event is not None:
+                    self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, event))
+                return
+            flags = ins.flags
+            if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
+                return
+            if not self.filter.origin_ok(rec.origin):  # gate 2
+                return
+            if flags & heap.XLH_INSERT_ON_TOAST_RELATION:
+                value_id, seq, data = toast_chunk(ins.tuple)
+                self._queue(rec, Change(TOAST_CHUNK, rec.lsn, 0, loc, None, None, False,
+                                        rec.origin, ToastChunk(value_id, seq, data)))
+                return
+            if self.filter.drop_locator(loc, rec.lsn):  # gates 3-4 where already decidable
+                return
+            action = SPEC_INSERT if flags & heap.XLH_INSERT_IS_SPECULATIVE else INSERT
+            self._queue(rec, Change(action, rec.lsn, 0, loc, None, ins.tuple, True, rec.origin))
+        elif op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE:
+            if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
+                return
+            upd = heap.parse(rec)
+            new = upd.new_tuple if upd.flags & heap.XLH_UPDATE_CONTAINS_NEW_TUPLE else None
+            old = upd.old_tuple if upd.flags & heap.XLH_UPDATE_CONTAINS_OLD else None
+            self._queue(rec, Change(UPDATE, rec.lsn, 0, loc, old, new, True, rec.origin))
+        elif op == heap.XLOG_HEAP_DELETE:
+            if not self.filter.origin_ok(rec.origin):
+                return
+            dele = heap.parse(rec)
+            if dele.flags & heap.XLH_DELETE_IS_SUPER:
+                self._queue(rec, Change(SPEC_ABORT, rec.lsn, 0, loc, None, None, True,
+                                        rec.origin))
+                return
+            if self.filter.drop_locator(loc, rec.lsn):
+                return
+            old = dele.old_tuple if dele.flags & heap.XLH_DELETE_CONTAINS_OLD else None
+            self._queue(rec, Change(DELETE, rec.lsn, 0, loc, old, None, True, rec.origin))
+        else:  # CONFIRM
+            if not self.filter.origin_ok(rec.origin):
+                return
+            self._queue(rec, Change(SPEC_CONFIRM, rec.lsn, 0, loc, None, None, True,
+                                    rec.origin))
+
+    def _heap2(self, rec: XLogRecord) -> None:
+        if rec.info & heap2.XLOG_HEAP2_OPMASK != heap2.XLOG_HEAP2_MULTI_INSERT:
+            return
+        loc = rec.blocks[0].rlocator
+        if loc.db != self.db_oid:
+            return
+        mi = heap2.parse(rec, self.version)
+        flags = mi.flags
+        if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
+            return
+        if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
+            return
+        last = len(mi.tuples) - 1
+        last_in_multi = bool(flags & heap.XLH_INSERT_LAST_IN_MULTI)
+        xid = rec.xid
+        origin = rec.origin
+        lsn = rec.lsn
+        queue = self.rb.queue
+        for i, tup in enumerate(mi.tuples):
+            queue(xid, Change(INSERT, lsn, i, loc, None, tup, last_in_multi and i == last, origin))
+        self.stats.changes += len(mi.tuples)
+
+    def _queue(self, rec: XLogRecord, change: Change) -> None:
+        self.rb.queue(rec.xid, change)
+        self.stats.changes += 1
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _message(self, rec: XLogRecord) -> None:
+        m = logicalmsg.parse(rec)
+        if m.db_id != self.db_oid or not self.filter.origin_ok(rec.origin):
+            return
+        if m.transactional:
+            # Queued with the record's end LSN, as PostgreSQL does.
+            self.rb.queue(rec.xid, Change(MESSAGE, rec.end_lsn, 0, None, None, None, False,
+                                          rec.origin, Message(m.prefix, m.message, True)))
+            if m.prefix == DDL_PREFIX:
+                self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, m.message))
+        elif rec.lsn >= self.start_lsn:
+            self.replay.message(rec.end_lsn, m.prefix, m.message)
+
+    def _standby(self, rec: XLogRecord) -> None:
+        if rec.info & 0xF0 != standby.XLOG_RUNNING_XACTS:
+            return
+        rx = standby.parse(rec)
+        if self.maybe_incomplete is None:
+            self.maybe_incomplete = set() if self._clean_start else {*rx.xids, *rx.subxids}
+        self.rb.abort_old(rx.oldest_running_xid)
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _xact(self, rec: XLogRecord) -> None:
+        op = rec.info & xact.XLOG_XACT_OPMASK
+        if op == xact.XLOG_XACT_COMMIT or op == xact.XLOG_XACT_COMMIT_PREPARED:
+            f = xact.parse(rec, self.version)
+            self._commit(rec, f, f.twophase_xid or rec.xid)
+        elif op == xact.XLOG_XACT_ABORT or op == xact.XLOG_XACT_ABORT_PREPARED:
+            f = xact.parse(rec, self.version)
+            self.rb.discard(f.twophase_xid or rec.xid, f.subxacts)
+            self.stats.aborted += 1
+        elif op == xact.XLOG_XACT_PREPARE:
+            p = xact.parse(rec, self.version)
+            t = self.rb.txn(rec.xid, rec.lsn)
+            t.prepared = True
+            t.gid = p.gid
+        elif op == xact.XLOG_XACT_ASSIGNMENT:
+            a = xact.parse(rec, self.version)
+            for sub in a.subxacts:
+                self.rb.assign_child(a.xtop, sub, rec.lsn)
+
+    def _commit(self, rec: XLogRecord, f: xact.XactFinish, xid: int) -> None:
+        self.stats.committed += 1
+        members = self.rb.members(xid, f.subxacts)
+        if not members:
+            return
+        if f.db_id and f.db_id != self.db_oid:
+            self.rb.discard(xid, f.subxacts)
+            return
+        replicated = bool(f.xinfo & xact.XACT_XINFO_HAS_ORIGIN)
+        info = TxnInfo(
+            xid=xid,
+            first_lsn=min(m.first_lsn for m in members),
+            final_lsn=rec.lsn,
+            end_lsn=rec.end_lsn,
+            commit_time=f.origin_ts if replicated else f.xact_time,
+            origin_id=rec.origin,
+            origin_lsn=f.origin_lsn if replicated else 0,
+            gid=f.gid,
+        )
+        events = sorted((e for m in members for e in m.ddl), key=lambda e: e[0])
+        if events:
+            self.replay.apply_catalog(events, info)
+        if rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
+            self.stats.skipped_before_start += 1
+        else:
+            self._check_complete(xid, f.subxacts, rec.lsn)
+            self.replay.replay(info, self.rb.merged_changes(members))
+            self.stats.emitted += 1
+        self.rb.discard(xid, f.subxacts)
+
+    def _check_complete(self, xid: int, subxids: tuple[int, ...], lsn: int) -> None:
+        suspects = self.maybe_incomplete
+        if suspects is None:
+            if self._clean_start:
+                return
+            raise DecodingError(
+                f"transaction {xid} commits at {format_lsn(lsn)} but no running-xacts record "
+                "was read before it, so it may have changes before the first WAL read; "
+                "decode from an earlier segment (one before the start LSN's checkpoint)")
+        if xid in suspects or any(s in suspects for s in subxids):
+            raise DecodingError(
+                f"transaction {xid} commits at {format_lsn(lsn)} but was already running at "
+                "the first running-xacts record read, so some of its changes may precede the "
+                "first WAL read; decode from an earlier segment")
+
+
+_HEAP_DML = frozenset({heap.XLOG_HEAP_INSERT, heap.XLOG_HEAP_UPDATE, heap.XLOG_HEAP_HOT_UPDATE,
+                       heap.XLOG_HEAP_DELETE, heap.XLOG_HEAP_CONFIRM})

@@ -1,0 +1,41 @@
+"""The filtering gates that run before buffering (seed 000 §12.4.1), cheapest first.
+
+Gate 1 (database OID) is a comparison the decoder does inline. This module holds the others:
+gate 2, the replication origin (``origin=none`` keeps only locally originated changes); gate 3,
+the tables a stream publishes (issue: publications and row filters come with pgoutput); gate 4,
+the relation kind — catalogs, TOAST deletions, unlogged and temporary relations never reach the
+buffer. A gate that cannot decide yet (the relation is not in the dictionary because the
+transaction creating it has not committed) lets the change through; commit processing decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.wal.record import RelFileLocator
+
+
+@dataclass
+class Filter:
+    dictionary: Dictionary
+    #: origin=none: drop changes that carry a replication origin (came from another node)
+    local_only: bool = False
+    #: gate 3: qualified names ("schema.table", unquoted) to keep; empty keeps every table
+    tables: frozenset[str] = field(default_factory=frozenset)
+
+    def origin_ok(self, origin: int) -> bool:
+        return origin == 0 or not self.local_only
+
+    def drop_locator(self, loc: RelFileLocator, lsn: int) -> bool:
+        """Gates 3-4 at decode time: True only when the relation is known and not wanted."""
+        d = self.dictionary
+        v = d.relation_for_locator(loc.spc, loc.rel, lsn)
+        if v is None:
+            return d.is_catalog(loc.spc, loc.rel, lsn)
+        if not v.is_user_table:
+            return True
+        return bool(self.tables) and f"{v.schema}.{v.name}" not in self.tables
+
+    def keeps_table(self, schema: str, name: str) -> bool:
+        return not self.tables or f"{schema}.{name}" in self.tables

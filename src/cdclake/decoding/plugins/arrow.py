@@ -1,0 +1,200 @@
+"""The Arrow output plugin: committed changes as typed Parquet, one stream per table.
+
+Layout and columns are the contract in :mod:`cdclake.decoding.stream`. Rows are buffered per
+relation version and flushed to a new Parquet part whenever a buffer reaches ``rows_per_part``,
+so memory stays bounded however large a batch is. A column whose TOASTed value was not logged
+(UPDATE that did not touch it) is null and named in ``_unchanged_toast`` — never a placeholder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+from cdclake.catalog.model import IDENTITY_FULL, IDENTITY_NOTHING, RelationVersion, TypeInfo
+from cdclake.decoding import stream
+from cdclake.decoding.changes import DELETE, INSERT, Change, TxnInfo
+from cdclake.decoding.rows import (
+    UNCHANGED_TOAST,
+    LayoutCache,
+    LiveColumn,
+    RowLayout,
+    column_payload,
+)
+from cdclake.tuples.heap import MissingValue
+from cdclake.wal.record import WalTuple
+
+#: microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01
+PG_EPOCH_US = 946_684_800_000_000
+
+
+def version_dir(rel: RelationVersion) -> str:
+    return f"{rel.schema}.{rel.name}/v{rel.valid_from:016X}"
+
+
+@dataclass
+class _TableBuffer:
+    rel: RelationVersion
+    layout: RowLayout
+    key: tuple[LiveColumn, ...]
+    schema: pa.Schema
+    columns: list[list[Any]]
+    parts: int = 0
+    rows: int = 0
+    paths: list[str] = field(default_factory=list)
+
+
+class ArrowChanges:
+    """Collects a batch's changes and writes them under ``root`` on ``filesystem``."""
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str, batch: str,
+                 types: Mapping[int, TypeInfo], *, rows_per_part: int = 100_000) -> None:
+        self.fs = filesystem
+        self.root = root.rstrip("/")
+        self.batch = batch
+        self.layouts = LayoutCache(types)
+        self.rows_per_part = rows_per_part
+        self._buffers: dict[int, _TableBuffer] = {}  # id(RelationVersion) -> buffer
+        self._order: list[_TableBuffer] = []
+        self.commits = 0
+        self.first_lsn: int | None = None
+        self.last_lsn = 0
+
+    # -- output plugin callbacks -----------------------------------------------------------
+
+    def begin(self, txn: TxnInfo) -> None:
+        pass
+
+    def commit(self, txn: TxnInfo) -> None:
+        self.commits += 1
+        if self.first_lsn is None:
+            self.first_lsn = txn.final_lsn
+        self.last_lsn = txn.final_lsn
+
+    def message(self, txn: TxnInfo | None, lsn: int, transactional: bool, prefix: str,
+                content: bytes) -> None:
+        pass  # messages are not table changes; DDL messages already shaped the dictionary
+
+    def change(self, txn: TxnInfo, rel: RelationVersion, action: int, change: Change,
+               toast: Mapping[int, list[bytes]]) -> None:
+        buf = self._buffer(rel)
+        unchanged: list[str] = []
+        if change.new is not None:
+            values = self._values(buf.layout, change.new, change.lsn, toast, unchanged)
+        else:
+            values = [None] * len(buf.layout.live)
+        old_key = None
+        if change.old is not None and buf.key:
+            old_vals = self._values(buf.layout, change.old, change.lsn, {}, [])
+            by_attnum = {lc.column.attnum: v for lc, v in zip(buf.layout.live, old_vals,
+                                                               strict=True)}
+            old_key = {lc.column.name: by_attnum[lc.column.attnum] for lc in buf.key}
+        op = (stream.OP_INSERT if action == INSERT else
+              stream.OP_DELETE if action == DELETE else stream.OP_UPDATE)
+        self._append(buf, txn, change.lsn, change.seq, op, values, old_key, unchanged or None)
+
+    def truncate(self, txn: TxnInfo, rels: list[RelationVersion], change: Change) -> None:
+        for rel in rels:
+            buf = self._buffer(rel)
+            self._append(buf, txn, change.lsn, change.seq, stream.OP_TRUNCATE,
+                         [None] * len(buf.layout.live), None, None)
+
+    # -- rows ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _values(layout: RowLayout, tup: WalTuple, lsn: int, toast: Mapping[int, list[bytes]],
+                unchanged: list[str]) -> list[Any]:
+        datums = layout.datums(tup, lsn)
+        out: list[Any] = []
+        for lc in layout.live:
+            d = datums[lc.index]
+            if d is None:
+                out.append(None)
+                continue
+            v = column_payload(lc, d, toast)
+            if v is UNCHANGED_TOAST:
+                unchanged.append(lc.column.name)
+                out.append(None)
+            elif isinstance(v, MissingValue):
+                out.append(lc.codec.value_from_text(v.text))
+            else:
+                out.append(lc.codec.value(v))
+        return out
+
+    def _buffer(self, rel: RelationVersion) -> _TableBuffer:
+        buf = self._buffers.get(id(rel))
+        if buf is not None and buf.rel is rel:
+            return buf
+        layout = self.layouts.get(rel)
+        key = key_columns(rel, layout)
+        fields = [pa.field(lc.column.name, lc.codec.arrow_type) for lc in layout.live]
+        old_key_type = pa.struct([pa.field(lc.column.name, lc.codec.arrow_type) for lc in key])
+        schema = pa.schema(fields + stream.system_fields(old_key_type))
+        buf = _TableBuffer(rel, layout, key, schema, [[] for _ in schema])
+        self._buffers[id(rel)] = buf
+        self._order.append(buf)
+        return buf
+
+    def _append(self, buf: _TableBuffer, txn: TxnInfo, lsn: int, seq: int, op: str,
+                values: list[Any], old_key: dict[str, Any] | None,
+                unchanged: list[str] | None) -> None:
+        cols = buf.columns
+        n = len(values)
+        for i, v in enumerate(values):
+            cols[i].append(v)
+        for i, v in enumerate((txn.final_lsn, txn.commit_time + PG_EPOCH_US, txn.xid, lsn, seq,
+                               op, old_key, unchanged)):
+            cols[n + i].append(v)
+        buf.rows += 1
+        if len(cols[0]) >= self.rows_per_part:
+            self._flush(buf)
+
+    def _flush(self, buf: _TableBuffer) -> None:
+        if not buf.columns[0]:
+            return
+        arrays = [pa.array(col, type=f.type) for col, f in zip(buf.columns, buf.schema,
+                                                                 strict=True)]
+        table = pa.Table.from_arrays(arrays, schema=buf.schema)
+        rel_path = f"{version_dir(buf.rel)}/part-{buf.parts:05d}.parquet"
+        path = f"{self.root}/{rel_path}"
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with self.fs.open_output_stream(path) as out:
+            pq.write_table(table, out)
+        buf.paths.append(rel_path)
+        buf.parts += 1
+        buf.columns = [[] for _ in buf.schema]
+
+    # -- end of batch ----------------------------------------------------------------------
+
+    def close(self, start_lsn: int, end_lsn: int) -> dict[str, Any]:
+        """Flush every buffer and write ``_manifest.json``; returns the manifest."""
+        tables: dict[int, dict[str, Any]] = {}
+        for buf in self._order:
+            self._flush(buf)
+            entry = tables.setdefault(buf.rel.oid, {
+                "table": f"{buf.rel.schema}.{buf.rel.name}", "oid": buf.rel.oid, "versions": []})
+            entry["versions"].append({"valid_from": buf.rel.valid_from,
+                                      "relation": buf.rel.to_json(), "paths": buf.paths,
+                                      "rows": buf.rows})
+        manifest = {"batch": self.batch, "start_lsn": start_lsn, "end_lsn": end_lsn,
+                    "commits": self.commits, "tables": list(tables.values())}
+        self.fs.create_dir(self.root, recursive=True)
+        with self.fs.open_output_stream(f"{self.root}/_manifest.json") as out:
+            out.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        return manifest
+
+
+def key_columns(rel: RelationVersion, layout: RowLayout) -> tuple[LiveColumn, ...]:
+    """The old identity's columns: all for FULL, the key for DEFAULT/INDEX, none for NOTHING."""
+    if rel.replident == IDENTITY_FULL:
+        return layout.live
+    if rel.replident == IDENTITY_NOTHING:
+        return ()
+    keys = set(rel.key_attnums)
+    return tuple(lc for lc in layout.live if lc.column.attnum in keys)

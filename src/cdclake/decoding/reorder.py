@@ -1,0 +1,215 @@
+"""The ReorderBuffer: changes collected per transaction until its commit decides their fate.
+
+Seeds 000/001: ``by_txn`` maps an xid to its TXN (first LSN, changes in LSN order, size,
+spill state). Every queued change is counted against ``work_mem``; past it the heaviest
+(sub)transaction is serialized to spill files and its memory released, so memory stays bounded
+by work_mem however large a transaction grows. At commit the top-level transaction and the
+subtransactions its commit record names are merged back into one LSN-ordered stream, reading
+spilled changes back lazily (seed 003).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from cdclake.decoding.changes import Change
+from cdclake.decoding.spill import append_changes, read_changes, remove_files, spill_file_name
+
+_SPILL_RE = re.compile(r"^xid-\d+-lsn-[0-9A-F]+-[0-9A-F]+\.spill$")
+
+
+def xid_precedes(a: int, b: int) -> bool:
+    """TransactionIdPrecedes: modulo-2^32 comparison of normal xids."""
+    if a < 3 or b < 3:  # permanent xids compare plainly
+        return a < b
+    return ((a - b) & 0xFFFFFFFF) >= 0x80000000
+
+
+class TXN:
+    """ReorderBufferTXN: one (sub)transaction's buffered state."""
+
+    __slots__ = (
+        "changes",
+        "ddl",
+        "first_lsn",
+        "gid",
+        "nspilled",
+        "prepared",
+        "size",
+        "spill_files",
+        "subxids",
+        "top",
+        "xid",
+    )
+
+    def __init__(self, xid: int, first_lsn: int) -> None:
+        self.xid = xid
+        self.top: int = 0  #: parent xid when known to be a subtransaction
+        self.first_lsn = first_lsn
+        self.changes: list[Change] = []
+        self.size = 0
+        #: spill files in WAL order (one per segment the spilled changes came from)
+        self.spill_files: dict[int, Path] = {}
+        self.nspilled = 0
+        self.subxids: list[int] = []
+        self.prepared = False
+        self.gid = ""
+        #: dictionary messages (lsn, payload), kept in memory apart from the change stream so
+        #: commit processing can apply them before replaying (possibly spilled) changes
+        self.ddl: list[tuple[int, bytes]] = []
+
+    @property
+    def serialized(self) -> bool:
+        return bool(self.spill_files)
+
+    def stream(self) -> Iterator[Change]:
+        """All changes of this (sub)transaction in LSN order: spilled ones first."""
+        for path in self.spill_files.values():
+            yield from read_changes(path)
+        yield from self.changes
+
+
+class ReorderBuffer:
+    """by_txn plus memory accounting and spill-to-disk."""
+
+    def __init__(self, work_mem: int, spill_dir: Path, segment_size: int) -> None:
+        self.by_txn: dict[int, TXN] = {}
+        self.work_mem = work_mem
+        self.spill_dir = spill_dir
+        self.segment_size = segment_size
+        self.size = 0  #: bytes of changes held in memory, all transactions
+        self.peak_size = 0
+        self.spilled_txns = 0
+        self.spilled_changes = 0
+        self.spilled_bytes = 0
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def get(self, xid: int) -> TXN | None:
+        return self.by_txn.get(xid)
+
+    def txn(self, xid: int, lsn: int) -> TXN:
+        t = self.by_txn.get(xid)
+        if t is None:
+            t = self.by_txn[xid] = TXN(xid, lsn)
+        return t
+
+    def assign_child(self, top_xid: int, sub_xid: int, lsn: int) -> None:
+        """A subtransaction's first record names its top-level xid (wal_level=logical)."""
+        if top_xid == sub_xid:
+            return
+        top = self.txn(top_xid, lsn)
+        sub = self.txn(sub_xid, lsn)
+        if sub.top != top_xid:
+            sub.top = top_xid
+            top.subxids.append(sub_xid)
+
+    def queue(self, xid: int, change: Change) -> None:
+        t = self.by_txn.get(xid)
+        if t is None:
+            t = self.by_txn[xid] = TXN(xid, change.lsn)
+        t.changes.append(change)
+        n = change.size()
+        t.size += n
+        self.size += n
+        if self.size > self.work_mem:
+            self._evict()
+
+    # -- memory ----------------------------------------------------------------------------
+
+    def _evict(self) -> None:
+        """Serialize the heaviest transactions until memory is back under work_mem."""
+        if self.size > self.peak_size:
+            self.peak_size = self.size
+        while self.size > self.work_mem:
+            largest = max(self.by_txn.values(), key=lambda t: t.size)
+            if largest.size == 0:
+                return
+            self.spill(largest)
+
+    def spill(self, t: TXN) -> None:
+        """Write ``t``'s in-memory changes to its spill files and release their memory."""
+        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        seg = self.segment_size
+        for segno, group in itertools.groupby(t.changes, key=lambda c: c.lsn // seg):
+            path = t.spill_files.get(segno)
+            if path is None:
+                path = t.spill_files[segno] = self.spill_dir / spill_file_name(t.xid, segno * seg)
+            batch = list(group)
+            self.spilled_bytes += append_changes(path, batch)
+            self.spilled_changes += len(batch)
+        if t.nspilled == 0:
+            self.spilled_txns += 1
+        t.nspilled += len(t.changes)
+        self.size -= t.size
+        t.size = 0
+        t.changes = []
+
+    # -- end of a transaction -------------------------------------------------------------
+
+    def members(self, xid: int, subxids: Iterable[int]) -> list[TXN]:
+        """The top-level TXN (if any) and the named subtransactions that have buffered state."""
+        out = []
+        top = self.by_txn.get(xid)
+        if top is not None:
+            out.append(top)
+        for s in subxids:
+            t = self.by_txn.get(s)
+            if t is not None and t is not top:
+                out.append(t)
+        return out
+
+    @staticmethod
+    def merged_changes(members: list[TXN]) -> Iterator[Change]:
+        """One LSN-ordered stream over a transaction and its subtransactions."""
+        streams = [m.stream() for m in members if m.changes or m.spill_files]
+        if len(streams) == 1:
+            return streams[0]
+        return heapq.merge(*streams, key=lambda c: c.lsn)
+
+    def discard(self, xid: int, subxids: Iterable[int] = ()) -> None:
+        """Forget a transaction and its subtransactions (after commit, or at abort)."""
+        seen: set[int] = set()
+        todo = [xid, *subxids]
+        while todo:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            t = self.by_txn.pop(x, None)
+            if t is None:
+                continue
+            todo.extend(t.subxids)
+            self.size -= t.size
+            remove_files(list(t.spill_files.values()))
+
+    def discard_all(self) -> None:
+        """Drop everything still buffered (end of a run that does not carry state on)."""
+        for xid in list(self.by_txn):
+            self.discard(xid)
+
+    def abort_old(self, oldest_running_xid: int) -> list[int]:
+        """Drop top-level transactions older than anything still running (crash leftovers)."""
+        dropped = [x for x, t in self.by_txn.items()
+                   if not t.top and not t.prepared and xid_precedes(x, oldest_running_xid)]
+        for x in dropped:
+            self.discard(x)
+        return dropped
+
+    def restart_lsn(self) -> int | None:
+        """Oldest first LSN of a buffered transaction: where a restart must re-read from."""
+        firsts = [t.first_lsn for t in self.by_txn.values()]
+        return min(firsts) if firsts else None
+
+
+def clean_spill_dir(spill_dir: Path) -> int:
+    """Remove spill files a previous, interrupted run left behind (PostgreSQL does the same)."""
+    if not spill_dir.is_dir():
+        return 0
+    stale = [p for p in spill_dir.iterdir() if _SPILL_RE.match(p.name)]
+    remove_files(stale)
+    return len(stale)

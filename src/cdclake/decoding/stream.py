@@ -1,0 +1,53 @@
+"""The change stream contract between decoding and the lake (and quality checks).
+
+A batch writes, under ``<prefix>/changes/<batch>/``:
+
+``_manifest.json``
+    ``{"batch": str, "start_lsn": int, "end_lsn": int, "commits": int,
+    "tables": [{"table": "schema.name", "oid": int, "versions": [
+    {"valid_from": int, "relation": RelationVersion.to_json(), "paths": ["<rel path>", ...],
+    "rows": int}]}]}`` (paths relative to the batch directory)
+    — one entry per relation version that has changes in the batch, in ``valid_from`` order.
+
+``<schema>.<table>/v<valid_from as 16 hex digits>/part-<n>.parquet``
+    the table's changes made under that relation version, ordered by
+    (``_commit_lsn``, ``_lsn``, ``_seq``) — that is, commit order, then WAL order.
+
+Each Parquet file has the relation's live columns (typed by :mod:`cdclake.tuples.arrow`; a
+column whose value was not logged — an unchanged TOASTed value — is null there and named in
+``_unchanged_toast``) followed by the system columns below.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+COMMIT_LSN = "_commit_lsn"  #: LSN of the transaction's commit record
+COMMIT_TS = "_commit_ts"  #: commit timestamp (UTC)
+XID = "_xid"  #: top-level transaction id
+LSN = "_lsn"  #: LSN of the record that made the change
+SEQ = "_seq"  #: index of the change inside its record (multi-insert tuples share an LSN)
+OP = "_op"  #: I insert, U update, D delete, T truncate (data columns null)
+OLD_KEY = "_old_key"  #: struct of the old identity: key columns, or all columns for FULL
+UNCHANGED_TOAST = "_unchanged_toast"  #: names of columns whose (TOASTed) value was not logged
+
+OP_INSERT = "I"
+OP_UPDATE = "U"
+OP_DELETE = "D"
+OP_TRUNCATE = "T"
+
+SYSTEM_COLUMNS = (COMMIT_LSN, COMMIT_TS, XID, LSN, SEQ, OP, OLD_KEY, UNCHANGED_TOAST)
+
+
+def system_fields(old_key_type: pa.StructType) -> list[pa.Field]:
+    """The system columns appended after a table's own columns."""
+    return [
+        pa.field(COMMIT_LSN, pa.int64(), nullable=False),
+        pa.field(COMMIT_TS, pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field(XID, pa.int64(), nullable=False),
+        pa.field(LSN, pa.int64(), nullable=False),
+        pa.field(SEQ, pa.int32(), nullable=False),
+        pa.field(OP, pa.string(), nullable=False),
+        pa.field(OLD_KEY, old_key_type, nullable=True),
+        pa.field(UNCHANGED_TOAST, pa.list_(pa.string()), nullable=True),
+    ]

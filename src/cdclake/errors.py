@@ -1,0 +1,144 @@
+"""Every error cdclake raises on purpose, in one flat module.
+
+Each names *what* went wrong and *where* (segment, LSN, relation, table) so an operator can act
+without reading a traceback. They all derive from :class:`CdclakeError`; the CLI prints the
+message and exits non-zero. Errors that a retry can fix (a store that did not answer) are kept
+apart from those a retry cannot fix (corrupt WAL, a conflicting segment).
+"""
+
+from __future__ import annotations
+
+
+def _fmt_lsn(lsn: int | None) -> str:
+    if lsn is None:
+        return "?"
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+class CdclakeError(Exception):
+    """Base class: an error cdclake reports to the user, with what and where."""
+
+
+class ConfigError(CdclakeError):
+    """A configuration value is missing or malformed."""
+
+
+# --- WAL -----------------------------------------------------------------------------------
+
+
+class WalError(CdclakeError):
+    """A WAL file cannot be read as PostgreSQL WAL."""
+
+    def __init__(self, message: str, *, segment: str | None = None, lsn: int | None = None):
+        self.segment = segment
+        self.lsn = lsn
+        where = []
+        if segment is not None:
+            where.append(f"segment {segment}")
+        if lsn is not None:
+            where.append(f"LSN {_fmt_lsn(lsn)}")
+        super().__init__(f"{message} ({', '.join(where)})" if where else message)
+
+
+class WalCorruptError(WalError):
+    """Bytes that cannot be valid WAL: bad CRC, bad header, impossible lengths."""
+
+
+class WalTruncatedError(WalError):
+    """A record or page is cut off: the segment is shorter than the record needs."""
+
+
+class WalVersionError(WalError):
+    """The page magic is not one of the PostgreSQL versions cdclake reads (15-18)."""
+
+
+class WalGapError(WalError):
+    """A segment the reader needs is missing between two it has."""
+
+
+# --- catalog / tuples ------------------------------------------------------------------------
+
+
+class UnknownRelationError(CdclakeError):
+    """A change names a relfilenode that no dictionary version explains."""
+
+    def __init__(self, relfilenode: object, lsn: int, hint: str = ""):
+        self.relfilenode = relfilenode
+        self.lsn = lsn
+        msg = (
+            f"unknown relation: relfilenode {relfilenode} at LSN {_fmt_lsn(lsn)} is not in the "
+            "dictionary; run `cdclake source install` on the source and decode from WAL that "
+            "includes the install, or give --dsn so a fresh capture can resolve it"
+        )
+        super().__init__(f"{msg}. {hint}" if hint else msg)
+
+
+class UnsupportedTypeError(CdclakeError):
+    """A column's type has no codec."""
+
+    def __init__(self, type_name: str, column: str, relation: str | None = None):
+        self.type_name = type_name
+        self.column = column
+        self.relation = relation
+        where = f" of {relation}" if relation else ""
+        super().__init__(
+            f"unsupported type {type_name!r} in column {column!r}{where}: cdclake has no "
+            "decoder for it; exclude the table or add a codec"
+        )
+
+
+class TupleDecodeError(CdclakeError):
+    """Tuple bytes do not match the relation version they are decoded with."""
+
+
+class SourceError(CdclakeError):
+    """The source PostgreSQL is not set up the way cdclake needs (wal_level, install)."""
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+class DecodingError(CdclakeError):
+    """The change stream cannot be reconstructed exactly from the WAL given."""
+
+
+class SpillError(DecodingError):
+    """A spill file is missing, unreadable, or does not belong to the transaction."""
+
+
+# --- archive / object store -----------------------------------------------------------------
+
+
+class StoreError(CdclakeError):
+    """The object store did not do what was asked; retrying may help."""
+
+
+class StoreUnreachableError(StoreError):
+    """The object store cannot be reached at all."""
+
+
+class ArchiveConflictError(CdclakeError):
+    """A segment already in the archive has different content: do not overwrite, do not retry."""
+
+
+class ArchiveGapError(CdclakeError):
+    """The archive misses a segment between two it has; nothing past the gap is processed."""
+
+
+class ObjectNotFound(CdclakeError):
+    """An object-store key does not exist; retrying does not help."""
+
+
+class ManifestError(CdclakeError):
+    """An archive bookkeeping object (manifest entry, history file) cannot be read."""
+
+
+# --- lake / quality -------------------------------------------------------------------------
+
+
+class LakeError(CdclakeError):
+    """An Iceberg table cannot be created, evolved or merged."""
+
+
+class QualityError(CdclakeError):
+    """A data-quality expectation failed; the message summarises which and where."""

@@ -1,0 +1,204 @@
+"""Reading one decoded batch (``changes/<batch>/``) back, as the lake needs it.
+
+The layout is the contract in :mod:`cdclake.decoding.stream`. The reader checks what a merge
+relies on before anything is merged — the manifest's row counts, the system columns, the data
+columns against the relation version — so a torn or foreign batch stops with an error naming
+the batch, table and file instead of being merged partially. Tables are loaded one at a time
+(iterate the :class:`Batch`), so a batch with many tables never sits in memory whole.
+
+``root`` is the directory holding the batch directories (``<prefix>/changes``): a local path,
+a ``file://`` or ``s3://`` URI, or a path on an explicit ``pyarrow.fs.FileSystem`` (an
+``S3FileSystem`` configured for the object store's endpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+from cdclake.catalog.model import Column, RelationVersion
+from cdclake.decoding import stream
+from cdclake.errors import LakeError
+
+MANIFEST = "_manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEntry:
+    """A relation version's files in the manifest (not yet read)."""
+
+    relation: RelationVersion
+    paths: tuple[str, ...]  #: relative to the batch directory
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableEntry:
+    """A source table's entry in the manifest: its versions in ``valid_from`` order."""
+
+    table: str  #: ``schema.name`` as the manifest names it
+    oid: int
+    versions: tuple[VersionEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VersionChanges:
+    """A relation version and the changes made under it, in commit then WAL order."""
+
+    relation: RelationVersion
+    changes: pa.Table
+
+
+@dataclass(frozen=True, slots=True)
+class TableChanges:
+    """All of one source table's changes in a batch."""
+
+    table: str
+    oid: int
+    versions: tuple[VersionChanges, ...]
+
+    @property
+    def latest(self) -> RelationVersion:
+        """The newest definition: it names the mirror and gives its final schema."""
+        return self.versions[-1].relation
+
+    @property
+    def rows(self) -> int:
+        return sum(v.changes.num_rows for v in self.versions)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch's manifest plus where to read its files; iterate for :class:`TableChanges`."""
+
+    name: str
+    start_lsn: int
+    end_lsn: int
+    commits: int
+    entries: tuple[TableEntry, ...]
+    filesystem: pafs.FileSystem
+    directory: str  #: the batch directory on ``filesystem``
+
+    def __iter__(self) -> Iterator[TableChanges]:
+        for entry in self.entries:
+            yield self.load(entry)
+
+    def load(self, entry: TableEntry) -> TableChanges:
+        """Read one table's Parquet files and check them against the manifest."""
+        return TableChanges(entry.table, entry.oid,
+                            tuple(self._load_version(entry, v) for v in entry.versions))
+
+    def _load_version(self, entry: TableEntry, version: VersionEntry) -> VersionChanges:
+        parts = []
+        for rel_path in version.paths:
+            path = f"{self.directory}/{rel_path}"
+            try:
+                parts.append(pq.read_table(path, filesystem=self.filesystem))
+            except (OSError, pa.ArrowInvalid) as exc:
+                raise LakeError(f"batch {self.name}: cannot read {path} of table "
+                                f"{entry.table}: {exc}") from exc
+        where = f"batch {self.name}, table {entry.table}, version v{version.relation.valid_from:X}"
+        if parts:
+            try:
+                table = pa.concat_tables(parts)
+            except pa.ArrowInvalid as exc:
+                raise LakeError(f"{where}: parts have different schemas: {exc}") from exc
+        else:
+            table = _empty_changes(version.relation)
+        if table.num_rows != version.rows:
+            raise LakeError(f"{where}: manifest says {version.rows} rows, files hold "
+                            f"{table.num_rows}; the batch is incomplete — decode it again")
+        check_columns(table.schema, version.relation, where)
+        return VersionChanges(version.relation, table)
+
+
+def check_columns(schema: pa.Schema, rel: RelationVersion, where: str) -> None:
+    """Data columns must be the version's live columns, in order, then the system columns."""
+    live = [c.name for c in rel.live_columns()]
+    names = schema.names
+    expected = [*live, *stream.SYSTEM_COLUMNS]
+    if names != expected:
+        raise LakeError(f"{where}: columns {names} do not match the relation version's live "
+                        f"columns plus system columns {expected}")
+
+
+def _empty_changes(rel: RelationVersion) -> pa.Table:
+    """A version listed with no files: an empty table (its data types are unknown: null)."""
+    cols = [pa.field(c.name, pa.null()) for c in rel.live_columns()]
+    return pa.schema(cols + stream.system_fields(pa.struct([]))).empty_table()
+
+
+def resolve_root(root: str | Path, filesystem: pafs.FileSystem | None) -> tuple[
+        pafs.FileSystem, str]:
+    """A filesystem and a path on it for ``root`` (path, URI, or path on ``filesystem``)."""
+    text = str(root)
+    if filesystem is not None:
+        return filesystem, text.rstrip("/")
+    if "://" in text:
+        try:
+            fs, path = pafs.FileSystem.from_uri(text)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise LakeError(f"cannot open change-stream root {text}: {exc}") from exc
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), str(Path(text).resolve())
+
+
+def read_batch(root: str | Path, batch: str,
+               filesystem: pafs.FileSystem | None = None) -> Batch:
+    """Read ``<root>/<batch>/_manifest.json``; table files are read when iterated."""
+    fs, base = resolve_root(root, filesystem)
+    directory = f"{base}/{batch}"
+    path = f"{directory}/{MANIFEST}"
+    try:
+        with fs.open_input_stream(path) as f:
+            manifest = json.loads(f.read().decode())
+    except FileNotFoundError as exc:
+        raise LakeError(f"batch {batch}: no manifest at {path}; was the batch decoded "
+                        "completely?") from exc
+    except (OSError, ValueError) as exc:
+        raise LakeError(f"batch {batch}: cannot read manifest {path}: {exc}") from exc
+    return parse_manifest(manifest, batch, fs, directory)
+
+
+def parse_manifest(manifest: dict[str, Any], batch: str, fs: pafs.FileSystem,
+                   directory: str) -> Batch:
+    try:
+        entries = tuple(
+            TableEntry(
+                table=str(t["table"]), oid=int(t["oid"]),
+                versions=tuple(VersionEntry(relation_from_json(v["relation"]),
+                                            tuple(v["paths"]), int(v["rows"]))
+                               for v in t["versions"]))
+            for t in manifest["tables"])
+        result = Batch(name=str(manifest.get("batch", batch)),
+                       start_lsn=int(manifest["start_lsn"]), end_lsn=int(manifest["end_lsn"]),
+                       commits=int(manifest["commits"]), entries=entries, filesystem=fs,
+                       directory=directory)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LakeError(f"batch {batch}: malformed manifest in {directory}: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    for entry in entries:
+        starts = [v.relation.valid_from for v in entry.versions]
+        if not entry.versions or starts != sorted(starts):
+            raise LakeError(f"batch {batch}, table {entry.table}: versions must be listed in "
+                            f"valid_from order, got {starts}")
+    return result
+
+
+def relation_from_json(data: dict[str, Any]) -> RelationVersion:
+    """The inverse of ``RelationVersion.to_json()`` (lists back to tuples)."""
+    col_fields = {f.name for f in fields(Column)}
+    rel_fields = {f.name for f in fields(RelationVersion)}
+    columns = tuple(Column(**{k: v for k, v in c.items() if k in col_fields})
+                    for c in data["columns"])
+    values = {k: v for k, v in data.items() if k in rel_fields}
+    values["columns"] = columns
+    values["key_attnums"] = tuple(data.get("key_attnums", ()))
+    return RelationVersion(**values)

@@ -1,0 +1,58 @@
+"""Opening the Iceberg catalog from :class:`~cdclake.config.Config`.
+
+The default is pyiceberg's SQL catalog on a SQLite file under ``CDCLAKE_HOME`` with a local
+warehouse: nothing to run. Production points ``catalog_properties`` at REST, Glue, Hive or a
+SQL catalog on PostgreSQL (``type=rest``, ``uri=...``); those properties override the derived
+ones. A warehouse on S3 gets the configured endpoint and credentials as pyiceberg ``s3.*``
+properties, so a local S3 endpoint (MinIO, moto) works without environment variables.
+Configuration comes only from the ``Config``: pyiceberg's own ``~/.pyiceberg.yaml`` and
+``PYICEBERG_*`` variables are not consulted for the default SQL catalog.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.sql import SqlCatalog
+
+from cdclake.config import Config
+from cdclake.errors import LakeError
+
+S3_SCHEMES = ("s3://", "s3a://", "s3n://")
+
+
+def catalog_properties(config: Config) -> dict[str, str]:
+    """The pyiceberg properties for ``config`` (explicit ``catalog_properties`` win)."""
+    props: dict[str, str] = {"warehouse": config.effective_warehouse()}
+    catalog_type = config.catalog_properties.get("type", "sql")
+    if catalog_type == "sql":
+        props["uri"] = config.effective_catalog_uri()
+    elif config.catalog_uri:
+        props["uri"] = config.catalog_uri
+    if props["warehouse"].startswith(S3_SCHEMES) or config.s3_endpoint_url:
+        s3 = {"s3.endpoint": config.s3_endpoint_url, "s3.region": config.s3_region,
+              "s3.access-key-id": config.s3_access_key_id,
+              "s3.secret-access-key": config.s3_secret_access_key}
+        props.update({k: v for k, v in s3.items() if v})
+    props.update(config.catalog_properties)
+    return props
+
+
+def open_catalog(config: Config) -> Catalog:
+    """The configured catalog, ready to use (a SQLite file's directory is created)."""
+    props = catalog_properties(config)
+    try:
+        if props.get("type", "sql") == "sql":
+            uri = props["uri"]
+            if uri.startswith("sqlite:///"):
+                Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            props.pop("type", None)
+            return SqlCatalog(config.catalog_name, **props)
+        return load_catalog(config.catalog_name, **props)
+    except LakeError:
+        raise
+    except Exception as exc:  # pyiceberg raises many unrelated types for a bad configuration
+        raise LakeError(f"cannot open Iceberg catalog {config.catalog_name!r} "
+                        f"({props.get('type', 'sql')}, uri {props.get('uri', '-')}): "
+                        f"{type(exc).__name__}: {exc}") from exc

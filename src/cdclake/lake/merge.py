@@ -1,0 +1,298 @@
+"""Merging a decoded batch into the Iceberg mirrors: one Iceberg transaction per table.
+
+Per table: read its summary LSN and drop the changes already applied; read the data files
+holding rows the rest can touch (:mod:`cdclake.lake.region`); replay the changes on those
+files' rows in source order (:mod:`cdclake.lake.apply`); then, in one transaction, remove those
+files, evolve the schema and append what the replay left — every snapshot of it carrying the
+batch's last commit LSN in its summary.
+
+pyiceberg's ``Table.upsert`` is not used: it needs one row per key in its input (so the net
+effect must be computed first anyway), cannot delete, cannot match REPLICA IDENTITY FULL rows
+as a multiset (two identical rows, one deleted), and knows nothing of unchanged-TOAST columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+from pyiceberg.types import NestedField
+
+from cdclake.config import Config
+from cdclake.decoding import stream
+from cdclake.errors import LakeError
+from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
+from cdclake.lake.batch import Batch, TableChanges, TableEntry
+from cdclake.lake.changelog import append_changelog
+from cdclake.lake.changes import NOTHING, Change, Prepared, prepare
+from cdclake.lake.region import MAX_FILTER_KEYS, NOTHING_TO_READ, Region, affected_region
+from cdclake.lake.rows import plain_values, rows_from_arrow, rows_to_arrow
+from cdclake.lake.schema import apply_evolution, iceberg_schema, mirror_fields, plan_evolution
+from cdclake.lake.tables import commit_with_retry, ensure_table, mirror_identifier
+from cdclake.lake.watermark import (
+    committed_lsn,
+    merged_end_lsn,
+    record_merged,
+    summary_properties,
+)
+from cdclake.wal.lsn import format_lsn
+
+__all__ = ["MergeReport", "TableReport", "merge_batch", "merge_table", "mirror_identifier"]
+
+
+@dataclass
+class TableReport:
+    """What the merge did to one mirror; every field is JSON-friendly."""
+
+    table: str  #: source ``schema.table``
+    mirror: str  #: Iceberg ``namespace.name``
+    changes: int  #: change rows for this table in the batch
+    skipped_applied: int = 0  #: change rows already applied by an earlier run (commit LSN <=)
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: int = 0
+    identity_nothing: int = 0  #: UPDATE/DELETE not applied: the table has no replica identity
+    not_found: int = 0  #: UPDATE/DELETE whose old row was not in the mirror
+    rows_written: int = 0  #: rows appended (new rows plus rows of the region written back)
+    strategy: str = "none"  #: none, append, region, full-table, truncate
+    schema_changes: list[str] = field(default_factory=list)
+    previous_lsn: int | None = None  #: the table's commit LSN before this merge
+    commit_lsn: int | None = None  #: the table's commit LSN after it
+    snapshot_id: int | None = None  #: the table's current snapshot after it
+    attempts: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MergeReport:
+    """The merge of one batch: one entry per table (and per changelog table)."""
+
+    batch: str
+    stream: str
+    tables: list[TableReport] = field(default_factory=list)
+    changelogs: list[dict[str, Any]] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  #: tables not in ``config.tables``
+    previous_end_lsn: int | None = None  #: the stream's merged end LSN before this batch
+    end_lsn: int | None = None  #: and after it (set once every table is merged)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "stream": self.stream,
+                "previous_end_lsn": self.previous_end_lsn, "end_lsn": self.end_lsn,
+                "tables": [t.to_json() for t in self.tables],
+                "changelogs": self.changelogs, "excluded": self.excluded}
+
+
+def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, changelog: bool = False,
+                max_filter_keys: int = MAX_FILTER_KEYS, max_attempts: int = 5) -> MergeReport:
+    """Apply ``batch`` to every mirror (and, with ``changelog``, append it to the changelogs).
+
+    Tables commit one after another, each atomically; a failure leaves the tables already
+    committed at the new LSN and the rest at the old one, and a re-run finishes the job.
+    """
+    report = MergeReport(batch.name, config.stream)
+    merged = merged_end_lsn(catalog, config.namespace, config.stream)
+    report.previous_end_lsn = merged
+    if merged is not None and batch.start_lsn > merged:
+        raise LakeError(
+            f"batch {batch.name} starts at LSN {format_lsn(batch.start_lsn)}, but stream "
+            f"{config.stream!r} is merged only up to {format_lsn(merged)} in namespace "
+            f"{config.namespace}: a batch in between is missing; merge it first (nothing of "
+            f"{batch.name} was applied)")
+    for entry in batch.entries:
+        if config.tables and not _selected(config.tables, entry.table, entry):
+            report.excluded.append(entry.table)
+            continue
+        changes = batch.load(entry)
+        report.tables.append(merge_table(catalog, config, batch.name, changes,
+                                         max_filter_keys=max_filter_keys,
+                                         max_attempts=max_attempts))
+        if changelog:
+            report.changelogs.append(append_changelog(catalog, config, batch.name, changes,
+                                                      max_attempts=max_attempts))
+    report.end_lsn = record_merged(catalog, config.namespace, config.stream, batch.end_lsn)
+    return report
+
+
+def _selected(tables: Sequence[str], name: str, entry: TableEntry) -> bool:
+    names = {name} | {f"{v.relation.schema}.{v.relation.name}" for v in entry.versions}
+    return bool(names & set(tables))
+
+
+def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChanges, *,
+                max_filter_keys: int = MAX_FILTER_KEYS, max_attempts: int = 5) -> TableReport:
+    """Merge one table's changes of ``batch`` into its mirror in one Iceberg transaction."""
+    latest = source.latest
+    ident = mirror_identifier(config, latest.schema, latest.name)
+    prepared = prepare(source, batch)
+    report = TableReport(source.table, ".".join(ident), len(prepared.changes))
+    if not prepared.changes:
+        return report
+    last = prepared.versions[-1]
+    schema = iceberg_schema(last.relation, last.arrow_schema)
+
+    def load() -> Table:
+        return ensure_table(catalog, ident, schema, stream=config.stream,
+                            source_table=f"{latest.schema}.{latest.name}",
+                            source_oid=source.oid, kind="mirror")
+
+    def attempt(table: Table) -> TableReport:
+        report.attempts += 1
+        return _merge_once(table, config, batch, prepared, report, max_filter_keys)
+
+    def landed(table: Table) -> TableReport:
+        report.commit_lsn = committed_lsn(table, config.stream)
+        snap = table.current_snapshot()
+        report.snapshot_id = snap.snapshot_id if snap else None
+        return report
+
+    what = f"merge of {source.table} into {report.mirror}"
+    try:
+        return commit_with_retry(load, attempt, stream=config.stream,
+                                 target_lsn=prepared.last_lsn, done=landed, what=what,
+                                 max_attempts=max_attempts)
+    except LakeError:
+        raise
+    except Exception as exc:  # storage or catalog failure: nothing of this table committed
+        kept = "none" if report.previous_lsn is None else format_lsn(report.previous_lsn)
+        raise LakeError(f"{what} failed ({type(exc).__name__}: {exc}); the table keeps commit "
+                        f"LSN {kept}: re-run the merge when the cause is fixed") from exc
+
+
+def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
+                report: TableReport, max_filter_keys: int) -> TableReport:
+    name = prepared.source.table
+    stored = committed_lsn(table, config.stream)
+    pending = [c for c in prepared.changes if stored is None or c.commit_lsn > stored]
+    _reset(report)
+    report.previous_lsn = stored
+    report.commit_lsn = stored
+    report.skipped_applied = len(prepared.changes) - len(pending)
+    snap = table.current_snapshot()
+    report.snapshot_id = snap.snapshot_id if snap else None
+    if not pending:
+        return report  # already applied: no commit, no snapshot
+
+    evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name)
+    counts = Counts()
+    last_t = max((i for i, c in enumerate(pending) if c.op == stream.OP_TRUNCATE), default=None)
+    if last_t is not None:
+        _count_superseded(pending[:last_t], counts)
+        to_apply = pending[last_t:]
+        files = _all_files(table)  # TRUNCATE: every stored row goes
+        base: list[Row] = []
+        report.strategy = "truncate"
+    else:
+        to_apply = pending
+        region = NOTHING_TO_READ if snap is None else affected_region(
+            to_apply, mirror_fields(table.schema(), name), table=name,
+            table_rows=_row_count(table), max_keys=max_filter_keys)
+        files, base = read_touched(table, region, name)
+        report.strategy = region.strategy
+    state = MirrorState(base, name)
+    apply_changes(state, to_apply, counts)
+
+    props = summary_properties(config.stream, batch, prepared.last_lsn)
+    tx = table.transaction()
+    if files:
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+            for data_file in files:
+                overwrite.delete_data_file(data_file)
+    apply_evolution(tx, evolution)
+    rows = state.rows()
+    data = rows_to_arrow(rows, tx.table_metadata.schema(), prepared.versions[-1].defaults, name)
+    tx.append(data, snapshot_properties=props)  # always: the last snapshot carries the LSN
+    # filled before the commit: an unknown outcome that did land reports the same
+    for k, v in counts.to_json().items():
+        setattr(report, k, v)
+    report.rows_written = len(rows)
+    report.schema_changes = [c.describe() for c in evolution]
+    committed = tx.commit_transaction()
+    report.commit_lsn = prepared.last_lsn
+    cur = committed.current_snapshot()
+    report.snapshot_id = cur.snapshot_id if cur else None
+    return report
+
+
+def _reset(report: TableReport) -> None:
+    for k in Counts().to_json():
+        setattr(report, k, 0)
+    report.rows_written = 0
+    report.schema_changes = []
+    report.strategy = "none"
+
+
+def _count_superseded(changes: Sequence[Change], counts: Counts) -> None:
+    """Changes before the batch's last TRUNCATE: applied, then emptied — only counted."""
+    for c in changes:
+        if c.op == stream.OP_TRUNCATE:
+            counts.truncated += 1
+        elif c.op == stream.OP_INSERT:
+            counts.inserted += 1
+        elif c.version.identity.kind == NOTHING:
+            counts.identity_nothing += 1
+        elif c.op == stream.OP_UPDATE:
+            counts.updated += 1
+        else:
+            counts.deleted += 1
+
+
+def _row_count(table: Table) -> int | None:
+    snap = table.current_snapshot()
+    if snap is None or snap.summary is None:
+        return None
+    total = snap.summary.additional_properties.get("total-records")
+    return int(total) if total is not None else None
+
+
+def _all_files(table: Table) -> list[DataFile]:
+    return [task.file for task in table.scan().plan_files()]
+
+
+def read_touched(table: Table, region: Region, name: str) -> tuple[list[DataFile], list[Row]]:
+    """The data files holding a row the region touches, and all of their rows (the rows that
+    only share a file with a touched one are written back as they are)."""
+    if region.empty:
+        return [], []
+    schema = table.schema()
+    fields = mirror_fields(schema, name)
+    files: list[DataFile] = []
+    rows: list[Row] = []
+    try:
+        for task in table.scan(row_filter=region.filter).plan_files():
+            data = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table([task])
+            if region.everything or _touched(data, region, fields, name):
+                files.append(task.file)
+                rows.extend(rows_from_arrow(data, schema, name))
+    except LakeError:
+        raise
+    except Exception as exc:
+        raise LakeError(f"mirror of {name}: cannot read the rows the batch touches: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    return files, rows
+
+
+def _touched(data: pa.Table, region: Region, fields: Mapping[int, NestedField],
+             name: str) -> bool:
+    """Does this file hold a row the region names? Only the identity columns are read."""
+    n = data.num_rows
+    for group in region.groups:
+        columns = []
+        for a in group.attnums:
+            if a in fields:
+                columns.append(plain_values(data.column(fields[a].name)))
+            else:  # added by this batch: stored rows read the default
+                columns.append([column_value({}, a, group.defaults, name)] * n)
+        if any(tuple(canonical(v) for v in key) in group.keys for key in zip(*columns,
+                                                                              strict=True)):
+            return True
+    return False

@@ -1,0 +1,340 @@
+"""PostgreSQL column -> Iceberg field, and evolving a mirror's schema as the source's changes.
+
+The Arrow types of the change stream already encode the PostgreSQL type (see
+docs/type-mapping.md); this module maps them on to Iceberg types (docs/lake.md has the table).
+Every data field carries its PostgreSQL attnum in its doc (``cdclake:attnum=N``): attnums are
+what survives a RENAME and is never reused after a DROP, so the evolution is decided by attnum,
+not by name — a renamed column becomes an Iceberg rename (same field id, history intact), a
+dropped one an Iceberg delete, a new attnum an add. A type change is applied only when Iceberg
+can promote it (int->long, float->double, wider decimal) or when the mirror's type already holds
+every value of the new one; anything else stops the merge before a commit, naming the column.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.schema import Schema
+from pyiceberg.table import Transaction
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+    UUIDType,
+)
+
+from cdclake.catalog.model import RelationVersion
+from cdclake.errors import LakeError
+
+#: system columns of a mirror table
+CDC_COMMIT_LSN = "_cdc_commit_lsn"
+CDC_COMMIT_TS = "_cdc_commit_ts"
+#: extra system columns of a changelog table (the stream's own, renamed)
+CDC_XID = "_cdc_xid"
+CDC_LSN = "_cdc_lsn"
+CDC_SEQ = "_cdc_seq"
+CDC_OP = "_cdc_op"
+CDC_OLD_KEY = "_cdc_old_key"
+CDC_UNCHANGED_TOAST = "_cdc_unchanged_toast"
+
+_ATTNUM_RE = re.compile(r"cdclake:attnum=(\d+)")
+
+
+def attnum_doc(attnum: int) -> str:
+    return f"cdclake:attnum={attnum}"
+
+
+def field_attnum(field: NestedField) -> int | None:
+    m = _ATTNUM_RE.search(field.doc or "")
+    return int(m.group(1)) if m else None
+
+
+def is_system(name: str) -> bool:
+    return name.startswith("_cdc_")
+
+
+# -- types ----------------------------------------------------------------------------------
+
+
+def iceberg_type(arrow_type: pa.DataType, *, table: str, column: str) -> IcebergType:
+    """The Iceberg type for a change-stream column (field ids of nested types are provisional:
+    the catalog assigns fresh ones)."""
+    t = arrow_type
+    if pa.types.is_boolean(t):
+        return BooleanType()
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
+        return IntegerType()
+    if pa.types.is_int64(t):
+        return LongType()
+    if pa.types.is_float32(t):
+        return FloatType()
+    if pa.types.is_float64(t):
+        return DoubleType()
+    if pa.types.is_decimal(t) and t.precision <= 38:
+        return DecimalType(t.precision, t.scale)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return StringType()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return BinaryType()
+    if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
+        return UUIDType()  # only uuid is mapped to 16-byte fixed binary
+    if pa.types.is_date32(t):
+        return DateType()
+    if pa.types.is_time64(t) and t.unit == "us":
+        return TimeType()
+    if pa.types.is_timestamp(t) and t.unit == "us":
+        if t.tz is None:
+            return TimestampType()
+        if t.tz in ("UTC", "+00:00", "Etc/UTC"):
+            return TimestamptzType()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        element = iceberg_type(t.value_type, table=table, column=column)
+        return ListType(element_id=1, element_type=element, element_required=False)
+    raise LakeError(f"table {table}, column {column}: change-stream type {t} has no Iceberg "
+                    "mapping (see docs/lake.md); exclude the table or extend cdclake.lake.schema")
+
+
+def arrow_type(t: IcebergType) -> pa.DataType:
+    """The Arrow type cdclake writes for an Iceberg type (what pyiceberg accepts on append)."""
+    if isinstance(t, BooleanType):
+        return pa.bool_()
+    if isinstance(t, IntegerType):
+        return pa.int32()
+    if isinstance(t, LongType):
+        return pa.int64()
+    if isinstance(t, FloatType):
+        return pa.float32()
+    if isinstance(t, DoubleType):
+        return pa.float64()
+    if isinstance(t, DecimalType):
+        return pa.decimal128(t.precision, t.scale)
+    if isinstance(t, StringType):
+        return pa.string()
+    if isinstance(t, BinaryType):
+        return pa.binary()
+    if isinstance(t, UUIDType):
+        return pa.binary(16)
+    if isinstance(t, DateType):
+        return pa.date32()
+    if isinstance(t, TimeType):
+        return pa.time64("us")
+    if isinstance(t, TimestamptzType):
+        return pa.timestamp("us", tz="UTC")
+    if isinstance(t, TimestampType):
+        return pa.timestamp("us")
+    if isinstance(t, ListType):
+        return pa.list_(arrow_type(t.element_type))
+    raise LakeError(f"Iceberg type {t} is not one cdclake writes")
+
+
+def promoted(old: IcebergType, new: IcebergType) -> IcebergType | None:
+    """The type the mirror column must have to hold values of ``new`` (``old`` when it already
+    does, a promotion Iceberg allows otherwise), or None when neither works."""
+    if old == new:
+        return old
+    ints = (IntegerType, LongType)
+    if isinstance(old, ints) and isinstance(new, ints):
+        return LongType()
+    if isinstance(old, (FloatType, DoubleType)) and isinstance(new, (FloatType, DoubleType)):
+        return DoubleType()
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType) and old.scale == new.scale:
+        return old if old.precision >= new.precision else new
+    if isinstance(old, ListType) and isinstance(new, ListType):
+        return old if promoted(old.element_type, new.element_type) == old.element_type else None
+    return None
+
+
+# -- schemas --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DataColumn:
+    """A live PostgreSQL column as the lake sees it."""
+
+    attnum: int
+    name: str
+    type: IcebergType
+
+
+def data_columns(version: RelationVersion, arrow_schema: pa.Schema) -> list[DataColumn]:
+    """The version's live columns with the Iceberg types of their change-stream columns."""
+    table = f"{version.schema}.{version.name}"
+    out = []
+    for col in version.live_columns():
+        if is_system(col.name):
+            raise LakeError(f"table {table}: column {col.name!r} clashes with cdclake's system "
+                            "columns (_cdc_*); rename it in the source or exclude the table")
+        idx = arrow_schema.get_field_index(col.name)
+        if idx < 0:
+            raise LakeError(f"table {table}: column {col.name} (attnum {col.attnum}) is missing "
+                            "from the change stream")
+        out.append(DataColumn(col.attnum, col.name,
+                              iceberg_type(arrow_schema.field(idx).type, table=table,
+                                           column=col.name)))
+    return out
+
+
+def mirror_system_fields() -> list[tuple[str, IcebergType, str]]:
+    return [(CDC_COMMIT_LSN, LongType(), "commit LSN of the last change to this row"),
+            (CDC_COMMIT_TS, TimestamptzType(), "commit time of the last change to this row")]
+
+
+def changelog_system_fields() -> list[tuple[str, IcebergType, str]]:
+    return [*mirror_system_fields(),
+            (CDC_XID, LongType(), "top-level transaction id"),
+            (CDC_LSN, LongType(), "LSN of the change's WAL record"),
+            (CDC_SEQ, IntegerType(), "position of the change inside its record"),
+            (CDC_OP, StringType(), "I insert, U update, D delete, T truncate"),
+            (CDC_OLD_KEY, StringType(), "old replica identity as JSON, null when not logged"),
+            (CDC_UNCHANGED_TOAST, ListType(element_id=1, element_type=StringType(),
+                                           element_required=False),
+             "columns whose TOASTed value was unchanged and not logged")]
+
+
+def _schema(columns: Sequence[DataColumn],
+            system: Iterable[tuple[str, IcebergType, str]]) -> Schema:
+    fields = [NestedField(i + 1, c.name, c.type, required=False, doc=attnum_doc(c.attnum))
+              for i, c in enumerate(columns)]
+    fields += [NestedField(len(fields) + i + 1, name, t, required=False, doc=doc)
+               for i, (name, t, doc) in enumerate(system)]
+    # create_table assigns fresh ids to every field, nested ones included
+    return Schema(*_fresh_nested_ids(fields))
+
+
+def _fresh_nested_ids(fields: list[NestedField]) -> list[NestedField]:
+    next_id = len(fields) + 1
+    out = []
+    for f in fields:
+        t = f.field_type
+        if isinstance(t, ListType):
+            t = ListType(element_id=next_id, element_type=t.element_type,
+                         element_required=t.element_required)
+            next_id += 1
+        out.append(NestedField(f.field_id, f.name, t, required=f.required, doc=f.doc))
+    return out
+
+
+def iceberg_schema(version: RelationVersion, arrow_schema: pa.Schema) -> Schema:
+    """The mirror table's schema for a relation version and its change-stream schema."""
+    return _schema(data_columns(version, arrow_schema), mirror_system_fields())
+
+
+def changelog_schema(version: RelationVersion, arrow_schema: pa.Schema) -> Schema:
+    """The changelog table's schema: the data columns and every stream system column."""
+    return _schema(data_columns(version, arrow_schema), changelog_system_fields())
+
+
+def mirror_fields(schema: Schema, table: str) -> dict[int, NestedField]:
+    """attnum -> field of a mirror (or changelog) schema; undocumented data fields are refused,
+    because a column cdclake cannot tie to an attnum cannot be evolved or filled correctly."""
+    out: dict[int, NestedField] = {}
+    for f in schema.fields:
+        if is_system(f.name):
+            continue
+        attnum = field_attnum(f)
+        if attnum is None:
+            raise LakeError(f"mirror of {table}: column {f.name!r} carries no cdclake attnum "
+                            "(was it added outside cdclake?); drop it or rebuild the mirror")
+        out[attnum] = f
+    return out
+
+
+# -- evolution ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """One step of the evolution, by attnum; ``describe`` goes into the merge report."""
+
+    kind: str  #: add, delete, rename, promote
+    attnum: int
+    name: str  #: the current Iceberg name (for add: the new name)
+    new_name: str = ""
+    type: IcebergType | None = None
+
+    def describe(self) -> str:
+        if self.kind == "add":
+            return f"add column {self.name} {self.type} (attnum {self.attnum})"
+        if self.kind == "delete":
+            return f"drop column {self.name} (attnum {self.attnum})"
+        if self.kind == "rename":
+            return f"rename column {self.name} to {self.new_name} (attnum {self.attnum})"
+        return f"promote column {self.name} to {self.type} (attnum {self.attnum})"
+
+
+def plan_evolution(current: Schema, versions: Sequence[Sequence[DataColumn]],
+                   table: str) -> list[SchemaChange]:
+    """Steps that take the mirror from ``current`` to the last of ``versions`` (each a version's
+    data columns, oldest first). Types are checked along the whole chain, so a column that goes
+    int -> text -> int inside one batch is refused rather than silently mangled."""
+    fields = mirror_fields(current, table)
+    types = {a: f.field_type for a, f in fields.items()}
+    for cols in versions:
+        for c in cols:
+            if c.attnum in types:
+                t = promoted(types[c.attnum], c.type)
+                if t is None:
+                    raise LakeError(
+                        f"table {table}: column {c.name} (attnum {c.attnum}) changed type from "
+                        f"{types[c.attnum]} to {c.type}, which Iceberg cannot promote; rebuild "
+                        "the mirror (drop it and take a new snapshot) or exclude the table")
+                types[c.attnum] = t
+            else:
+                types[c.attnum] = c.type
+    final = {c.attnum: c for c in versions[-1]}
+    changes: list[SchemaChange] = []
+    for attnum, f in fields.items():
+        if attnum not in final:
+            changes.append(SchemaChange("delete", attnum, f.name))
+            continue
+        c = final[attnum]
+        if c.name != f.name:
+            changes.append(SchemaChange("rename", attnum, f.name, new_name=c.name))
+        if types[attnum] != f.field_type:
+            changes.append(SchemaChange("promote", attnum, f.name, type=types[attnum]))
+    for attnum, c in final.items():
+        if attnum not in fields:
+            changes.append(SchemaChange("add", attnum, c.name, type=types[attnum]))
+    return changes
+
+
+def apply_evolution(tx: Transaction, changes: Sequence[SchemaChange]) -> None:
+    """Stage the steps in ``tx``. Deletes and renames go through temporary names first, so a
+    swap (a<->b) or a drop-then-re-add of the same name never collides half-way."""
+    if not changes:
+        return
+    renames = [c for c in changes if c.kind == "rename"]
+    promotes = [c for c in changes if c.kind == "promote"]
+    temp = {c.attnum: f"_cdc_tmp_{c.attnum}" for c in renames}
+    with tx.update_schema() as us:
+        for c in changes:
+            if c.kind == "delete":
+                us.delete_column(c.name)
+        for c in renames:
+            us.rename_column(c.name, temp[c.attnum])
+    with tx.update_schema() as us:
+        for c in promotes:
+            name = temp.get(c.attnum, c.name)
+            assert c.type is not None
+            us.update_column(name, field_type=c.type)  # type: ignore[arg-type]
+        for c in renames:
+            us.rename_column(temp[c.attnum], c.new_name)
+        for c in changes:
+            if c.kind == "add":
+                assert c.type is not None
+                us.add_column(c.name, c.type, doc=attnum_doc(c.attnum))

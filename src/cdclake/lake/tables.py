@@ -1,0 +1,142 @@
+"""Finding, creating and committing to cdclake's Iceberg tables.
+
+A table is tied to its source by stream and relation oid (table properties), not only by name:
+when the source table is renamed, the next batch names a mirror that does not exist yet, and
+the mirror under the old name is found by oid and renamed instead of a new, empty one being
+started. A name whose table belongs to another oid means the source table was dropped and
+created again; that stops the merge rather than mixing two tables' rows.
+
+Commits follow Iceberg core's rule: retry only when the catalog says the commit conflicted
+(``CommitFailedException``) — and then recompute from the refreshed table, never re-send the old
+commit; when the outcome is unknown, re-read the table and decide from its summary LSN.
+pyiceberg's own retry (which would rebase our commit on a concurrent one) is switched off per
+table for that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from cdclake.config import Config
+from cdclake.errors import LakeError
+from cdclake.lake.watermark import committed_lsn
+
+log = logging.getLogger(__name__)
+
+SOURCE_OID = "cdclake.source-oid"
+SOURCE_TABLE = "cdclake.source-table"
+STREAM = "cdclake.stream"
+KIND = "cdclake.kind"
+
+T = TypeVar("T")
+
+
+def mirror_identifier(config: Config, schema: str, table: str) -> tuple[str, str]:
+    """The mirror of ``schema.table``: ``(<namespace>, "<schema>__<table>")``. One flat
+    namespace, because Glue and Hive catalogs have no nested ones."""
+    return (config.namespace, f"{schema}__{table}")
+
+
+def changelog_identifier(config: Config, schema: str, table: str) -> tuple[str, str]:
+    """The changelog of ``schema.table``: the mirror's name plus ``__changelog``."""
+    ns, name = mirror_identifier(config, schema, table)
+    return (ns, f"{name}__changelog")
+
+
+def ensure_table(catalog: Catalog, identifier: tuple[str, str], schema: Schema, *,
+                 stream: str, source_table: str, source_oid: int, kind: str) -> Table:
+    """The table for this source table, found by name or by oid, or newly created."""
+    try:
+        table = catalog.load_table(identifier)
+    except NoSuchTableError:
+        moved = _find_by_oid(catalog, identifier[0], stream, source_oid, kind)
+        if moved is not None:
+            log.info("source table %s was renamed: renaming %s to %s", source_table,
+                     ".".join(moved), ".".join(identifier))
+            catalog.rename_table(moved, identifier)
+        else:
+            catalog.create_namespace_if_not_exists(identifier[0])
+            props = {SOURCE_OID: str(source_oid), SOURCE_TABLE: source_table, STREAM: stream,
+                     KIND: kind, "commit.retry.num-retries": "0", "format-version": "2"}
+            # another run may have created it a moment ago: then use that one
+            with contextlib.suppress(TableAlreadyExistsError):
+                catalog.create_table(identifier, schema, properties=props)
+        table = catalog.load_table(identifier)
+    _check_owner(table, identifier, stream, source_table, source_oid, kind)
+    return table
+
+
+def _check_owner(table: Table, identifier: tuple[str, str], stream: str, source_table: str,
+                 source_oid: int, kind: str) -> None:
+    props = table.properties
+    name = ".".join(identifier)
+    if props.get(SOURCE_OID) is None:
+        raise LakeError(f"Iceberg table {name} exists but was not created by cdclake (no "
+                        f"{SOURCE_OID} property); drop or rename it to mirror {source_table}")
+    if props.get(STREAM) != stream or props.get(KIND, kind) != kind:
+        raise LakeError(f"Iceberg table {name} is the {props.get(KIND)} of stream "
+                        f"{props.get(STREAM)!r}, not the {kind} of stream {stream!r}")
+    if props[SOURCE_OID] != str(source_oid):
+        raise LakeError(
+            f"Iceberg table {name} mirrors relation oid {props[SOURCE_OID]}, but {source_table} "
+            f"is now oid {source_oid}: the source table was dropped and created again. Drop or "
+            "rename the old mirror, then re-run the merge (and snapshot the new table)")
+
+
+def _find_by_oid(catalog: Catalog, namespace: str, stream: str, oid: int,
+                 kind: str) -> tuple[str, str] | None:
+    try:
+        identifiers = catalog.list_tables(namespace)
+    except Exception:  # no namespace yet: nothing to find
+        return None
+    for ident in identifiers:
+        try:
+            props = catalog.load_table(ident).properties
+        except NoSuchTableError:
+            continue
+        if (props.get(SOURCE_OID) == str(oid) and props.get(STREAM) == stream
+                and props.get(KIND) == kind):
+            return (ident[0], ident[-1]) if len(ident) == 2 else (namespace, ident[-1])
+    return None
+
+
+def commit_with_retry(load: Callable[[], Table], attempt: Callable[[Table], T], *,
+                      stream: str, target_lsn: int, done: Callable[[Table], T],
+                      what: str, max_attempts: int = 5) -> T:
+    """Run ``attempt`` (which computes from the table it is given and commits) until it commits.
+
+    ``done`` builds the result when an unknown-outcome commit turns out to have landed (the
+    table's summary LSN reached ``target_lsn``).
+    """
+    for n in range(1, max_attempts + 1):
+        table = load()
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                return attempt(table)
+        except CommitFailedException as exc:
+            log.warning("%s: commit conflicted (attempt %d/%d): %s", what, n, max_attempts, exc)
+        except CommitStateUnknownException as exc:
+            table = load()
+            lsn = committed_lsn(table, stream)
+            if lsn is not None and lsn >= target_lsn:
+                return done(table)
+            log.warning("%s: commit outcome unknown and not applied (attempt %d/%d): %s",
+                        what, n, max_attempts, exc)
+    raise LakeError(f"{what}: the commit conflicted with concurrent writers {max_attempts} "
+                    "times; nothing was applied for this table. Is another merge of the same "
+                    "stream running? Re-run when it is done.")

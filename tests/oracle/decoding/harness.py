@@ -1,0 +1,119 @@
+"""Runs a workload on a real PostgreSQL and decodes its archived WAL both ways.
+
+The oracle: a ``test_decoding`` slot created (after ``cdclake source install``) on the server
+that writes the WAL. Ours: ``cdclake.decoding.session.decode`` over the segments the server
+archived, from an LSN taken before the install, emitting from the slot's creation LSN.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.install import install
+from cdclake.decoding.plugins.test_decoding import TestDecoding
+from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
+from cdclake.local.postgres import LocalPostgres
+from cdclake.wal.lsn import parse_lsn
+from cdclake.wal.source import DirectorySource
+
+#: a workload step: (session name, SQL); sessions are autocommit connections, so explicit
+#: BEGIN/COMMIT in the SQL make multi-statement transactions and let sessions interleave
+Step = tuple[str, str]
+
+
+@dataclass
+class Capture:
+    database: str
+    db_oid: int
+    read_from: int
+    slot: str
+    start_lsn: int
+    end_lsn: int = 0
+    expected: list[str] = field(default_factory=list)
+    actual: list[str] = field(default_factory=list)
+    result: DecodeResult | None = None
+
+
+def prepare(pg: LocalPostgres, database: str, setup: Sequence[str] = ()) -> Capture:
+    """Run ``setup`` (before the slot: not decoded), install cdclake, create the slot."""
+    for sql in setup:
+        pg.sql(sql, database)
+    read_from = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", database)[0][0])
+    install(pg.dsn(database))
+    slot = f"oracle_{database}"
+    lsn = pg.sql("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'test_decoding')",
+                 database, (slot,))[0][0]
+    db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = current_database()",
+                    database)[0][0]
+    return Capture(database, db_oid, read_from, slot, parse_lsn(lsn))
+
+
+def run_steps(pg: LocalPostgres, database: str, steps: Sequence[Step]) -> None:
+    conns = {}
+    try:
+        for session, sql in steps:
+            conn = conns.get(session)
+            if conn is None:
+                conn = conns[session] = pg.connect(database)
+            conn.execute(sql)
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def archive_all(pg: LocalPostgres, database: str, timeout: float = 60.0) -> int:
+    """Switch to a new segment and wait until the finished one is archived; its end LSN."""
+    row = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn()), pg_switch_wal()::text",
+                 database)[0]
+    segment = row[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")[0][0]
+        if last >= segment and (pg.archive_dir / segment).exists():
+            return parse_lsn(row[1])
+        time.sleep(0.05)
+    raise TimeoutError(f"segment {segment} was not archived within {timeout}s")
+
+
+def oracle(pg: LocalPostgres, cap: Capture) -> list[str]:
+    with pg.connect(cap.database) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        rows = conn.execute(
+            "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "
+            "'include-xids', '1', 'skip-empty-xacts', '1')", (cap.slot,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def ours(pg: LocalPostgres, cap: Capture, *, work_mem: int = 64 * 1024 * 1024,
+         spill_dir: Path) -> tuple[list[str], DecodeResult]:
+    lines: list[str] = []
+    options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
+                            end_lsn=cap.end_lsn or None, work_mem=work_mem, spill_dir=spill_dir)
+    result = decode(DirectorySource(pg.archive_dir), Dictionary(), options,
+                    lambda d, v: TestDecoding(lines.append, d.types, version=v))
+    return lines, result
+
+
+def capture(pg: LocalPostgres, database: str, steps: Sequence[Step], *, spill_dir: Path,
+            setup: Sequence[str] = (), work_mem: int = 64 * 1024 * 1024) -> Capture:
+    """The whole round: prepare, run, archive, decode with the slot and with cdclake."""
+    cap = prepare(pg, database, setup)
+    try:
+        run_steps(pg, database, steps)
+        cap.end_lsn = archive_all(pg, database)
+        cap.expected = oracle(pg, cap)
+        cap.actual, cap.result = ours(pg, cap, work_mem=work_mem, spill_dir=spill_dir)
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot(%s)", database, (cap.slot,))
+    return cap
+
+
+def diff(expected: list[str], actual: list[str]) -> str:
+    import difflib
+
+    return "\n".join(difflib.unified_diff(expected, actual, "slot (test_decoding)", "cdclake",
+                                          lineterm="", n=2))

@@ -1,0 +1,34 @@
+"""cdclake's test_decoding output equals a real slot's, line for line, on PostgreSQL 15 and 18."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdclake.local.postgres import LocalPostgres
+from tests.oracle.decoding.harness import capture, diff
+from tests.oracle.decoding.workloads import workloads
+
+pytestmark = pytest.mark.oracle
+
+NAMES = [w.name for w in workloads(18)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_slot(pg: LocalPostgres, database: str, name: str, tmp_path: Path) -> None:
+    w = {x.name: x for x in workloads(pg.version)}[name]
+    cap = capture(pg, database, w.steps, setup=w.setup, spill_dir=tmp_path / "spill")
+    assert cap.expected, "the workload produced no decodable change: the test would prove nothing"
+    assert cap.actual == cap.expected, diff(cap.expected, cap.actual)
+
+
+def test_matches_slot_when_spilling_everything(pg: LocalPostgres, database: str,
+                                               tmp_path: Path) -> None:
+    """With a tiny work_mem every transaction is serialized and read back at commit."""
+    w = {x.name: x for x in workloads(pg.version)}["concurrent_sessions"]
+    spill = tmp_path / "spill"
+    cap = capture(pg, database, w.steps, setup=w.setup, spill_dir=spill, work_mem=1024)
+    assert cap.result is not None and cap.result.spilled_changes > 0
+    assert cap.actual == cap.expected, diff(cap.expected, cap.actual)
+    assert not list(spill.glob("*.spill")), "spill files must be removed after commit"

@@ -1,0 +1,367 @@
+"""The decoding oracle's workloads: what a production source throws at logical decoding.
+
+Each workload is ``setup`` (run before cdclake is installed and the slot is created, so its
+tables reach the decoder through the install's full dictionary message) and ``steps``
+``(session, sql)`` decoded by both the slot and cdclake. Sessions are separate connections in
+autocommit mode; explicit BEGIN/COMMIT make transactions, so sessions can interleave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tests.oracle.decoding.harness import Step
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    steps: tuple[Step, ...]
+    setup: tuple[str, ...] = ()
+    min_version: int = 15
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+
+def one(sql: str) -> tuple[Step, ...]:
+    return (("a", sql),)
+
+
+AB_TABLES = (
+    "CREATE TABLE tbl_a (id int PRIMARY KEY, name text, data int)",
+    "CREATE TABLE tbl_b (id int PRIMARY KEY, name text, data int)",
+    "INSERT INTO tbl_a VALUES (1, 'Alice', 100)",
+    "INSERT INTO tbl_b VALUES (10, 'Ken', 100)",
+)
+
+TYPES_DDL = """
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy', 'it''s "odd"');
+CREATE DOMAIN posint AS int CHECK (VALUE > 0);
+CREATE DOMAIN shorttext AS varchar(10);
+CREATE TABLE types_t (
+  id int PRIMARY KEY,
+  b bool, i2 int2, i4 int4, i8 int8, f4 float4, f8 float8, n numeric, n2 numeric(12,3),
+  t text, vc varchar(20), c char(5), nm name, ch "char", by bytea,
+  d date, tm time, ttz timetz, ts timestamp, tstz timestamptz, iv interval, ts3 timestamp(3),
+  u uuid, j json, jb jsonb, ai int[], at text[], a2 int[], af float8[], ad date[],
+  e mood, ea mood[], dom posint, dt shorttext,
+  ine inet, ci cidr, mac macaddr, mac8 macaddr8, m money, bt bit(4), vb varbit(10), o oid,
+  p point, r4 int4range, r8 int8range, nr numrange, dr daterange, tsr tsrange,
+  tstzr tstzrange, tsv tsvector, x xml, "Weird Col" text, "select" int
+);
+"""
+
+TYPE_ROWS = [
+    # every column null except the key
+    "INSERT INTO types_t (id) VALUES (1)",
+    """INSERT INTO types_t VALUES (2, true, 32767, 2147483647, 9223372036854775807, 3.4028235e38,
+      1.7976931348623157e308, 12345678901234567890.123456789, 123456789.123, 'it''s a "text"\\
+      with backslash \\ and
+      newline', 'varchar', 'ab', 'name_value', 'x', '\\x00ff10', '2024-02-29', '24:00:00',
+      '23:59:59.999999+14:59', '2024-01-01 12:34:56.789012', '2024-06-30 23:59:59.5+02',
+      '1 year 2 mons 3 days 04:05:06.7', '2024-01-01 00:00:00.1239',
+      'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": [1, 2.50, null], "b" : "x"}',
+      '{"b": {"c": [true, false, null, 1.0, -2e5, "s\\"q"]}, "a": "\\u00e9"}',
+      '{1,NULL,3}', '{"a b","c,d","e\\"f",NULL,"NULL",""}', '{{1,2},{3,4}}',
+      '{1.5,NaN,-Infinity}', '{2024-01-01,infinity}', 'happy', '{sad,"it''s \\"odd\\""}', 7,
+      'short', '192.168.1.5/24', '10.0.0.0/8', '08:00:2b:01:02:03', '08:00:2b:01:02:03:04:05',
+      -1234.56, B'1010', B'101', 4294967295, '(1.5,-2)', '[1,10)', '(,100]', '[1.5,2.5]',
+      '[2024-01-01,infinity)', '["2024-01-01 10:00","2024-01-02 10:00")', 'empty',
+      'a:1A fat:2B,4C cat:5D rat', '<a x="1">t&amp;t</a>', 'weird', 1)""",
+    """INSERT INTO types_t (id, b, i2, i4, i8, f4, f8, n, n2, d, tm, ts, tstz, iv, ai, a2)
+      VALUES (3, false, -32768, -2147483648, -9223372036854775808, '-0', 'NaN', 'NaN', 'NaN',
+      'infinity', '00:00:00', '-infinity', 'infinity', '-1 days -02:03:04', '[0:2]={7,8,9}',
+      '[1:1][2:3]={{5,6}}')""",
+    """INSERT INTO types_t (id, f4, f8, n, d, ts, tstz, iv, t, c, by, j, jb, at)
+      VALUES (4, '1e-45', '4.9e-324', '-0.000000000000000000001', '4713-01-01 BC',
+      '0001-01-01 00:00:00 BC', '1999-12-31 23:59:59.999999+00', '00:00:00.000001',
+      '', '', '', '[]', '{}', '{}')""",
+    """INSERT INTO types_t (id, f4, f8, n, n2, iv, jb)
+      VALUES (5, 'Infinity', '-Infinity', 'Infinity', -0.5, '178000000 years', '[1, "2", [3]]')""",
+    """INSERT INTO types_t (id, f4, f8, n, i8, jb, t)
+      VALUES (6, 0.1, 0.1, 0.1, 0, '"just a string"', repeat('x', 40))""",
+    """INSERT INTO types_t (id, f8, n, jb, ine, ci)
+      VALUES (7, 1e22, 1e-20, '123.4500', '::ffff:1.2.3.4/128', '2001:db8::/32')""",
+    "INSERT INTO types_t (id, f8, n, f4) VALUES (8, 123456789012345680, 10000000000, 1e10)",
+    "INSERT INTO types_t (id, f8, f4, n) VALUES (9, 1.5e-5, 100, '-Infinity')",
+]
+
+
+def _types(version: int) -> Workload:
+    rows = list(TYPE_ROWS)
+    if version >= 17:
+        rows.append("INSERT INTO types_t (id, iv) VALUES (10, 'infinity'), (11, '-infinity')")
+    steps = [("a", "BEGIN")] + [("a", r) for r in rows] + [("a", "COMMIT")]
+    steps += [("a", "UPDATE types_t SET t = 'updated', ai = '{}' WHERE id = 2"),
+              ("a", "DELETE FROM types_t WHERE id = 3")]
+    return Workload("types", tuple(steps), setup=(TYPES_DDL,))
+
+
+def workloads(version: int) -> list[Workload]:
+    w = [
+        Workload("seed_interleaved_840_841", (
+            ("t840", "BEGIN"), ("t841", "BEGIN"),
+            ("t840", "INSERT INTO tbl_a VALUES (2, 'Bob', 200)"),
+            ("t841", "INSERT INTO tbl_a VALUES (3, 'Candy', 3)"),
+            ("t840", "INSERT INTO tbl_b VALUES (11, 'Luke', 110)"),
+            ("t841", "UPDATE tbl_a SET data = data + 1 WHERE id = 1"),
+            ("t841", "UPDATE tbl_a SET data = data + 1 WHERE id = 1"),
+            ("t840", "DELETE FROM tbl_b WHERE id = 10"),
+            ("t840", "COMMIT"),
+            ("t841", "COMMIT"),
+        ), setup=AB_TABLES),
+        _types(version),
+        Workload("toast", one("""
+            CREATE TABLE toasty (id int PRIMARY KEY, small text, big text, bin bytea,
+                                 other int);
+            ALTER TABLE toasty ALTER COLUMN bin SET STORAGE EXTERNAL;
+            INSERT INTO toasty VALUES (1, 'a', repeat('compressible ', 5000),
+                                       decode(repeat('ab', 3000), 'hex'), 1);
+            INSERT INTO toasty SELECT 2, 'b', string_agg(md5(i::text), ''), NULL, 2
+              FROM generate_series(1, 500) i;
+            INSERT INTO toasty VALUES (3, 'c', repeat('y', 3000), NULL, 3);
+            UPDATE toasty SET other = other + 10;
+            UPDATE toasty SET big = big || 'tail' WHERE id = 1;
+            UPDATE toasty SET small = 'changed', bin = decode(repeat('cd', 2500), 'hex')
+              WHERE id = 2;
+            DELETE FROM toasty WHERE id = 3;
+            BEGIN;
+            INSERT INTO toasty VALUES (4, 'd', repeat('z', 100000), NULL, 4);
+            UPDATE toasty SET other = 5 WHERE id = 4;
+            COMMIT;""")),
+        Workload("toast_lz4_and_full_identity", one("""
+            CREATE TABLE t_lz4 (id int PRIMARY KEY, v text COMPRESSION lz4, w text);
+            INSERT INTO t_lz4 VALUES (1, repeat('lz4 value ', 3000), 'w');
+            INSERT INTO t_lz4 SELECT 2, string_agg(md5(i::text), ''), 'w2'
+              FROM generate_series(1, 300) i;
+            UPDATE t_lz4 SET w = 'w changed';
+            ALTER TABLE t_lz4 REPLICA IDENTITY FULL;
+            UPDATE t_lz4 SET w = 'full identity' WHERE id = 1;
+            DELETE FROM t_lz4 WHERE id = 2;""")),
+        Workload("replica_identities", one("""
+            CREATE TABLE ri_default (id int PRIMARY KEY, k2 int, v text);
+            CREATE TABLE ri_full (id int, v text);
+            ALTER TABLE ri_full REPLICA IDENTITY FULL;
+            CREATE TABLE ri_index (a int NOT NULL, b text NOT NULL, v text);
+            CREATE UNIQUE INDEX ri_index_ab ON ri_index (b, a);
+            ALTER TABLE ri_index REPLICA IDENTITY USING INDEX ri_index_ab;
+            CREATE TABLE ri_nothing (id int PRIMARY KEY, v text);
+            ALTER TABLE ri_nothing REPLICA IDENTITY NOTHING;
+            CREATE TABLE no_key (id int, v text);
+            CREATE TABLE composite_pk (a int, b text, v text, PRIMARY KEY (b, a));
+            INSERT INTO ri_default VALUES (1, 1, 'x'), (2, 2, 'y');
+            INSERT INTO ri_full VALUES (1, 'x'), (1, 'x'), (2, NULL);
+            INSERT INTO ri_index VALUES (1, 'one', 'x'), (2, 'two', 'y');
+            INSERT INTO ri_nothing VALUES (1, 'x');
+            INSERT INTO no_key VALUES (1, 'x');
+            INSERT INTO composite_pk VALUES (1, 'k', 'v');
+            UPDATE ri_default SET v = 'x2' WHERE id = 1;
+            UPDATE ri_default SET id = 10 WHERE id = 2;
+            UPDATE ri_full SET v = 'z' WHERE v IS NULL;
+            UPDATE ri_index SET v = 'changed' WHERE a = 1;
+            UPDATE ri_index SET b = 'uno' WHERE a = 1;
+            UPDATE ri_nothing SET v = 'y';
+            UPDATE no_key SET v = 'y';
+            UPDATE composite_pk SET a = 2, v = 'w';
+            DELETE FROM ri_default WHERE id = 10;
+            DELETE FROM ri_full WHERE id = 1;
+            DELETE FROM ri_index WHERE a = 2;
+            DELETE FROM ri_nothing;
+            DELETE FROM no_key;
+            DELETE FROM composite_pk;""")),
+        Workload("subtransactions", one("""
+            CREATE TABLE sx (id int PRIMARY KEY, v text);
+            BEGIN;
+            INSERT INTO sx VALUES (1, 'top');
+            SAVEPOINT s1;
+            INSERT INTO sx VALUES (2, 'in s1');
+            SAVEPOINT s2;
+            INSERT INTO sx VALUES (3, 'in s2, rolled back');
+            ROLLBACK TO s2;
+            INSERT INTO sx VALUES (4, 'in s2 again');
+            RELEASE s1;
+            UPDATE sx SET v = 'after release' WHERE id = 2;
+            SAVEPOINT s3;
+            DELETE FROM sx WHERE id = 1;
+            ROLLBACK TO s3;
+            COMMIT;
+            BEGIN;
+            SAVEPOINT just_one;
+            INSERT INTO sx VALUES (5, 'sub only');
+            COMMIT;""")),
+        Workload("many_subxacts", one("""
+            CREATE TABLE msx (id int PRIMARY KEY);
+            CREATE FUNCTION many() RETURNS void LANGUAGE plpgsql AS $$
+            BEGIN
+              FOR i IN 1..100 LOOP
+                BEGIN
+                  INSERT INTO msx VALUES (i);
+                  IF i % 7 = 0 THEN RAISE EXCEPTION 'roll back %', i; END IF;
+                EXCEPTION WHEN raise_exception THEN NULL;
+                END;
+              END LOOP;
+            END $$;
+            SELECT many();""")),
+        Workload("aborts", (
+            ("a", "CREATE TABLE ab (id int PRIMARY KEY, v text)"),
+            ("a", "BEGIN"), ("a", "INSERT INTO ab VALUES (1, 'aborted')"),
+            ("b", "INSERT INTO ab VALUES (2, 'committed')"),
+            ("a", "ROLLBACK"),
+            ("a", "BEGIN"), ("a", "INSERT INTO ab VALUES (3, 'x')"),
+            ("a", "ALTER TABLE ab ADD COLUMN extra int"), ("a", "ROLLBACK"),
+            ("a", "INSERT INTO ab VALUES (4, 'after rolled back DDL')"),
+        )),
+        Workload("two_phase", (
+            ("a", "CREATE TABLE tp (id int PRIMARY KEY, v text)"),
+            ("a", "BEGIN"), ("a", "INSERT INTO tp VALUES (1, 'prepared then committed')"),
+            ("a", "SAVEPOINT s"), ("a", "INSERT INTO tp VALUES (2, 'sub')"),
+            ("a", "PREPARE TRANSACTION 'g1'"),
+            ("b", "BEGIN"), ("b", "INSERT INTO tp VALUES (3, 'rolled back prepared')"),
+            ("b", "PREPARE TRANSACTION 'g2'"),
+            ("c", "INSERT INTO tp VALUES (4, 'plain')"),
+            ("c", "COMMIT PREPARED 'g1'"),
+            ("c", "ROLLBACK PREPARED 'g2'"),
+        )),
+        Workload("on_conflict", one("""
+            CREATE TABLE oc (id int PRIMARY KEY, v text, n int DEFAULT 0, big text);
+            INSERT INTO oc VALUES (1, 'first') ON CONFLICT DO NOTHING;
+            INSERT INTO oc VALUES (1, 'again') ON CONFLICT DO NOTHING;
+            INSERT INTO oc VALUES (1, 'upsert') ON CONFLICT (id)
+              DO UPDATE SET v = excluded.v, n = oc.n + 1;
+            INSERT INTO oc VALUES (2, 'new via upsert') ON CONFLICT (id)
+              DO UPDATE SET v = excluded.v;
+            INSERT INTO oc (id, v, big) VALUES (3, 'toast', repeat(md5('x'), 500))
+              ON CONFLICT (id) DO UPDATE SET big = excluded.big;
+            INSERT INTO oc (id, v, big) VALUES (3, 'toast2', repeat(md5('y'), 500))
+              ON CONFLICT (id) DO UPDATE SET big = excluded.big;
+            INSERT INTO oc SELECT g, 'bulk' FROM generate_series(1, 5) g
+              ON CONFLICT (id) DO UPDATE SET n = oc.n + 100;""")),
+        Workload("copy_and_multi_insert", one("""
+            CREATE TABLE cp (id int PRIMARY KEY, v text, t timestamptz);
+            COPY cp FROM PROGRAM 'seq 1 2000 | sed ''s/$/\\thello\\t2024-01-01 00:00+00/''';
+            CREATE TABLE cp_wide (id int, payload text);
+            INSERT INTO cp_wide SELECT g, repeat('w', 900) FROM generate_series(1, 300) g;
+            COPY cp_wide FROM PROGRAM 'seq 1 50 | sed ''s/$/\\tpayload/''';""")),
+        Workload("truncate", one("""
+            CREATE TABLE tr_a (id serial PRIMARY KEY, v text);
+            CREATE TABLE tr_b (id int PRIMARY KEY);
+            CREATE TABLE tr_child (id int, a_id int REFERENCES tr_a);
+            INSERT INTO tr_a (v) VALUES ('x'), ('y');
+            INSERT INTO tr_b VALUES (1);
+            INSERT INTO tr_child VALUES (1, 1);
+            TRUNCATE tr_b;
+            TRUNCATE tr_a, tr_b CASCADE;
+            INSERT INTO tr_a (v) VALUES ('after');
+            TRUNCATE tr_a RESTART IDENTITY CASCADE;
+            INSERT INTO tr_a (v) VALUES ('restarted');
+            BEGIN;
+            TRUNCATE tr_b;
+            INSERT INTO tr_b VALUES (2);
+            COMMIT;""")),
+        Workload("alter_table", one("""
+            CREATE TABLE alt (id int PRIMARY KEY, a text, b int, c text);
+            INSERT INTO alt VALUES (1, 'a', 1, 'c');
+            ALTER TABLE alt ADD COLUMN d int;
+            INSERT INTO alt VALUES (2, 'a', 2, 'c', 4);
+            ALTER TABLE alt ADD COLUMN e text DEFAULT 'dflt';
+            UPDATE alt SET b = b + 1 WHERE id = 1;
+            ALTER TABLE alt DROP COLUMN c;
+            INSERT INTO alt VALUES (3, 'a', 3, 4, 'e');
+            ALTER TABLE alt RENAME COLUMN a TO a_renamed;
+            UPDATE alt SET a_renamed = 'z';
+            ALTER TABLE alt ALTER COLUMN b TYPE bigint;
+            INSERT INTO alt VALUES (4, 'q', 5000000000, NULL, 'e4');
+            ALTER TABLE alt RENAME TO alt_renamed;
+            CREATE SCHEMA other;
+            ALTER TABLE alt_renamed SET SCHEMA other;
+            DELETE FROM other.alt_renamed WHERE id = 2;
+            BEGIN;
+            ALTER TABLE other.alt_renamed ADD COLUMN f int DEFAULT 7;
+            INSERT INTO other.alt_renamed (id, a_renamed, f) VALUES (5, 'in ddl txn', 8);
+            COMMIT;
+            ALTER TABLE other.alt_renamed ADD COLUMN g float8 DEFAULT random();
+            UPDATE other.alt_renamed SET f = 9 WHERE id = 1;""")),
+        Workload("create_table_as", one("""
+            CREATE TABLE src_rows AS SELECT g AS id, 'row ' || g AS v FROM generate_series(1, 5) g;
+            SELECT id, v INTO into_rows FROM src_rows WHERE id < 3;
+            BEGIN;
+            CREATE TABLE in_txn (id int PRIMARY KEY, v text);
+            INSERT INTO in_txn VALUES (1, 'created and filled in one transaction');
+            COMMIT;""")),
+        Workload("vacuum_full_cluster", (
+            ("a", "CREATE TABLE vf (id int PRIMARY KEY, v text)"),
+            ("a", "INSERT INTO vf SELECT g, 'v' || g FROM generate_series(1, 20) g"),
+            ("a", "DELETE FROM vf WHERE id % 2 = 0"),
+            ("a", "VACUUM FULL vf"),
+            ("a", "INSERT INTO vf VALUES (100, 'after vacuum full')"),
+            ("a", "UPDATE vf SET v = 'updated after vacuum full' WHERE id = 1"),
+            ("a", "CLUSTER vf USING vf_pkey"),
+            ("a", "UPDATE vf SET v = 'after cluster' WHERE id = 3"),
+            ("a", "DELETE FROM vf WHERE id = 5"),
+            ("a", "VACUUM FULL"),
+            ("a", "INSERT INTO vf VALUES (101, 'after database-wide vacuum full')"),
+        ), setup=("CREATE TABLE before_install (id int PRIMARY KEY)",)),
+        Workload("partitions", one("""
+            CREATE TABLE parted (id int, region text, v text, PRIMARY KEY (id, region))
+              PARTITION BY LIST (region);
+            CREATE TABLE parted_eu PARTITION OF parted FOR VALUES IN ('eu');
+            CREATE TABLE parted_us PARTITION OF parted FOR VALUES IN ('us');
+            INSERT INTO parted VALUES (1, 'eu', 'x'), (2, 'us', 'y');
+            UPDATE parted SET region = 'us' WHERE id = 1;
+            UPDATE parted SET v = 'z' WHERE id = 2;
+            CREATE TABLE parted_asia (id int NOT NULL, region text NOT NULL, v text);
+            ALTER TABLE parted ATTACH PARTITION parted_asia FOR VALUES IN ('asia');
+            INSERT INTO parted VALUES (3, 'asia', 'attached');
+            ALTER TABLE parted DETACH PARTITION parted_eu;
+            INSERT INTO parted_eu VALUES (4, 'eu', 'detached');
+            DELETE FROM parted WHERE id = 2;""")),
+        Workload("unlogged_temp_generated", one("""
+            CREATE UNLOGGED TABLE unl (id int PRIMARY KEY, v text);
+            CREATE TEMP TABLE tmp (id int PRIMARY KEY, v text);
+            CREATE TABLE gen (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED,
+                              ident int GENERATED ALWAYS AS IDENTITY);
+            INSERT INTO unl VALUES (1, 'unlogged');
+            INSERT INTO tmp VALUES (1, 'temp');
+            INSERT INTO gen (id, a) VALUES (1, 21);
+            UPDATE gen SET a = 50;
+            UPDATE unl SET v = 'still unlogged';
+            DELETE FROM gen;""")),
+        Workload("messages", (
+            ("a", "SELECT pg_logical_emit_message(false, 'nontx', 'outside a transaction')"),
+            ("a", "BEGIN"),
+            ("a", "SELECT pg_logical_emit_message(true, 'tx', 'inside')"),
+            ("a", "SELECT pg_logical_emit_message(false, 'nontx', 'nontx inside a transaction')"),
+            ("a", "SELECT pg_logical_emit_message(true, 'tx', 'second, with ''quotes'' and é')"),
+            ("a", "COMMIT"),
+            ("a", "BEGIN"),
+            ("a", "SELECT pg_logical_emit_message(true, 'tx', 'rolled back')"),
+            ("a", "ROLLBACK"),
+            ("a", "SELECT pg_logical_emit_message(true, 'tx-only', '')"),
+        )),
+        Workload("concurrent_sessions", (
+            ("a", "CREATE TABLE cc (id int PRIMARY KEY, s text, n int)"),
+            ("a", "BEGIN"), ("b", "BEGIN"), ("c", "BEGIN"),
+            ("a", "INSERT INTO cc VALUES (1, 'a', 0)"),
+            ("b", "INSERT INTO cc VALUES (2, 'b', 0)"),
+            ("c", "INSERT INTO cc VALUES (3, 'c', 0)"),
+            ("b", "SAVEPOINT x"), ("b", "INSERT INTO cc VALUES (4, 'b sub', 0)"),
+            ("a", "UPDATE cc SET n = 1 WHERE id = 1"),
+            ("c", "COMMIT"),
+            ("b", "RELEASE x"),
+            ("a", "INSERT INTO cc SELECT g, 'a bulk', g FROM generate_series(10, 40) g"),
+            ("b", "COMMIT"),
+            ("c", "BEGIN"), ("c", "UPDATE cc SET n = 99 WHERE id = 3"), ("c", "ROLLBACK"),
+            ("a", "COMMIT"),
+            ("c", "DELETE FROM cc WHERE id > 20"),
+        )),
+        Workload("other_database_ignored_and_sequences", one("""
+            CREATE SEQUENCE sq;
+            SELECT nextval('sq');
+            CREATE TABLE with_serial (id bigserial PRIMARY KEY, v text);
+            INSERT INTO with_serial (v) VALUES ('a'), ('b');
+            CREATE MATERIALIZED VIEW mv AS SELECT * FROM with_serial;
+            REFRESH MATERIALIZED VIEW mv;
+            CREATE UNIQUE INDEX mv_id ON mv (id);
+            INSERT INTO with_serial (v) VALUES ('c');
+            REFRESH MATERIALIZED VIEW CONCURRENTLY mv;""")),
+    ]
+    return [x for x in w if version >= x.min_version]

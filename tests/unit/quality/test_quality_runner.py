@@ -1,0 +1,302 @@
+"""validate_stream / validate_mirrors through GX: good data passes, each broken rule fails
+with a summary that names suite, expectation, table, column, row count and sample rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cdclake.catalog.model import RelationVersion
+from cdclake.config import Config
+from cdclake.errors import QualityError
+from cdclake.quality.context import QualityContext
+from cdclake.quality.report import ExpectationOutcome, QualityReport
+from cdclake.quality.runner import raise_for_failures, validate_mirrors, validate_stream
+from cdclake.wal.lsn import format_lsn
+from tests.unit.quality import builders
+from tests.unit.quality.builders import BIG, Change
+
+ORDERS = "public.orders"
+
+
+def _only_failures(report: QualityReport) -> dict[str, ExpectationOutcome]:
+    assert not report.success
+    return {f.check: f for _t, f in report.failures()}
+
+
+def _stream_one(config: Config, ctx: QualityContext, changes: list[Change],
+                rel: RelationVersion | None = None) -> QualityReport:
+    rel = rel or builders.relation()
+    return validate_stream(config, {ORDERS: builders.stream(rel, changes)}, {ORDERS: rel},
+                           context=ctx)
+
+
+def test_good_streams_pass_and_tables_without_identity_are_reported(
+        quality_config: Config, gx_context: QualityContext) -> None:
+    default = builders.relation("public.orders")
+    index = builders.relation("public.items", replident="i", oid=16501)
+    full = builders.relation("public.audit", replident="f", key=(), oid=16502)
+    nothing = builders.without_key(builders.relation("public.log", oid=16503), "n")
+    no_pk = builders.without_key(builders.relation("public.nopk", oid=16504), "d")
+    relations = {r.qualified: r for r in (default, index, full, nothing, no_pk)}
+    tables = {
+        "public.orders": builders.stream(default, builders.good_changes()),
+        "public.items": builders.stream(index, builders.good_changes()),
+        "public.audit": builders.stream(full, builders.full_changes()),
+        "public.log": builders.stream(nothing, builders.unkeyed_changes()),
+        "public.nopk": builders.stream(no_pk, builders.unkeyed_changes()[:2]),
+    }
+    report = validate_stream(quality_config, tables, relations, run_name="good",
+                             context=gx_context)
+    assert report.success, report.summary()
+    assert report.failures() == []
+    assert [t.table for t in report.tables] == sorted(tables)
+    assert all(t.evaluated >= 12 for t in report.tables)
+    by_table = {n.table: n for n in report.identity_nothing}
+    assert set(by_table) == {"public.log", "public.nopk"}
+    assert (by_table["public.log"].unkeyed_updates, by_table["public.log"].unkeyed_deletes) == (
+        2, 1)
+    assert (by_table["public.nopk"].unkeyed_updates,
+            by_table["public.nopk"].unkeyed_deletes) == (1, 0)
+    assert by_table["public.nopk"].reason == "REPLICA IDENTITY DEFAULT without a primary key"
+    log = next(t for t in report.tables if t.table == "public.log")
+    assert log.success and {w.check for w in log.warnings} == {"unkeyed_updates",
+                                                               "unkeyed_deletes"}
+    assert "reported, not failed: public.log has no replica identity" in report.summary()
+    raise_for_failures(report)  # warnings only: no error
+    json.dumps(report.to_json())  # JSON-serialisable as it is
+
+
+def _commit_goes_back(changes: list[Change]) -> list[Change]:
+    return changes[4:7] + changes[:4] + changes[7:]  # txn 2 before txn 1
+
+
+def _lsn_goes_back(changes: list[Change]) -> list[Change]:
+    c = list(changes)
+    c[4], c[5] = c[5], c[4]  # inside txn 2
+    return c
+
+
+def _seq_goes_back(changes: list[Change]) -> list[Change]:
+    c = list(changes)
+    c[1], c[2] = c[2], c[1]  # multi-insert tuples 0, 2, 1
+    return c
+
+
+def _duplicate(changes: list[Change]) -> list[Change]:
+    return [*changes[:6], changes[5], *changes[6:]]
+
+
+def _delete_without_old_key(changes: list[Change]) -> list[Change]:
+    c = list(changes)
+    c[5] = Change("D", c[5].commit_lsn, c[5].lsn, old_key=None)
+    return c
+
+
+def _update_with_null_key(changes: list[Change]) -> list[Change]:
+    c = list(changes)
+    c[3] = Change("U", c[3].commit_lsn, c[3].lsn, {"id": None, "note": "a2"})
+    return c
+
+
+def _old_key_with_null_column(changes: list[Change]) -> list[Change]:
+    c = list(changes)
+    c[4] = Change("U", c[4].commit_lsn, c[4].lsn, {"id": 20, "note": "b"},
+                  old_key={"id": None})
+    return c
+
+
+@pytest.mark.parametrize(("mutate", "check", "count", "sample"), [
+    (_commit_goes_back, "commit_lsn_order", 1,
+     {"_commit_lsn": BIG + 500, "_lsn": BIG + 100, "_seq": 0}),
+    (_lsn_goes_back, "lsn_order_in_transaction", 1,
+     {"_commit_lsn": BIG + 900, "_lsn": BIG + 600, "_seq": 0}),
+    (_seq_goes_back, "lsn_order_in_transaction", 1,
+     {"_commit_lsn": BIG + 500, "_lsn": BIG + 100, "_seq": 1}),
+    (_delete_without_old_key, "identity", 1,
+     {"_op": "D", "_old_key": None, "_lsn": BIG + 601}),
+    (_update_with_null_key, "identity", 1, {"_op": "U", "id": None, "_lsn": BIG + 101}),
+    (_old_key_with_null_column, "identity", 1,
+     {"_op": "U", "_old_key": {"id": None}, "_lsn": BIG + 600}),
+], ids=lambda v: v.__name__.strip("_") if callable(v) else None)
+def test_each_broken_stream_rule_fails_alone_and_precisely(
+        quality_config: Config, gx_context: QualityContext,
+        mutate: Callable[[list[Change]], list[Change]], check: str, count: int,
+        sample: dict) -> None:
+    changes = mutate(builders.good_changes())
+    report = _stream_one(quality_config, gx_context, changes)
+    failures = _only_failures(report)
+    assert set(failures) == {check}, report.summary()
+    failure = failures[check]
+    assert failure.unexpected_count == count
+    assert failure.element_count == len(changes)
+    assert any(sample.items() <= s.items() for s in failure.samples), failure.samples
+    with pytest.raises(QualityError) as info:
+        raise_for_failures(report)
+    message = str(info.value)
+    assert f"suite change_stream, table {ORDERS}: {failure.description}" in message
+    assert f"expectation {failure.expectation} on column(s) {', '.join(failure.columns)}" \
+        in message
+    assert f"{count} of {len(changes)} row(s) unexpected" in message
+    assert f"_lsn={format_lsn(sample['_lsn'])}" in message
+
+
+def test_a_duplicate_change_breaks_uniqueness_and_strict_order(
+        quality_config: Config, gx_context: QualityContext) -> None:
+    changes = _duplicate(builders.good_changes())
+    failures = _only_failures(_stream_one(quality_config, gx_context, changes))
+    assert set(failures) == {"change_unique", "lsn_order_in_transaction"}
+    unique = failures["change_unique"]
+    assert unique.columns == ["_commit_lsn", "_lsn", "_seq"]
+    assert unique.unexpected_count == 2
+    assert unique.samples[0] == {"_commit_lsn": BIG + 900, "_lsn": BIG + 601, "_seq": 0}
+
+
+def test_full_identity_update_without_old_row_fails(
+        quality_config: Config, gx_context: QualityContext) -> None:
+    rel = builders.relation(replident="f", key=())
+    changes = builders.full_changes()
+    changes[1] = Change("U", changes[1].commit_lsn, changes[1].lsn, {"id": 1, "note": "b"})
+    failures = _only_failures(_stream_one(quality_config, gx_context, changes, rel))
+    assert set(failures) == {"identity"}
+    assert failures["identity"].unexpected_count == 1
+    assert "REPLICA IDENTITY FULL" in failures["identity"].description
+
+
+def test_missing_system_column_is_named(quality_config: Config,
+                                        gx_context: QualityContext) -> None:
+    rel = builders.relation()
+    table = builders.stream(rel, builders.good_changes()).drop_columns(["_seq"])
+    report = validate_stream(quality_config, {ORDERS: table}, {ORDERS: rel}, context=gx_context)
+    failures = _only_failures(report)
+    assert failures["system_columns"].observed == {"missing": ["_seq"]}
+    assert "observed: {'missing': ['_seq']}" in report.summary()
+
+
+def test_a_table_without_relation_version_is_a_caller_error(quality_config: Config,
+                                                            gx_context: QualityContext) -> None:
+    rel = builders.relation()
+    with pytest.raises(ValueError, match="no relation version given for table"):
+        validate_stream(quality_config, {ORDERS: builders.stream(rel, [])}, {},
+                        context=gx_context)
+
+
+# --- mirrors ---------------------------------------------------------------------------------
+
+GOOD_ROWS = [{"id": 1, "note": "a"}, {"id": 2, "note": None}, {"id": 3, "note": "c"}]
+
+
+def _mirror_one(config: Config, ctx: QualityContext, rows: list[dict],
+                rel: RelationVersion | None = None,
+                text_type: pa.DataType | None = None) -> QualityReport:
+    rel = rel or builders.relation()
+    return validate_mirrors(config, {ORDERS: builders.mirror(rel, rows, text_type)},
+                            {ORDERS: rel}, context=ctx)
+
+
+def test_good_mirrors_pass(quality_config: Config, gx_context: QualityContext) -> None:
+    single = builders.relation()
+    compound = builders.relation("public.lines", key=("id", "note"), oid=16510)
+    full = builders.relation("public.audit", replident="f", key=(), oid=16511)
+    tables = {
+        "public.orders": builders.mirror(single, GOOD_ROWS),
+        "public.lines": builders.mirror(compound, [{"id": 1, "note": "a"},
+                                                   {"id": 1, "note": "b"}]),
+        # FULL tables have no merge key: duplicate rows are legitimate
+        "public.audit": builders.mirror(full, [{"id": 1, "note": "a"}, {"id": 1, "note": "a"}]),
+    }
+    rels = {"public.orders": single, "public.lines": compound, "public.audit": full}
+    report = validate_mirrors(quality_config, tables, rels, context=gx_context)
+    assert report.success, report.summary()
+    assert report.identity_nothing == []
+
+
+@pytest.mark.parametrize(("rows", "check", "column", "count", "sample"), [
+    ([*GOOD_ROWS, {"id": 2, "note": "again", "_cdc_commit_lsn": BIG + 77}], "key_unique", "id",
+     2, {"id": 2, "_cdc_commit_lsn": BIG + 77}),
+    ([*GOOD_ROWS, {"id": None, "note": "x", "_cdc_commit_lsn": BIG + 78}], "key_not_null", "id",
+     1, {"id": None, "_cdc_commit_lsn": BIG + 78}),
+    ([*GOOD_ROWS, {"id": 9, "note": "unchanged-toast-datum", "_cdc_commit_lsn": BIG + 79}],
+     "no_toast_placeholder", "note", 1, {"note": "unchanged-toast-datum", "id": 9}),
+    ([*GOOD_ROWS, {"id": 9, "note": "__debezium_unavailable_value"}],
+     "no_toast_placeholder", "note", 1, {"note": "__debezium_unavailable_value", "id": 9}),
+], ids=["duplicate-key", "null-key", "toast-placeholder", "debezium-placeholder"])
+def test_each_broken_mirror_rule_fails_precisely(
+        quality_config: Config, gx_context: QualityContext, rows: list[dict], check: str,
+        column: str, count: int, sample: dict) -> None:
+    report = _mirror_one(quality_config, gx_context, rows)
+    failures = _only_failures(report)
+    assert set(failures) == {check}, report.summary()
+    failure = failures[check]
+    assert failure.columns == [column]
+    assert failure.unexpected_count == count
+    assert any(sample.items() <= s.items() for s in failure.samples), failure.samples
+    message = report.summary()
+    assert f"suite mirror_table, table {ORDERS}: {failure.description}" in message
+    assert f"{count} of {len(rows)} row(s) unexpected" in message
+
+
+def test_placeholder_in_iceberg_large_string_and_compound_key_duplicates(
+        quality_config: Config, gx_context: QualityContext) -> None:
+    rel = builders.relation(key=("id", "note"))
+    rows = [{"id": 1, "note": "a"}, {"id": 1, "note": "a"},
+            {"id": 2, "note": "unchanged-toast-datum"}]
+    failures = _only_failures(_mirror_one(quality_config, gx_context, rows, rel,
+                                          pa.large_string()))
+    assert set(failures) == {"key_unique", "no_toast_placeholder"}
+    assert failures["key_unique"].columns == ["id", "note"]
+    assert failures["key_unique"].unexpected_count == 2
+
+
+def test_mirror_without_commit_lsn_column_fails(quality_config: Config,
+                                                gx_context: QualityContext) -> None:
+    rel = builders.relation()
+    table = builders.mirror(rel, GOOD_ROWS).drop_columns(["_cdc_commit_lsn"])
+    report = validate_mirrors(quality_config, {ORDERS: table}, {ORDERS: rel},
+                              context=gx_context)
+    failures = _only_failures(report)
+    assert failures["mirror_system_columns"].observed == {"missing": ["_cdc_commit_lsn"]}
+
+
+# --- Data Docs and quiet runs ----------------------------------------------------------------
+
+
+def test_data_docs_index_lists_both_suites_under_reports(
+        quality_config: Config, capfd: pytest.CaptureFixture[str]) -> None:
+    """Runs without a shared context too: the context is opened from the configuration."""
+    rel = builders.relation("public.docs", oid=16520)
+    capfd.readouterr()
+    stream_report = validate_stream(quality_config, {"public.docs": builders.stream(
+        rel, builders.good_changes())}, {"public.docs": rel}, run_name="docs-run")
+    mirror_report = validate_mirrors(quality_config, {
+        "public.docs": builders.mirror(rel, GOOD_ROWS)}, {"public.docs": rel})
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")  # no progress bars, no prints
+    index = quality_config.reports_path() / "data_docs" / "index.html"
+    assert stream_report.data_docs_index == mirror_report.data_docs_index == str(index)
+    html = index.read_text()
+    stream = quality_config.stream
+    assert f"change_stream.{stream}.public.docs" in html
+    assert f"mirror_table.{stream}.public.docs" in html
+    assert "docs-run" in html
+    page = stream_report.tables[0].data_docs_page
+    assert page is not None and Path(page).is_file()
+    assert Path(page).is_relative_to(quality_config.reports_path() / "data_docs")
+    assert "Every UPDATE and DELETE of public.docs carries its replica identity" in \
+        Path(page).read_text()
+
+
+def test_empty_inputs_pass(quality_config: Config, gx_context: QualityContext) -> None:
+    """A batch in which a table has no changes, and an empty mirror, are not failures."""
+    rel = builders.relation()
+    stream_report = _stream_one(quality_config, gx_context, [])
+    assert stream_report.success, stream_report.summary()
+    assert stream_report.tables[0].rows == 0
+    mirror_report = _mirror_one(quality_config, gx_context, [], rel)
+    assert mirror_report.success, mirror_report.summary()
+    nothing_report = validate_stream(quality_config, {}, {}, context=gx_context)
+    assert nothing_report.success and nothing_report.tables == []
