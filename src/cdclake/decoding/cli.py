@@ -101,4 +101,19 @@ def _summary(r: DecodeResult, o: DecodeOptions) -> str:
             f"{s.skipped_before_start} committed before {format_lsn(o.start_lsn)}; "
             f"peak reorder-buffer memory {r.peak_memory} bytes (work_mem {o.work_mem}); "
             f"spilled {r.spilled_txns} transactions, {r.spilled_changes} changes, "
-            f"{r.spilled_bytes} bytes; open at end: {len(r.open_xids)}")
+            f"{r.spilled_bytes} bytes; open at end: {len(r.open_xids)}; "
+            f"peak RSS {_peak_rss_kb()} kB")
+
+
+def _peak_rss_kb() -> int:
+    """This process's own high-water RSS (VmHWM): unlike ru_maxrss it does not include the
+    parent's pages from before exec, so a small decode started by a big parent reads small."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -184,6 +184,8 @@ class ReorderBuffer:
             if t is None:
                 continue
             todo.extend(t.subxids)
+            # peak is sampled where memory goes down (and before eviction), not per change
+            self.peak_size = max(self.peak_size, self.size)
             self.size -= t.size
             remove_files(list(t.spill_files.values()))
 
