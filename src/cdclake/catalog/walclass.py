@@ -63,7 +63,8 @@ class PgClassRow:
             dictionary.add_rewrite_heap(self.tablespace, self.relfilenode, self.oid, original,
                                         lsn)
             current = dictionary.relation_for_oid(original, info.final_lsn)
-            if current is not None and not current.dropped and current.relfilenode:
+            if (current is not None and not current.dropped and current.relfilenode
+                    and current.relfilenode != self.relfilenode):
                 dictionary.add_version(dataclasses.replace(
                     current, relfilenode=self.relfilenode, tablespace=self.tablespace,
                     valid_from=info.final_lsn))

@@ -76,11 +76,18 @@ class Replayer:
     # -- dictionary ------------------------------------------------------------------------
 
     def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None:
-        """Apply a committed transaction's DDL messages and catalog events at their LSNs."""
+        """Apply a committed transaction's DDL messages, then its catalog events.
+
+        Messages first: a pg_class event (a table rewrite) carries the relation's definition
+        as of the commit over to the new relfilenode, and that definition includes what the
+        transaction's own DDL messages say (ALTER TABLE ... ADD COLUMN rewrites the table
+        before its event trigger describes it).
+        """
         for lsn, event in events:
             if isinstance(event, bytes):
                 self.dictionary.apply_message(lsn, event)
-            else:
+        for lsn, event in events:
+            if not isinstance(event, bytes):
                 event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
 
     # -- non-transactional messages --------------------------------------------------------

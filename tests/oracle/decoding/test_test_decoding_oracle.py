@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from cdclake.local.postgres import LocalPostgres
-from tests.oracle.decoding.harness import capture, diff, server_features
+from tests.oracle.decoding.harness import (
+    archive_all,
+    capture,
+    diff,
+    oracle,
+    ours,
+    prepare,
+    server_features,
+)
 from tests.oracle.decoding.workloads import workloads
 
 pytestmark = pytest.mark.oracle
@@ -36,3 +45,23 @@ def test_matches_slot_when_spilling_everything(pg: LocalPostgres, database: str,
     assert cap.result is not None and cap.result.spilled_changes > 0
     assert cap.actual == cap.expected, diff(cap.expected, cap.actual)
     assert not list(spill.glob("*.spill")), "spill files must be removed after commit"
+
+
+def test_matches_slot_over_pgbench(pg: LocalPostgres, database: str, tmp_path: Path) -> None:
+    """pgbench's own initialization (TRUNCATE + COPY FREEZE, VACUUM, primary keys) and a
+    serial key added by a table rewrite, then its TPC-B-like transactions."""
+    cap = prepare(pg, database)
+    bench = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
+    try:
+        subprocess.run([*bench, "-i", "-q", "-s", "1", database], check=True,
+                       capture_output=True)
+        pg.sql("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY", database)
+        subprocess.run([*bench, "-c", "2", "-t", "50", "-n", database], check=True,
+                       capture_output=True)
+        cap.end_lsn = archive_all(pg, database)
+        expected = oracle(pg, cap)
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot(%s)", database, (cap.slot,))
+    actual, _ = ours(pg, cap, spill_dir=tmp_path / "spill")
+    assert len(expected) > 100_000
+    assert actual == expected, diff(expected, actual)

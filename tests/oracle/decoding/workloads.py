@@ -265,6 +265,20 @@ def workloads(version: int) -> list[Workload]:
             TRUNCATE tr_b;
             INSERT INTO tr_b VALUES (2);
             COMMIT;""")),
+        Workload("add_serial_key_rewrite", one("""
+            CREATE TABLE hist_empty (tid int, delta int, mtime timestamp);
+            CREATE TABLE hist_full (tid int, delta int);
+            INSERT INTO hist_full VALUES (1, 10), (2, 20);
+            BEGIN;
+            TRUNCATE hist_empty;
+            INSERT INTO hist_empty VALUES (0, 0, NULL);
+            DELETE FROM hist_empty;
+            COMMIT;
+            ALTER TABLE hist_empty ADD COLUMN id bigserial PRIMARY KEY;
+            ALTER TABLE hist_full ADD COLUMN id bigserial PRIMARY KEY;
+            INSERT INTO hist_empty (tid, delta, mtime) VALUES (1, 5, '2024-01-01');
+            INSERT INTO hist_full (tid, delta) VALUES (3, 30);
+            UPDATE hist_full SET delta = delta + 1 WHERE id = 1;""")),
         Workload("alter_table", one("""
             CREATE TABLE alt (id int PRIMARY KEY, a text, b int, c text);
             INSERT INTO alt VALUES (1, 'a', 1, 'c');

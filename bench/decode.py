@@ -1,0 +1,197 @@
+"""cdclake's decoder vs PostgreSQL's own (a test_decoding slot) on the same WAL.
+
+For each workload: a fresh local PostgreSQL writes the WAL with a test_decoding slot created
+after `cdclake source install`; then the slot decodes it (`pg_logical_slot_peek_changes`, C,
+in the server) and cdclake decodes the archived segments (`decoding.session.decode` with the
+test_decoding plugin, output lines counted, not stored). Both produce the same lines (checked
+by digest); reported: changes/s for each, and the ratio ours/PostgreSQL's. Best of --repeat.
+
+    .venv/bin/python bench/decode.py [--version 15|18] [--scale N] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import pstats
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.install import install
+from cdclake.decoding.plugins.test_decoding import TestDecoding
+from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
+from cdclake.local.postgres import LocalPostgres
+from cdclake.wal.lsn import parse_lsn
+from cdclake.wal.source import DirectorySource
+
+WIDE_DDL = """
+CREATE TABLE wide (
+  id bigint PRIMARY KEY, a int, b int8, c numeric(12,2), d text, e varchar(40), f bool,
+  g timestamptz, h date, i float8, j jsonb, k uuid, l int[], m text, n bytea, o int2,
+  p numeric, q timestamp, r interval, s text)
+"""
+
+WIDE_LOAD = """
+INSERT INTO wide SELECT i, i, i * 7, i / 3.0, md5(i::text), 'v' || i, i % 2 = 0,
+  '2024-01-01'::timestamptz + i * interval '1 min', '2024-01-01'::date + (i % 1000),
+  i / 7.0, jsonb_build_object('k', i, 'tags', jsonb_build_array('a', 'b')),
+  md5(i::text)::uuid, ARRAY[i, i + 1, i + 2], repeat('x', 60), decode(md5(i::text), 'hex'),
+  (i % 30000)::int2, i * 1.000001, '2024-01-01'::timestamp + i * interval '1 s',
+  (i % 100) * interval '1 hour', 'tail ' || i
+FROM generate_series(1, %(rows)s) i
+"""
+
+WIDE_CHURN = """
+UPDATE wide SET a = a + 1, d = md5(d), j = j || '{"u": true}' WHERE id %% 2 = 0;
+DELETE FROM wide WHERE id %% 10 = 0;
+"""
+
+
+@dataclass
+class Run:
+    workload: str
+    changes: int
+    lines: int
+    pg_seconds: float
+    our_seconds: float
+    result: DecodeResult
+    equal: bool
+
+    def row(self) -> str:
+        pg_rate = self.changes / self.pg_seconds
+        our_rate = self.changes / self.our_seconds
+        return (f"| {self.workload} | {self.changes:,} | {pg_rate:,.0f} | {our_rate:,.0f} | "
+                f"{our_rate / pg_rate:.2f} | {'yes' if self.equal else 'NO'} |")
+
+
+def best(repeat: int, fn: Callable[[], object]) -> tuple[float, object]:
+    times = []
+    value: object = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        value = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), value
+
+
+def pgbench(pg: LocalPostgres, db: str, scale: int) -> None:
+    env_cmd = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
+    subprocess.run([*env_cmd, "-i", "-q", "-s", str(scale), db], check=True,
+                   capture_output=True)
+    pg.sql("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY", db)
+    subprocess.run([*env_cmd, "-c", "4", "-j", "2", "-t", str(2500 * scale), "-n", db],
+                   check=True, capture_output=True)
+
+
+def wide(pg: LocalPostgres, db: str, scale: int) -> None:
+    pg.sql(WIDE_DDL, db)
+    pg.sql(WIDE_LOAD % {"rows": 50_000 * scale}, db)
+    for stmt in WIDE_CHURN.split(";"):
+        if stmt.strip():
+            pg.sql(stmt.replace("%%", "%"), db)
+
+
+WORKLOADS: dict[str, Callable[[LocalPostgres, str, int], None]] = {
+    "pgbench": pgbench, "wide rows": wide}
+
+
+def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> Run:
+    base = Path(tempfile.mkdtemp(prefix="cdclake-bench-"))
+    base.chmod(0o755)  # the server runs as postgres and must reach its data directory
+    pg = LocalPostgres.create(version, base / "pg").start()
+    try:
+        db = pg.create_database("bench")
+        read_from = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", db)[0][0])
+        install(pg.dsn(db))
+        start = parse_lsn(pg.sql("SELECT lsn::text FROM pg_create_logical_replication_slot("
+                                 "'bench', 'test_decoding')", db)[0][0])
+        WORKLOADS[name](pg, db, scale)
+        end = parse_lsn(pg.sql("SELECT pg_switch_wal()::text", db)[0][0])
+        db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = 'bench'", db)[0][0]
+        _wait_archived(pg, db)
+
+        def slot() -> tuple[int, int, str]:
+            with pg.connect(db) as conn:
+                conn.execute("SET TimeZone = 'UTC'")
+                return _digest(r[0] for r in conn.execute(
+                    "SELECT data FROM pg_logical_slot_peek_changes('bench', NULL, NULL, "
+                    "'include-xids', '1', 'skip-empty-xacts', '1')"))
+
+        pg_seconds, (lines, changes, expected) = best(repeat, slot)  # type: ignore[misc]
+        options = DecodeOptions(db_oid=db_oid, start_lsn=start, read_from=read_from,
+                                end_lsn=end, spill_dir=base / "spill")
+
+        def ours() -> tuple[tuple[int, int, str], DecodeResult]:
+            sink = _Digest()
+            result = decode(DirectorySource(pg.archive_dir), Dictionary(), options,
+                            lambda d, v: TestDecoding(sink.add, d.types, version=v))
+            return sink.value(), result
+
+        if profile:
+            prof = cProfile.Profile()
+            prof.runcall(ours)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+        our_seconds, ((_, _, actual), result) = best(repeat, ours)  # type: ignore[misc]
+        return Run(name, changes, lines, pg_seconds, our_seconds, result, actual == expected)
+    finally:
+        pg.destroy()
+
+
+class _Digest:
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.lines = 0
+        self.changes = 0
+
+    def add(self, line: str) -> None:
+        self.h.update(line.encode("utf-8", "surrogateescape"))
+        self.h.update(b"\n")
+        self.lines += 1
+        if line.startswith("table "):
+            self.changes += 1
+
+    def value(self) -> tuple[int, int, str]:
+        return self.lines, self.changes, self.h.hexdigest()
+
+
+def _digest(lines: object) -> tuple[int, int, str]:
+    d = _Digest()
+    for line in lines:  # type: ignore[attr-defined]
+        d.add(line)
+    return d.value()
+
+
+def _wait_archived(pg: LocalPostgres, db: str, timeout: float = 300) -> None:
+    ready = pg.data_dir / "pg_wal" / "archive_status"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not list(ready.glob("*.ready")):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("WAL was not archived in time")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", type=int, default=15, choices=(15, 18))
+    ap.add_argument("--scale", type=int, default=2, help="workload size multiplier")
+    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), action="append")
+    ap.add_argument("--profile", action="store_true", help="cProfile one decode of each")
+    args = ap.parse_args()
+    print(f"PostgreSQL {args.version}, scale {args.scale}, best of {args.repeat}")
+    print("| workload | changes | PostgreSQL changes/s | cdclake changes/s | ratio | same output |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name in args.workload or list(WORKLOADS):
+        run = measure(args.version, name, args.scale, args.repeat, args.profile)
+        print(run.row(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
