@@ -69,7 +69,16 @@ def _maxalign(n: int) -> int:
 
 
 class _EndOfWal(Exception):
-    """Internal: valid WAL ends here (reason in args[0])."""
+    """Internal: valid WAL ends here (reason in args[0]).
+
+    ``lsn`` is where the end was found when that is past the record being read (a record
+    continuing into a segment that is absent or recycled): whether valid WAL resumes after
+    the end must be judged from there, not from the record's start.
+    """
+
+    def __init__(self, reason: str, lsn: int | None = None) -> None:
+        super().__init__(reason)
+        self.lsn = lsn
 
 
 class XLogReader:
@@ -251,7 +260,7 @@ class XLogReader:
                 pos = rec.end_lsn
         except _EndOfWal as stop:
             self.end_reason = str(stop.args[0])
-            self._check_really_end(pos)
+            self._check_really_end(pos if stop.lsn is None else stop.lsn, pos)
         self.end_of_wal = pos
 
     def _first_record(self, pos: int) -> int:
@@ -270,10 +279,14 @@ class XLogReader:
                 return p + header
             p += header
 
-    def _check_really_end(self, pos: int) -> None:
-        """At an end-of-WAL condition: if valid WAL continues after it, this is corruption."""
+    def _check_really_end(self, found: int, pos: int) -> None:
+        """At an end-of-WAL condition: if valid WAL continues after it, this is corruption.
+
+        ``found`` is where the end was detected, ``pos`` the start of the record being read
+        (the LSN an error names).
+        """
         size = self.segment_size
-        nxt = (pos // size + 1) * size
+        nxt = (found // size + 1) * size
         segno = nxt // size
         if segno > self._max_segno:
             return
@@ -281,8 +294,10 @@ class XLogReader:
             self._page(nxt)
         except (_EndOfWal, WalVersionError, WalCorruptError, WalTruncatedError, WalGapError):
             return  # the following segment is recycled or absent: a genuine end
-        raise WalCorruptError(f"WAL ends here ({self.end_reason}) but continues in the "
-                              "next segment", segment=self._where(pos), lsn=pos)
+        detail = "" if found == pos else f" while reading the record at {format_lsn(pos)}"
+        raise WalCorruptError(f"WAL ends here ({self.end_reason}){detail} but valid WAL "
+                              f"continues in the next segment ({self._where(nxt)})",
+                              segment=self._where(found), lsn=found)
 
     def _where(self, lsn: int) -> str:
         """The file name of the segment holding ``lsn``, for error messages."""
@@ -322,7 +337,7 @@ class XLogReader:
                     header, info, rem_len = self._page(page)
                 except _EndOfWal as exc:
                     raise _EndOfWal(f"record at {format_lsn(pos)} continues past the end of "
-                                    f"valid WAL ({exc.args[0]})") from None
+                                    f"valid WAL ({exc.args[0]})", page) from None
                 pview, pwhere = self._segment(page // size)
                 poff = page % size
                 if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
@@ -339,7 +354,7 @@ class XLogReader:
                 take = min(rem_len, PAGE_SIZE - header)
                 if start + take > len(pview):
                     raise _EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of "
-                                    "the file")
+                                    "the file", page)
                 parts.append(bytes(pview[start:start + take]))
                 got += take
                 end_pos = page + header + _maxalign(take)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from cdclake.errors import WalError
+from cdclake.errors import WalCorruptError, WalError, WalTruncatedError
 from cdclake.wal.lsn import (
     SegmentName,
     check_segment_size,
@@ -56,7 +56,7 @@ class DirectorySource:
     def __init__(self, paths: Path | str | Iterable[Path | str]) -> None:
         if isinstance(paths, (str, Path)):
             paths = [paths]
-        self._segments: dict[SegmentName, Path] = {}
+        self._segments: dict[_Loose, Path] = {}
         self._histories: dict[int, Path] = {}
         files: list[Path] = []
         for p in map(Path, paths):
@@ -83,8 +83,10 @@ class DirectorySource:
             if not self._segments:
                 raise WalError("no WAL segments found")
             first = min(self._segments, key=lambda s: (s.segno_hint, s.timeline))
-            head = self._read(self._segments[first])[:40]
-            self._size = long_header_segment_size(head, str(self._segments[first]))
+            data = self._read(self._segments[first])
+            # the file's own length is the best guess of the size for naming its LSN
+            lsn = first.segno(len(data)) * len(data) if _valid_size(len(data)) else None
+            self._size = long_header_segment_size(data[:40], str(self._segments[first]), lsn)
         return self._size
 
     def list_segments(self) -> list[SegmentName]:
@@ -149,15 +151,29 @@ def _parse_loose(name: str) -> _Loose:
                   name.endswith(".partial"))
 
 
-def long_header_segment_size(head: bytes, where: str) -> int:
-    """xlp_seg_size of a segment's first (long) page header."""
+def _valid_size(size: int) -> bool:
+    return 1 << 20 <= size <= 1 << 30 and not size & (size - 1)
+
+
+def long_header_segment_size(head: bytes, where: str, lsn: int | None = None) -> int:
+    """xlp_seg_size of a segment's first (long) page header.
+
+    Errors are WalCorruptError/WalTruncatedError naming the file and, when known, the LSN of
+    the segment start: a file that is not WAL at all must read as corrupt input, not as a
+    generic failure.
+    """
     if len(head) < 40:
-        raise WalError("segment is too short to hold a long page header", segment=where)
+        raise WalTruncatedError("segment is too short to hold a long page header",
+                                segment=where, lsn=lsn)
+    magic = int.from_bytes(head[0:2], "little")
     info = int.from_bytes(head[2:4], "little")
     if not info & 0x0002:
-        raise WalError("first page of the segment has no long header", segment=where)
+        raise WalCorruptError(f"first page of the segment has no long header (magic "
+                              f"0x{magic:04X}, info 0x{info:04X}): not a WAL segment?",
+                              segment=where, lsn=lsn)
     size = int.from_bytes(head[32:36], "little")
     try:
         return check_segment_size(size)
     except WalError as exc:
-        raise WalError(str(exc), segment=where) from exc
+        raise WalCorruptError(f"{exc} (page magic 0x{magic:04X}): not a WAL segment?",
+                              segment=where, lsn=lsn) from exc

@@ -104,7 +104,7 @@ def parse(rec: XLogRecord, version: int) -> object | None:
             return XactAssignment(xtop, struct.unpack_from(f"<{n}I", md, 8))
         if op == XLOG_XACT_INVALIDATIONS:
             return XactInvalidations(_I32.unpack_from(md, 0)[0])
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+    except (struct.error, IndexError, ValueError) as exc:  # ValueError: no NUL after a gid
         raise WalCorruptError(f"malformed Transaction {OPNAMES.get(op, hex(op))} record: {exc}",
                               segment=rec.segment, lsn=rec.lsn) from None
     return None

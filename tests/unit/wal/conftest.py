@@ -1,0 +1,64 @@
+"""Committed WAL fixtures (see fixtures/regenerate.py): decompressed segments + expectations."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from tests.oracle.wal.pgwaldump import Row, row_from_json
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+VERSIONS = (15, 18)
+
+
+@dataclass
+class WalFixture:
+    """A fixture's segments, decompressed into a private directory, and pg_waldump's rows."""
+
+    version: int
+    dir: Path
+    segments: list[Path]
+    compressed: list[Path]
+    segment_size: int
+    rows: list[Row]
+
+    def segment_start(self, path: Path) -> int:
+        """LSN of the first byte of a segment file of this fixture."""
+        segno = int(path.name[8:16], 16) * (0x100000000 // self.segment_size) + int(
+            path.name[16:24], 16)
+        return segno * self.segment_size
+
+
+def _unzstd(data: bytes) -> bytes:
+    return zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 30)
+
+
+def load_fixture(version: int, dest: Path) -> WalFixture:
+    src = FIXTURES / f"pg{version}"
+    doc = json.loads(_unzstd((src / "expected.json.zst").read_bytes()))
+    dest.mkdir(parents=True, exist_ok=True)
+    compressed = sorted(src.glob("0*.zst"))
+    segments = []
+    for f in compressed:
+        out = dest / f.name[:-4]
+        out.write_bytes(_unzstd(f.read_bytes()))
+        segments.append(out)
+    assert [p.name for p in segments] == doc["segments"]
+    return WalFixture(version, dest, segments, compressed, doc["segment_size"],
+                      [row_from_json(r) for r in doc["records"]])
+
+
+@pytest.fixture(params=VERSIONS, ids=[f"pg{v}" for v in VERSIONS])
+def walfix(request: pytest.FixtureRequest, tmp_path: Path) -> WalFixture:
+    """Each version's fixture in its own tmp directory (tests may damage the copy)."""
+    return load_fixture(request.param, tmp_path / f"pg{request.param}")
+
+
+@pytest.fixture
+def wal15(tmp_path: Path) -> WalFixture:
+    """The PostgreSQL 15 fixture: four consecutive segments (bad-input tests need several)."""
+    return load_fixture(15, tmp_path / "pg15")
