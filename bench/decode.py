@@ -44,12 +44,12 @@ INSERT INTO wide SELECT i, i, i * 7, i / 3.0, md5(i::text), 'v' || i, i % 2 = 0,
   md5(i::text)::uuid, ARRAY[i, i + 1, i + 2], repeat('x', 60), decode(md5(i::text), 'hex'),
   (i % 30000)::int2, i * 1.000001, '2024-01-01'::timestamp + i * interval '1 s',
   (i % 100) * interval '1 hour', 'tail ' || i
-FROM generate_series(1, %(rows)s) i
+FROM generate_series(1, {rows}) i
 """
 
 WIDE_CHURN = """
-UPDATE wide SET a = a + 1, d = md5(d), j = j || '{"u": true}' WHERE id %% 2 = 0;
-DELETE FROM wide WHERE id %% 10 = 0;
+UPDATE wide SET a = a + 1, d = md5(d), j = j || '{"u": true}' WHERE id % 2 = 0;
+DELETE FROM wide WHERE id % 10 = 0;
 """
 
 
@@ -91,10 +91,10 @@ def pgbench(pg: LocalPostgres, db: str, scale: int) -> None:
 
 def wide(pg: LocalPostgres, db: str, scale: int) -> None:
     pg.sql(WIDE_DDL, db)
-    pg.sql(WIDE_LOAD % {"rows": 50_000 * scale}, db)
+    pg.sql(WIDE_LOAD.format(rows=50_000 * scale), db)
     for stmt in WIDE_CHURN.split(";"):
         if stmt.strip():
-            pg.sql(stmt.replace("%%", "%"), db)
+            pg.sql(stmt, db)
 
 
 WORKLOADS: dict[str, Callable[[LocalPostgres, str, int], None]] = {

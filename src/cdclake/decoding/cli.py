@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
 
+from cdclake.catalog.capture import sql_resolver
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.config import Config, parse_size
 from cdclake.decoding.plugins.test_decoding import TestDecoding
@@ -80,8 +81,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
         out: TextIO = sys.stdout if args.output == "-" else stack.enter_context(
             open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="\n"))
         write = _line_writer(out)
+        # WAL first (messages, pg_class rows); SQL only names a relfilenode nothing else did
+        resolver = sql_resolver(dsn, dictionary) if dsn else None
         result = decode(DirectorySource(args.wal), dictionary, options,
-                        lambda d, v: TestDecoding(write, d.types, version=v))
+                        lambda d, v: TestDecoding(write, d.types, version=v), resolver=resolver)
     if args.stats:
         print(_summary(result, options), file=sys.stderr)
     return 0

@@ -45,7 +45,7 @@ VARHDRSZ = 4
 MAX_DECIMAL_PRECISION = 38
 
 #: what a malformed datum raises inside the pure format functions
-_FORMAT_ERRORS = (ValueError, struct.error, IndexError, KeyError, OverflowError)
+FORMAT_ERRORS = (ValueError, struct.error, IndexError, KeyError, OverflowError)
 
 
 def _identity(s: str) -> str:
@@ -90,7 +90,7 @@ def _guard(fn: Callable[[object], object], what: str) -> Callable[[object], obje
             return fn(arg)
         except TupleDecodeError:
             raise
-        except _FORMAT_ERRORS as exc:
+        except FORMAT_ERRORS as exc:
             raise TupleDecodeError(f"cannot decode {what}: {exc}") from exc
 
     call.__wrapped__ = fn  # type: ignore[attr-defined]

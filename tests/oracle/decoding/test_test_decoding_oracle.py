@@ -7,14 +7,22 @@ from pathlib import Path
 
 import pytest
 
+from cdclake.catalog.capture import sql_resolver
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.decoding.plugins.test_decoding import TestDecoding
+from cdclake.decoding.session import DecodeOptions, decode
+from cdclake.errors import UnknownRelationError
 from cdclake.local.postgres import LocalPostgres
+from cdclake.wal.source import DirectorySource
 from tests.oracle.decoding.harness import (
+    Step,
     archive_all,
     capture,
     diff,
     oracle,
     ours,
     prepare,
+    run_steps,
     server_features,
 )
 from tests.oracle.decoding.workloads import workloads
@@ -65,3 +73,43 @@ def test_matches_slot_over_pgbench(pg: LocalPostgres, database: str, tmp_path: P
     actual, _ = ours(pg, cap, spill_dir=tmp_path / "spill")
     assert len(expected) > 100_000
     assert actual == expected, diff(expected, actual)
+
+
+#: one rewrite whose relfilenode still exists when decoding: SQL can still name its owner
+ONE_REWRITE = (("a", "CREATE TABLE vf (id int PRIMARY KEY, v text)"),
+               ("a", "INSERT INTO vf SELECT g, 'v' || g FROM generate_series(1, 20) g"),
+               ("a", "VACUUM FULL vf"),
+               ("a", "INSERT INTO vf VALUES (100, 'after vacuum full')"),
+               ("a", "UPDATE vf SET v = 'updated' WHERE id = 1"))
+
+
+def _without_tracker(pg: LocalPostgres, database: str, tmp_path: Path, steps: tuple[Step, ...],
+                     resolver: bool) -> tuple[list[str], list[str]]:
+    """A workload decoded with the WAL pg_class tracker switched off."""
+    cap = prepare(pg, database)
+    try:
+        run_steps(pg, database, steps)
+        cap.end_lsn = archive_all(pg, database)
+        expected = oracle(pg, cap)
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot(%s)", database, (cap.slot,))
+    lines: list[str] = []
+    dictionary = Dictionary()
+    options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
+                            end_lsn=cap.end_lsn, spill_dir=tmp_path / "spill")
+    decode(DirectorySource(pg.archive_dir), dictionary, options,
+           lambda d, v: TestDecoding(lines.append, d.types, version=v), tracker=None,
+           resolver=sql_resolver(pg.dsn(database), dictionary) if resolver else None)
+    return expected, lines
+
+
+def test_rewritten_relfilenodes_resolve_over_sql_without_the_wal_tracker(
+        pg: LocalPostgres, database: str, tmp_path: Path) -> None:
+    expected, actual = _without_tracker(pg, database, tmp_path, ONE_REWRITE, resolver=True)
+    assert actual == expected, diff(expected, actual)
+
+
+def test_a_relfilenode_nothing_explains_stops_decoding(pg: LocalPostgres, database: str,
+                                                       tmp_path: Path) -> None:
+    with pytest.raises(UnknownRelationError, match=r"relfilenode 1663/\d+/\d+ at LSN [0-9A-F]+/"):
+        _without_tracker(pg, database, tmp_path, ONE_REWRITE, resolver=False)

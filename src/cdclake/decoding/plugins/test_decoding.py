@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 
 from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.decoding.changes import DELETE, INSERT, Change, Truncate, TxnInfo
-from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
+from cdclake.decoding.rows import (
+    UNCHANGED_TOAST,
+    LayoutCache,
+    LiveColumn,
+    RowLayout,
+    column_payload,
+)
+from cdclake.tuples.codecs import FORMAT_ERRORS
 from cdclake.tuples.heap import MissingValue
 from cdclake.wal.record import WalTuple
 
@@ -36,6 +43,20 @@ def literal(type_oid: int, text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+_Step = tuple[int, str, Callable[[object], str], bool, LiveColumn]
+
+
+def _literal_fn(type_oid: int, text: Callable[[object], object]) -> Callable[[object], str]:
+    """``literal(type_oid, text(v))`` as one call, the per-value work of every change line."""
+    if type_oid in _BARE:
+        return text  # type: ignore[return-value]
+    if type_oid in _BIT:
+        return lambda v: f"B'{text(v)}'"
+    if type_oid == _BOOL:
+        return lambda v: "true" if text(v) == "t" else "false"
+    return lambda v: "'" + text(v).replace("'", "''") + "'"  # type: ignore[attr-defined]
+
+
 class TestDecoding:
     """Writes test_decoding lines to ``write`` (one call per output row)."""
 
@@ -52,7 +73,7 @@ class TestDecoding:
         #: empty transaction's BEGIN/COMMIT.
         self.messages_open_xact = version >= 17
         self.layouts = LayoutCache(types)
-        self._prefixes: dict[RowLayout, list[str]] = {}
+        self._plans: dict[RowLayout, list[_Step]] = {}
         self._wrote = False
 
     # -- transaction framing --------------------------------------------------------------
@@ -100,28 +121,38 @@ class TestDecoding:
     def _tuple(self, layout: RowLayout, tup: WalTuple, skip_nulls: bool,
                toast: Mapping[int, list[bytes]], lsn: int) -> str:
         datums = layout.datums(tup, lsn)
-        prefixes = self._column_prefixes(layout)
         parts = []
-        for lc, prefix in zip(layout.live, prefixes, strict=True):
-            d = datums[lc.index]
-            if d is None:
-                if not skip_nulls:
-                    parts.append(prefix + "null")
-                continue
-            value = column_payload(lc, d, toast)
-            if value is UNCHANGED_TOAST:
-                parts.append(prefix + "unchanged-toast-datum")
-            elif isinstance(value, MissingValue):
-                parts.append(prefix + literal(lc.column.type_oid, value.text))
-            else:
-                parts.append(prefix + literal(lc.column.type_oid, lc.codec.text(value)))
+        try:
+            for index, prefix, fmt, varlena, lc in self._plan(layout):
+                value = datums[index]
+                if value is None:
+                    if not skip_nulls:
+                        parts.append(prefix + "null")
+                elif type(value) is MissingValue:
+                    parts.append(prefix + literal(lc.column.type_oid, value.text))
+                elif varlena:
+                    value = column_payload(lc, value, toast)
+                    if value is UNCHANGED_TOAST:
+                        parts.append(prefix + "unchanged-toast-datum")
+                    else:
+                        parts.append(prefix + fmt(value))
+                else:
+                    parts.append(prefix + fmt(value))
+        except FORMAT_ERRORS:
+            lc.codec.text(value)  # raises the codec's TupleDecodeError naming type and column
+            raise
         return "".join(parts)
 
-    def _column_prefixes(self, layout: RowLayout) -> list[str]:
-        p = self._prefixes.get(layout)
+    def _plan(self, layout: RowLayout) -> list[_Step]:
+        """Per relation version, once: where each live column is, its ``name[type]:``
+        prefix and one function from its bytes straight to the quoted literal."""
+        p = self._plans.get(layout)
         if p is None:
-            p = self._prefixes[layout] = [
-                f" {lc.column.quoted}[{self.types[lc.column.type_oid].name}]:"
+            p = self._plans[layout] = [
+                (lc.index, f" {lc.column.quoted}[{self.types[lc.column.type_oid].name}]:",
+                 _literal_fn(lc.column.type_oid, getattr(lc.codec.text, "__wrapped__",
+                                                         lc.codec.text)),
+                 lc.codec.typisvarlena, lc)
                 for lc in layout.live]
         return p
 
