@@ -29,6 +29,10 @@ LSN = "_lsn"  #: LSN of the record that made the change
 SEQ = "_seq"  #: index of the change inside its record (multi-insert tuples share an LSN)
 OP = "_op"  #: I insert, U update, D delete, T truncate (data columns null)
 OLD_KEY = "_old_key"  #: struct of the old identity: key columns, or all columns for FULL
+#: the only field of ``_old_key`` for a table without identity (REPLICA IDENTITY NOTHING, or
+#: DEFAULT without a primary key): Parquet cannot store a struct with no fields, so such tables
+#: get this placeholder, always null, and the column itself is always null
+NO_IDENTITY = "_no_identity"
 UNCHANGED_TOAST = "_unchanged_toast"  #: names of columns whose (TOASTed) value was not logged
 
 OP_INSERT = "I"
@@ -37,6 +41,13 @@ OP_DELETE = "D"
 OP_TRUNCATE = "T"
 
 SYSTEM_COLUMNS = (COMMIT_LSN, COMMIT_TS, XID, LSN, SEQ, OP, OLD_KEY, UNCHANGED_TOAST)
+
+
+def old_key_type(key_fields: list[pa.Field]) -> pa.StructType:
+    """The ``_old_key`` struct for these identity columns (a placeholder when there are none)."""
+    if not key_fields:
+        return pa.struct([pa.field(NO_IDENTITY, pa.bool_())])
+    return pa.struct(key_fields)
 
 
 def system_fields(old_key_type: pa.StructType) -> list[pa.Field]:

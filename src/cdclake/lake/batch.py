@@ -132,7 +132,7 @@ def check_columns(schema: pa.Schema, rel: RelationVersion, where: str) -> None:
 def _empty_changes(rel: RelationVersion) -> pa.Table:
     """A version listed with no files: an empty table (its data types are unknown: null)."""
     cols = [pa.field(c.name, pa.null()) for c in rel.live_columns()]
-    return pa.schema(cols + stream.system_fields(pa.struct([]))).empty_table()
+    return pa.schema(cols + stream.system_fields(stream.old_key_type([]))).empty_table()
 
 
 def resolve_root(root: str | Path, filesystem: pafs.FileSystem | None) -> tuple[

@@ -134,7 +134,8 @@ class ArrowChanges:
         layout = self.layouts.get(rel)
         key = key_columns(rel, layout)
         fields = [pa.field(lc.column.name, lc.codec.arrow_type) for lc in layout.live]
-        old_key_type = pa.struct([pa.field(lc.column.name, lc.codec.arrow_type) for lc in key])
+        old_key_type = stream.old_key_type(
+            [pa.field(lc.column.name, lc.codec.arrow_type) for lc in key])
         schema = pa.schema(fields + stream.system_fields(old_key_type))
         buf = _TableBuffer(rel, layout, key, schema, [[] for _ in schema])
         self._buffers[id(rel)] = buf
@@ -161,33 +162,58 @@ class ArrowChanges:
         arrays = [pa.array(col, type=f.type) for col, f in zip(buf.columns, buf.schema,
                                                                  strict=True)]
         table = pa.Table.from_arrays(arrays, schema=buf.schema)
-        rel_path = f"{version_dir(buf.rel)}/part-{buf.parts:05d}.parquet"
-        path = f"{self.root}/{rel_path}"
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with self.fs.open_output_stream(path) as out:
-            pq.write_table(table, out)
-        buf.paths.append(rel_path)
+        buf.paths.append(self._write_part(buf.rel, buf.parts, table))
         buf.parts += 1
         buf.columns = [[] for _ in buf.schema]
+
+    def _write_part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
+        """Where a full buffer goes; a hook so Spark partitions can keep rows for the driver."""
+        return write_part(self.fs, self.root, rel, index, table)
 
     # -- end of batch ----------------------------------------------------------------------
 
     def close(self, start_lsn: int, end_lsn: int) -> dict[str, Any]:
         """Flush every buffer and write ``_manifest.json``; returns the manifest."""
-        tables: dict[int, dict[str, Any]] = {}
         for buf in self._order:
             self._flush(buf)
-            entry = tables.setdefault(buf.rel.oid, {
-                "table": f"{buf.rel.schema}.{buf.rel.name}", "oid": buf.rel.oid, "versions": []})
-            entry["versions"].append({"valid_from": buf.rel.valid_from,
-                                      "relation": buf.rel.to_json(), "paths": buf.paths,
-                                      "rows": buf.rows})
-        manifest = {"batch": self.batch, "start_lsn": start_lsn, "end_lsn": end_lsn,
-                    "commits": self.commits, "tables": list(tables.values())}
-        self.fs.create_dir(self.root, recursive=True)
-        with self.fs.open_output_stream(f"{self.root}/_manifest.json") as out:
-            out.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        manifest = build_manifest(self.batch, start_lsn, end_lsn, self.commits,
+                                  [(buf.rel, buf.paths, buf.rows) for buf in self._order])
+        write_manifest(self.fs, self.root, manifest)
         return manifest
+
+
+def write_part(fs: pafs.FileSystem, root: str, rel: RelationVersion, index: int,
+               table: pa.Table) -> str:
+    """Write one Parquet part of a relation version; its path relative to the batch root.
+
+    Shared with the Spark writer so both produce the same files for the same rows.
+    """
+    rel_path = f"{version_dir(rel)}/part-{index:05d}.parquet"
+    path = f"{root}/{rel_path}"
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as out:
+        pq.write_table(table, out)
+    return rel_path
+
+
+def build_manifest(batch: str, start_lsn: int, end_lsn: int, commits: int,
+                   versions: list[tuple[RelationVersion, list[str], int]]) -> dict[str, Any]:
+    """The ``_manifest.json`` content; ``versions`` (relation, paths, rows) in first-row order."""
+    tables: dict[int, dict[str, Any]] = {}
+    for rel, paths, rows in versions:
+        entry = tables.setdefault(rel.oid, {
+            "table": f"{rel.schema}.{rel.name}", "oid": rel.oid, "versions": []})
+        entry["versions"].append({"valid_from": rel.valid_from, "relation": rel.to_json(),
+                                  "paths": paths, "rows": rows})
+    return {"batch": batch, "start_lsn": start_lsn, "end_lsn": end_lsn, "commits": commits,
+            "tables": list(tables.values())}
+
+
+def write_manifest(fs: pafs.FileSystem, root: str, manifest: dict[str, Any]) -> None:
+    """Write ``_manifest.json`` last: a batch without it is incomplete (lake.batch refuses it)."""
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(f"{root}/_manifest.json") as out:
+        out.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
 
 
 def key_columns(rel: RelationVersion, layout: RowLayout) -> tuple[LiveColumn, ...]:

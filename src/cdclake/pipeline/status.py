@@ -1,0 +1,109 @@
+"""``cdclake status``: where the stream stands, from the archive to each mirror.
+
+Reads only: the manifest (what is archived, and any gap), the decoder's progress state, the
+decoded batches and which of them the lake has taken, each mirror's commit LSN and, when the
+source is reachable, its current WAL position — the four places a stalled pipeline can be
+stuck, side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cdclake.archive import open_store
+from cdclake.archive.manifest import Manifest
+from cdclake.config import Config
+from cdclake.errors import CdclakeError, ObjectNotFound
+from cdclake.pipeline.batches import list_batches, pending
+from cdclake.pipeline.steps import _layout, _lsn, mirror_status
+from cdclake.wal.lsn import format_lsn, parse_lsn
+
+
+def status(config: Config) -> dict[str, Any]:
+    """The stream's state as a JSON-able dict; a part that cannot be read says why instead
+    of hiding the others."""
+    store, layout = open_store(config), _layout(config)
+    out: dict[str, Any] = {"stream": config.stream, "store": store.url()}
+
+    manifest = Manifest(store, layout)
+    system = manifest.system()
+    names = manifest.names()
+    archive: dict[str, Any] = {"segments": len(names), "first": names[0] if names else None,
+                               "last": names[-1] if names else None}
+    if system is not None:
+        archive.update(pg_version=system.pg_version, segment_size=system.segment_size,
+                       system_id=str(system.system_id))
+        archive["gaps"] = [str(g) for g in manifest.gaps()]
+    out["archive"] = archive
+
+    try:
+        out["progress"] = json.loads(store.get(layout.progress_key()))
+    except ObjectNotFound:
+        out["progress"] = None  # nothing decoded yet
+    except ValueError as exc:
+        out["progress"] = {"error": f"unreadable progress state: {exc}"}
+
+    batches = list_batches(store, layout)
+    try:
+        from cdclake.lake.catalog import open_catalog
+        from cdclake.lake.watermark import merged_end_lsn
+
+        catalog = open_catalog(config)
+        merged = merged_end_lsn(catalog, config.namespace, config.stream)
+        out["lake"] = {"namespace": config.namespace, "merged_end_lsn": _lsn(merged),
+                       "mirrors": mirror_status(config, catalog)}
+    except CdclakeError as exc:
+        merged = None
+        out["lake"] = {"error": str(exc)}
+    todo = pending(batches, merged)
+    out["batches"] = {"decoded": len(batches), "last": batches[-1].name if batches else None,
+                      "last_end_lsn": _lsn(batches[-1].end_lsn) if batches else None,
+                      "pending_merge": [b.name for b in todo]}
+    if config.source_dsn:
+        out["source"] = _source_position(config.source_dsn)
+    return out
+
+
+def _source_position(dsn: str) -> dict[str, Any]:
+    """The source's current WAL position and archiver state (a lag is read against it)."""
+    try:
+        import psycopg
+
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT pg_current_wal_lsn()::text, last_archived_wal, failed_count, "
+                "last_failed_wal FROM pg_stat_archiver").fetchone()
+    except Exception as exc:  # status must still print the rest
+        return {"error": f"cannot reach the source: {exc}"}
+    assert row is not None
+    return {"current_wal_lsn": format_lsn(parse_lsn(row[0])), "last_archived_wal": row[1],
+            "archive_failures": row[2], "last_failed_wal": row[3]}
+
+
+def format_status(data: dict[str, Any]) -> str:
+    """A few lines a person reads at a glance; ``--json`` gives everything."""
+    a = data["archive"]
+    lines = [f"stream {data['stream']} at {data['store']}",
+             f"archive: {a['segments']} segment(s)"
+             + (f", {a['first']} .. {a['last']}" if a["segments"] else "")
+             + (f"; GAPS: {'; '.join(a['gaps'])}" if a.get("gaps") else "")]
+    if "source" in data:
+        s = data["source"]
+        lines.append(f"source: {s['error']}" if "error" in s else
+                     f"source: current WAL {s['current_wal_lsn']}, last archived "
+                     f"{s['last_archived_wal']}, archive failures {s['archive_failures']}")
+    b = data["batches"]
+    lines.append(f"decoded: {b['decoded']} batch(es), last {b['last']} ending at "
+                 f"{b['last_end_lsn']}; waiting for merge: {len(b['pending_merge'])}"
+                 + (f" ({', '.join(b['pending_merge'])})" if b["pending_merge"] else ""))
+    lake = data["lake"]
+    if "error" in lake:
+        lines.append(f"lake: {lake['error']}")
+    else:
+        lines.append(f"lake: namespace {lake['namespace']}, merged up to "
+                     f"{lake['merged_end_lsn']}")
+        for source, m in sorted(lake["mirrors"].items()):
+            lines.append(f"  {source} -> {m['mirror']}: {m['rows']} row(s), commit LSN "
+                         f"{m['commit_lsn']}")
+    return "\n".join(lines)

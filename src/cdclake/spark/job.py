@@ -1,0 +1,299 @@
+"""The Spark decode job: one batch of archived segments -> ``changes/<batch>/``.
+
+Stages (ARCHITECTURE.md, "On Spark"): tasks parse segments in parallel (each also reads the
+head of the next segment for a straddling record); the driver collects the subtransaction
+assignments; records are shuffled by top-level xid into ``spark_partitions`` partitions (the
+records every partition needs are broadcast), sorted by LSN, and each partition runs the
+reorder buffer and reassembly of :mod:`cdclake.decoding`; the driver orders the emitted rows by
+commit LSN and writes the stream. Open transactions go to ``spill/<batch>/`` and come back in
+the next batch; ``state/progress.json`` says where that batch starts.
+
+Usage: ``python -m cdclake.spark.job [--until SEGMENT]`` decodes one batch with the
+configuration from the environment (``CDCLAKE_*``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from pyarrow import fs as pafs
+
+from cdclake.archive import open_store
+from cdclake.archive.layout import Layout
+from cdclake.archive.store import ObjectStore
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.config import Config
+from cdclake.errors import ConfigError, DecodingError, StoreError, WalCorruptError
+from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
+from cdclake.spark.plan import BatchPlan, plan_batch
+from cdclake.spark.progress import Progress, load_progress, save_progress
+from cdclake.spark.routing import RouteMap, partition_of, route, segment_facts
+from cdclake.spark.segments import ParsedSegment, parse_segment
+from cdclake.spark.txnstate import DecoderState, OpenTxn
+from cdclake.spark.writer import write_stream
+from cdclake.wal.lsn import format_lsn
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROWS_PER_PART = 100_000
+
+
+@dataclass
+class BatchResult:
+    batch: str  #: batch id, the directory name under changes/
+    manifest: dict[str, Any]  #: the stream manifest (decoding/stream.py contract)
+    start_lsn: int
+    end_lsn: int
+    commits: int
+    segments: list[str]
+    #: summed over partitions: changes, aborted, spilled_txns, spilled_changes, peak_memory
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def spark_session(config: Config) -> SparkSession:
+    """A session on ``config.spark_master`` (``local[*]`` by default).
+
+    Workers run this interpreter unless PYSPARK_PYTHON says otherwise: they import cdclake.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return (SparkSession.builder.master(config.spark_master)
+            .appName(f"cdclake-decode-{config.stream}")
+            .config("spark.ui.enabled", "false")
+            .config("spark.default.parallelism", str(config.spark_partitions))
+            .getOrCreate())
+
+
+def decode_batch(config: Config, *, spark: SparkSession | None = None,
+                 until_segment: str | None = None, dry_run: bool = False,
+                 start_lsn: int | None = None, db_oid: int | None = None,
+                 dictionary: Dictionary | None = None) -> BatchResult | None:
+    """Decode the archived segments not yet consumed (per state/progress.json), up to and
+    including until_segment if given; None when there is nothing new. Idempotent: re-running
+    after a crash before progress is saved rewrites the same batch.
+
+    The keyword-only ``start_lsn`` (emit transactions committing at or after it), ``db_oid``
+    (else looked up over ``config.source_dsn``) and ``dictionary`` (else empty: the WAL must
+    hold the full dictionary ``cdclake source install`` emits) only matter for the first
+    batch; later batches take them from the saved state.
+    """
+    store = open_store(config)
+    layout = Layout()
+    progress = load_progress(store, layout)
+    plan = plan_batch(store, layout, progress, until_segment)
+    if plan is None:
+        return None
+    if dry_run:  # what would be decoded: no manifest, nothing written
+        return BatchResult(plan.name, {}, plan.read_from, plan.read_from, 0, plan.segments)
+    if progress is not None:
+        state = _Inherited.of_progress(store, progress)
+    else:
+        state = _Inherited.first(config, start_lsn, db_oid, dictionary)
+    spark = spark or spark_session(config)
+    _clear(store, layout.spill_prefix(plan.name))  # left by an attempt that did not finish
+    results, next_lsn, version = _run(spark, config, store, layout, plan, state)
+    return _finish(config, store, layout, plan, progress, state, results, next_lsn, version)
+
+
+@dataclass
+class _Inherited:
+    """What a batch starts from: the previous batch's state, or the first batch's inputs."""
+
+    db_oid: int
+    start_lsn: int
+    dictionary: dict[str, Any]
+    decoder: DecoderState | None
+    open_txns: list[OpenTxn]
+    confirmed_lsn: int
+    version: int
+
+    @classmethod
+    def of_progress(cls, store: ObjectStore, p: Progress) -> _Inherited:
+        try:
+            dictionary = json.loads(store.get(p.dictionary_key))
+        except Exception as exc:
+            raise StoreError(f"cannot read the dictionary {store.url(p.dictionary_key)} that "
+                             f"batch {p.batch} left: {exc}") from exc
+        return cls(p.db_oid, p.start_lsn, dictionary, p.decoder, p.open_txns, p.confirmed_lsn,
+                   p.version)
+
+    @classmethod
+    def first(cls, config: Config, start_lsn: int | None, db_oid: int | None,
+              dictionary: Dictionary | None) -> _Inherited:
+        if db_oid is None:
+            if not config.source_dsn:
+                raise ConfigError("the first batch needs the source database's OID: set "
+                                  "CDCLAKE_SOURCE_DSN (or pass db_oid)")
+            from cdclake.decoding.cli import database_oid
+
+            db_oid = database_oid(config.source_dsn)
+        d = dictionary if dictionary is not None else Dictionary()
+        return cls(db_oid, start_lsn or 0, d.to_json(), None, [], 0, 0)
+
+
+def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
+         plan: BatchPlan, state: _Inherited) -> tuple[list[PartitionResult], int, int]:
+    """The Spark part: parse, collect routing facts, shuffle, decode per partition."""
+    from pyspark import StorageLevel
+
+    sc = spark.sparkContext
+    size, db = plan.segment_size, state.db_oid
+    parsed = sc.parallelize(list(plan.tasks), len(plan.tasks)).map(
+        lambda t: parse_segment(t, store, layout, size, db))
+    parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        facts = parsed.map(lambda p: (_summary(p), segment_facts(p, db))).collect()
+        summaries = [f[0] for f in facts]
+        _check_joins(plan, summaries)
+        versions = {s.version for s in summaries if s.version} | (
+            {state.version} if state.version else set())
+        if len(versions) > 1:
+            raise WalCorruptError(f"batch {plan.name} mixes WAL of PostgreSQL versions "
+                                  f"{sorted(versions)}")
+        version = versions.pop() if versions else 0
+        next_lsn = summaries[-1].end_of_wal or plan.read_from
+        n = config.spark_partitions
+        pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
+        rmap = sc.broadcast(RouteMap.merge(
+            n, (f[1] for f in facts), {o.xid: o.top for o in state.open_txns if o.top},
+            pg_class[1] if pg_class else None))
+        ctx = PartitionContext(
+            partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
+            version=version, segment_size=size, work_mem=config.work_mem,
+            tables=frozenset(config.tables), rows_per_part=ROWS_PER_PART,
+            dictionary=state.dictionary, decoder=state.decoder, open_txns=state.open_txns,
+            store=store, layout=layout,
+            spill_dir=str(config.spill_dir) if config.spill_dir else None)
+        # the shuffle key is an int (partition, then LSN): sorted as is; pyspark's stubs
+        # reject int as an orderable key type
+        routed = parsed.flatMap(lambda p: route(p, rmap.value))
+        results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
+                       n, partitionFunc=partition_of)
+                   .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
+                   .collect())
+        rmap.destroy()
+    finally:
+        parsed.unpersist()
+    return sorted(results, key=lambda r: r.index), next_lsn, version
+
+
+@dataclass(frozen=True)
+class _Summary:
+    segno: int
+    version: int
+    first_lsn: int | None
+    first_prev: int
+    last_lsn: int | None
+    end_of_wal: int
+    end_reason: str
+
+
+def _summary(p: ParsedSegment) -> _Summary:
+    return _Summary(p.segno, p.version, p.first_lsn, p.first_prev, p.last_lsn, p.end_of_wal,
+                    p.end_reason)
+
+
+def _check_joins(plan: BatchPlan, summaries: list[_Summary]) -> None:
+    """Consecutive tasks must join: no WAL ends early but the last, prev-links continue."""
+    size = plan.segment_size
+    for i in range(len(summaries) - 1):
+        a, b = summaries[i], summaries[i + 1]
+        name = plan.tasks[i].segment.name(size)
+        if a.end_of_wal < (a.segno + 1) * size:
+            raise WalCorruptError(f"WAL ends at {format_lsn(a.end_of_wal)} ({a.end_reason}) but "
+                                  "later segments are archived", segment=name,
+                                  lsn=a.end_of_wal)
+        if a.last_lsn is not None and b.first_lsn is not None and b.first_prev != a.last_lsn:
+            raise WalCorruptError(f"record at {format_lsn(b.first_lsn)} links back to "
+                                  f"{format_lsn(b.first_prev)}, not to the last record of the "
+                                  f"previous segment {format_lsn(a.last_lsn)}", segment=name,
+                                  lsn=b.first_lsn)
+
+
+def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
+            progress: Progress | None, state: _Inherited, results: list[PartitionResult],
+            next_lsn: int, version: int) -> BatchResult:
+    """Check the partitions agree, write the stream, then the state (progress last)."""
+    dictionaries = {r.dictionary for r in results}
+    decoders = {r.decoder for r in results}
+    if len(dictionaries) != 1 or len(decoders) != 1:
+        raise DecodingError(f"batch {plan.name}: reorder-buffer partitions ended with "
+                            "different dictionaries or decoder states; a record every "
+                            "partition needs was not broadcast (a cdclake bug)")
+    _clear(store, layout.changes_prefix(plan.name))
+    fs, root = changes_filesystem(config, store, layout.changes_prefix(plan.name))
+    commits = sum(r.commits for r in results)
+    manifest = write_stream(fs, root, plan.name, (v for r in results for v in r.versions),
+                            commits, plan.read_from, next_lsn, ROWS_PER_PART)
+    dictionary_key = layout.dictionary_key(f"{plan.name}.json")
+    store.put(dictionary_key, dictionaries.pop().encode())
+    open_txns = sorted((t for r in results for t in r.open_txns), key=lambda t: t.xid)
+    confirmed = max([state.confirmed_lsn, *(r.last_commit for r in results)])
+    restart = min([t.first_lsn for t in open_txns], default=next_lsn)
+    save_progress(store, layout, Progress(
+        seq=plan.seq, batch=plan.name, next_lsn=next_lsn, last_segment=plan.segments[-1],
+        confirmed_lsn=confirmed, restart_lsn=restart, start_lsn=state.start_lsn,
+        db_oid=state.db_oid, version=version, segment_size=plan.segment_size,
+        dictionary_key=dictionary_key, decoder=decoders.pop(), open_txns=open_txns))
+    if progress is not None:  # the previous batch's open transactions are now ours
+        _clear(store, layout.spill_prefix(progress.batch))
+    stats: dict[str, int] = {}
+    for r in results:
+        for k, v in r.stats.items():
+            stats[k] = stats.get(k, 0) + v
+    return BatchResult(plan.name, manifest, plan.read_from, next_lsn, commits, plan.segments,
+                       stats)
+
+
+def _clear(store: ObjectStore, prefix: str) -> None:
+    for info in list(store.list(prefix)):
+        store.delete(info.key)
+
+
+def changes_filesystem(config: Config, store: ObjectStore,
+                       prefix: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and path for a store prefix (the batch directory)."""
+    url = store.url(prefix).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return pafs.LocalFileSystem(), unquote(parts.path)
+    if parts.scheme not in ("s3", "s3a"):
+        raise ConfigError(f"cannot write the change stream to {url}")
+    kwargs: dict[str, Any] = {"region": config.s3_region}
+    if config.s3_access_key_id:
+        kwargs["access_key"] = config.s3_access_key_id
+        kwargs["secret_key"] = config.s3_secret_access_key
+    if config.s3_endpoint_url:
+        endpoint = urlsplit(config.s3_endpoint_url)
+        kwargs["endpoint_override"] = endpoint.netloc
+        kwargs["scheme"] = endpoint.scheme or "https"
+    return pafs.S3FileSystem(**kwargs), f"{parts.netloc}{unquote(parts.path)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m cdclake.spark.job",
+                                description="decode the next batch of archived WAL on Spark")
+    p.add_argument("--until", help="last segment to include")
+    p.add_argument("--dry-run", action="store_true")
+    args = p.parse_args(argv)
+    result = decode_batch(Config.load(), until_segment=args.until, dry_run=args.dry_run)
+    if result is None:
+        print("nothing new to decode")
+    else:
+        print(f"batch {result.batch}: {len(result.segments)} segments, {result.commits} "
+              f"commits, {format_lsn(result.start_lsn)}..{format_lsn(result.end_lsn)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

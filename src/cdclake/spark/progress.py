@@ -1,0 +1,85 @@
+"""``state/progress.json``: where the next batch starts and what it inherits.
+
+Written last, atomically, after the batch's changes, spill objects and dictionary are in the
+store: until it is written the previous progress stands, so a batch interrupted at any point
+is decoded again from the same state, under the same name, with the same result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdclake.archive.layout import Layout
+from cdclake.archive.manifest import utc_now_iso
+from cdclake.archive.store import ObjectStore
+from cdclake.errors import ObjectNotFound, StoreError
+from cdclake.spark.txnstate import DecoderState, OpenTxn
+
+FORMAT = 1
+
+
+@dataclass
+class Progress:
+    """The stream's decoding position after the last finished batch."""
+
+    seq: int  #: number of batches decoded so far
+    batch: str  #: name of the last batch (its changes/, spill/ and dictionary objects)
+    next_lsn: int  #: where the next batch starts reading (a record or segment start)
+    last_segment: str  #: the last segment the batch read
+    confirmed_lsn: int  #: commit LSN of the last transaction emitted (ever)
+    restart_lsn: int  #: oldest first LSN of an open transaction (else next_lsn)
+    start_lsn: int  #: transactions committing before this are never emitted (first batch)
+    db_oid: int
+    version: int  #: PostgreSQL major version of the WAL
+    segment_size: int
+    dictionary_key: str  #: the dictionary valid at next_lsn
+    decoder: DecoderState
+    open_txns: list[OpenTxn] = field(default_factory=list)
+    updated_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "seq": self.seq, "batch": self.batch, "next_lsn": self.next_lsn,
+            "last_segment": self.last_segment, "confirmed_lsn": self.confirmed_lsn,
+            "restart_lsn": self.restart_lsn, "start_lsn": self.start_lsn, "db_oid": self.db_oid,
+            "version": self.version, "segment_size": self.segment_size,
+            "dictionary_key": self.dictionary_key, "decoder": self.decoder.to_json(),
+            "open_txns": [t.to_json() for t in self.open_txns],
+            "updated_at": self.updated_at or utc_now_iso(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Progress:
+        if d.get("format") != FORMAT:
+            raise StoreError(f"state/progress.json has format {d.get('format')!r}; this "
+                             f"cdclake reads format {FORMAT}")
+        return cls(
+            seq=int(d["seq"]), batch=str(d["batch"]), next_lsn=int(d["next_lsn"]),
+            last_segment=str(d["last_segment"]), confirmed_lsn=int(d["confirmed_lsn"]),
+            restart_lsn=int(d["restart_lsn"]), start_lsn=int(d["start_lsn"]),
+            db_oid=int(d["db_oid"]), version=int(d["version"]),
+            segment_size=int(d["segment_size"]), dictionary_key=str(d["dictionary_key"]),
+            decoder=DecoderState.from_json(d["decoder"]),
+            open_txns=[OpenTxn.from_json(t) for t in d.get("open_txns", ())],
+            updated_at=str(d.get("updated_at", "")))
+
+
+def load_progress(store: ObjectStore, layout: Layout) -> Progress | None:
+    """The saved progress, or None before the first batch."""
+    key = layout.progress_key()
+    try:
+        data = store.get(key)
+    except ObjectNotFound:
+        return None
+    try:
+        return Progress.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{store.url(key)} is not valid progress state ({exc}); restore it "
+                         "or remove it to decode the stream from the start") from exc
+
+
+def save_progress(store: ObjectStore, layout: Layout, progress: Progress) -> None:
+    store.put(layout.progress_key(),
+              json.dumps(progress.to_json(), indent=1, sort_keys=True).encode())

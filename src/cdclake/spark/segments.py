@@ -1,0 +1,121 @@
+"""Stage 1 on Spark: which segments a batch reads, and parsing one segment inside a task.
+
+A record belongs to the segment it starts in. A task reads its segment from the store and, for
+a record that straddles the boundary, the head of the next one (the reader fetches later
+segments lazily, only when a record continues there). Tasks return only the records decoding
+uses, already classified for the shuffle (see :mod:`cdclake.spark.routing`), plus the facts
+the driver needs to check that consecutive tasks join up (prev-links) and where WAL ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cdclake.archive.layout import Layout
+from cdclake.archive.source import StoreSegmentSource
+from cdclake.archive.store import ObjectStore
+from cdclake.wal.lsn import SegmentName
+from cdclake.wal.reader import XLogReader
+from cdclake.wal.record import XLogRecord
+
+
+class StoreWindow:
+    """A SegmentSource over the store that lists only the segments a task may read.
+
+    It also reconciles :class:`StoreSegmentSource` (whose ``segment_size`` is a method) with
+    the :class:`~cdclake.wal.source.SegmentSource` protocol (a property), which the reader uses.
+    Pickles cheaply: the store drops its client, the segment list is a few names.
+    """
+
+    def __init__(self, store: ObjectStore, layout: Layout, segment_size: int,
+                 segments: list[SegmentName]) -> None:
+        self._source = StoreSegmentSource(store, layout, segment_size)
+        self._size = segment_size
+        self._segments = list(segments)
+
+    @property
+    def segment_size(self) -> int:
+        return self._size
+
+    def list_segments(self) -> list[SegmentName]:
+        return list(self._segments)
+
+    def read_segment(self, segment: SegmentName) -> bytes:
+        return self._source.read_segment(segment)
+
+    def read_history(self, timeline: int) -> str | None:
+        return self._source.read_history(timeline)
+
+    def describe(self, segment: SegmentName) -> str:
+        return self._source.describe(segment)
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    """One segment to parse: records starting in ``[read_from, end)``."""
+
+    segment: SegmentName
+    read_from: int  #: the segment's start, or where the previous batch stopped inside it
+    end: int  #: the next segment's start
+    keep_first: bool  #: keep the first record whatever it is (the decoder's clean-start test)
+    window: tuple[SegmentName, ...]  #: this segment and the archived ones after it
+
+
+@dataclass
+class ParsedSegment:
+    """What a task found in its segment."""
+
+    segno: int
+    version: int = 0  #: PostgreSQL major version from the page magic
+    first_lsn: int | None = None  #: first record starting in the segment (after read_from)
+    first_prev: int = 0  #: its prev-link: must be the previous task's last record
+    last_lsn: int | None = None
+    end_of_wal: int = 0  #: where the next record starts (past ``end`` if one straddles)
+    end_reason: str = ""
+    records: list[tuple[int, XLogRecord]] = field(default_factory=list)  #: (kind, record)
+
+
+def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
+    """Make a record picklable: payload memoryviews (slices of the segment) become bytes.
+
+    ``drop_images`` removes full-page images, which only the pg_class tracker reads; records
+    of user tables carry their tuples in block data (wal_level=logical), so routing them
+    without the 8 kB images keeps the shuffle small.
+    """
+    rec.main_data = bytes(rec.main_data)
+    for b in rec.blocks:
+        if b.data is not None:
+            b.data = bytes(b.data)
+        if b.image is not None:
+            # a block without data (a catalog insert logged as an image) keeps its image
+            b.image = None if drop_images and b.data is not None else bytes(b.image)
+    return rec
+
+
+def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
+                  db_oid: int) -> ParsedSegment:
+    """Read the records starting in the task's range and keep the ones decoding needs."""
+    from cdclake.spark.routing import classify
+
+    source = StoreWindow(store, layout, segment_size, list(task.window))
+    reader = XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
+    out = ParsedSegment(task.segment.segno)
+    first = True
+    for rec in reader:
+        if first:
+            out.first_lsn, out.first_prev = rec.lsn, rec.prev
+        out.last_lsn = rec.lsn
+        kind = classify(rec, db_oid, keep=first and task.keep_first)
+        first = False
+        if kind is not None:
+            out.records.append((kind, freeze(rec, drop_images=kind == ROUTED_KIND)))
+    out.version = reader.version
+    out.end_of_wal = reader.end_of_wal
+    out.end_reason = reader.end_reason
+    return out
+
+
+#: classification codes (kept here so tasks and routing agree without a cycle)
+BROADCAST_KIND = 0  #: every partition needs it
+CATALOG_KIND = 1  #: heap record on a relfilenode that may be pg_class: broadcast
+ROUTED_KIND = 2  #: a change of one transaction: goes to its owner (unless pg_class after all)

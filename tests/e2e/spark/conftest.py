@@ -1,0 +1,27 @@
+"""Fixtures for the Spark decode tests: one local SparkSession (2 partitions) per module.
+
+The S3 endpoint fixtures of the archive tests are reused for the one test over HTTP S3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cdclake.config import Config
+from cdclake.spark.job import spark_session
+from tests.e2e.archive.conftest import local_s3, s3_config
+
+__all__ = ["local_s3", "s3_config"]
+
+PARTITIONS = 2
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spark_session(Config(spark_master=f"local[{PARTITIONS}]",
+                                   spark_partitions=PARTITIONS))
+    yield session
+    session.stop()

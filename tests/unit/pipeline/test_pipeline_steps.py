@@ -1,0 +1,220 @@
+"""The pipeline's steps over a local store and a SQLite catalog, with batches written in the
+decoder's layout (no Spark, no PostgreSQL): what is pending, partial and dry-run merges,
+reports, and the CLI wiring of ``cdclake run`` / ``cdclake status``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cdclake.archive import Layout, open_store
+from cdclake.cli import main
+from cdclake.config import Config
+from cdclake.errors import ConfigError, QualityError
+from cdclake.lake.catalog import open_catalog
+from cdclake.lake.watermark import merged_end_lsn
+from cdclake.pipeline import RunParams, merge, report, validate_stream, validate_tables
+from cdclake.pipeline.batches import list_batches, pending
+from cdclake.pipeline.steps import safe_run_id
+from tests.unit.lake.streamgen import Rel, Stream, relation
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(home=tmp_path / "home", store_url=(tmp_path / "store").as_uri())
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Stream:
+    """Batches land where the store's ``changes/`` prefix is, as the decoder writes them."""
+    return Stream(tmp_path / "store" / "changes")
+
+
+def items() -> Rel:
+    return relation("items", [("id", pa.int32()), ("name", pa.string())], key=["id"], oid=16401)
+
+
+def owners() -> Rel:
+    return relation("owners", [("id", pa.int32()), ("email", pa.string())], key=["id"],
+                    oid=16402)
+
+
+def two_batches(stream: Stream) -> None:
+    i, o = items(), owners()
+    b1 = stream.batch("b000001")
+    with b1.txn() as t:
+        t.insert(i, {"id": 1, "name": "a"})
+        t.insert(i, {"id": 2, "name": "b"})
+        t.insert(o, {"id": 10, "email": "x@example.com"})
+    b1.write()
+    b2 = stream.batch("b000002")
+    with b2.txn() as t:
+        t.update(i, {"id": 3, "name": "b"}, old={"id": 2})
+        t.delete(o, {"id": 10})
+        t.insert(o, {"id": 11, "email": "y@example.com"})
+    b2.write()
+
+
+def mirror(config: Config, name: str) -> list[dict[str, Any]]:
+    table = open_catalog(config).load_table((config.namespace, f"public__{name}"))
+    rows = table.scan().to_arrow().drop_columns(["_cdc_commit_lsn", "_cdc_commit_ts"])
+    return sorted(rows.to_pylist(), key=lambda r: r["id"])
+
+
+def snapshot(config: Config, name: str) -> int | None:
+    table = open_catalog(config).load_table((config.namespace, f"public__{name}"))
+    snap = table.current_snapshot()
+    return snap.snapshot_id if snap else None
+
+
+# -- params -------------------------------------------------------------------------------------
+
+
+def test_params_from_the_trigger_form() -> None:
+    p = RunParams.from_mapping({"end_lsn": "0/5000000", "tables": "public.a, public.b",
+                                "dry_run": "true", "until_segment": "", "extra": 1})
+    assert (p.end_lsn, p.tables, p.dry_run, p.until_segment) == (
+        0x5000000, ("public.a", "public.b"), True, None)
+    assert p.to_json()["end_lsn"] == "0/5000000"
+    assert RunParams.from_mapping(None) == RunParams()
+    assert RunParams.from_mapping({"tables": ["public.a"]}).tables == ("public.a",)
+
+
+@pytest.mark.parametrize("bad", [{"end_lsn": "5000000"}, {"until_segment": "0001"},
+                                 {"tables": "accounts"}, {"start_lsn": "x/y"}])
+def test_params_that_cannot_mean_anything_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        RunParams.from_mapping(bad)
+
+
+def test_safe_run_id_makes_airflow_run_ids_usable_as_keys() -> None:
+    assert safe_run_id("manual__2025-01-01T00:00:00+00:00") == "manual__2025-01-01T00_00_00_00_00"
+    assert safe_run_id(None).startswith("run-")
+
+
+# -- pending batches ---------------------------------------------------------------------------
+
+
+def test_pending_batches_are_the_complete_ones_past_the_merged_end(config: Config,
+                                                                  stream: Stream) -> None:
+    two_batches(stream)
+    torn = stream.root / "b000003" / "public.items"  # a decode that died before its manifest
+    torn.mkdir(parents=True)
+    (torn / "part-00000.parquet").write_bytes(b"partial")
+    batches = list_batches(open_store(config), Layout())
+    assert [b.name for b in batches] == ["b000001", "b000002"]
+    assert batches[0].rows() == {"public.items": 2, "public.owners": 1}
+    assert pending(batches, None) == batches
+    assert pending(batches, batches[0].end_lsn) == batches[1:]
+    assert pending(batches, batches[1].end_lsn) == []
+
+
+# -- merge ----------------------------------------------------------------------------------------
+
+
+def test_merge_takes_every_pending_batch_then_a_rerun_commits_nothing(
+        config: Config, stream: Stream) -> None:
+    two_batches(stream)
+    result = merge(config)
+    assert [b["batch"] for b in result["batches"]] == ["b000001", "b000002"]
+    assert result["tables"] == ["public.items", "public.owners"]
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
+    assert mirror(config, "owners") == [{"id": 11, "email": "y@example.com"}]
+    json.dumps(result)
+
+    before = {n: snapshot(config, n) for n in ("items", "owners")}
+    again = merge(config)
+    assert again["batches"] == [] and again["end_lsn"] == result["end_lsn"]
+    assert {n: snapshot(config, n) for n in ("items", "owners")} == before
+
+
+def test_merging_some_tables_leaves_the_batches_pending_for_the_others(
+        config: Config, stream: Stream) -> None:
+    two_batches(stream)
+    some = merge(config, RunParams(tables=("public.items",)))
+    assert some["end_lsn"] is None  # the stream is not merged in full yet
+    assert {t["table"] for b in some["batches"] for t in b["tables"]} == {"public.items"}
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
+    assert not open_catalog(config).table_exists((config.namespace, "public__owners"))
+
+    rest = merge(config)
+    items_report = [t for b in rest["batches"] for t in b["tables"]
+                    if t["table"] == "public.items"]
+    assert sum(t["skipped_applied"] for t in items_report) == 3  # already there: not twice
+    assert mirror(config, "owners") == [{"id": 11, "email": "y@example.com"}]
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
+    assert merged_end_lsn(open_catalog(config), config.namespace, config.stream) == \
+        list_batches(open_store(config), Layout())[-1].end_lsn
+
+
+def test_a_dry_run_merge_reports_and_commits_nothing(config: Config, stream: Stream) -> None:
+    two_batches(stream)
+    result = merge(config, RunParams(dry_run=True))
+    assert [b["would_merge"] for b in result["batches"]] == [
+        {"public.items": 2, "public.owners": 1}, {"public.items": 1, "public.owners": 2}]
+    assert not open_catalog(config).table_exists((config.namespace, "public__items"))
+    assert validate_tables(config, RunParams(dry_run=True))["skipped"] is True
+
+
+# -- quality and report ----------------------------------------------------------------------
+
+
+def test_a_stream_out_of_commit_order_stops_before_the_merge(config: Config,
+                                                             stream: Stream) -> None:
+    two_batches(stream)
+    assert [b["success"] for b in validate_stream(config)["batches"]] == [True, True]
+    # a batch whose file holds two transactions in the wrong order
+    bad = stream.batch("b000003")
+    i = items()
+    with bad.txn() as t:
+        t.insert(i, {"id": 7, "name": "late"})
+    with bad.txn() as t:
+        t.insert(i, {"id": 8, "name": "later"})
+    path = bad.write() / "public.items" / f"v{i.version.valid_from:016X}" / "part-00000.parquet"
+    pq.write_table(pq.read_table(path).take([1, 0]), path)
+    with pytest.raises(QualityError, match="Commit LSN never goes backwards"):
+        validate_stream(config)
+
+
+def test_report_is_written_beside_the_data_docs_and_to_the_store(config: Config,
+                                                                 stream: Stream) -> None:
+    two_batches(stream)
+    merged = merge(config)
+    checked = validate_tables(config, RunParams(), merged)
+    assert checked["success"] and checked["rows"] == {"public.items": 2, "public.owners": 1}
+    out = report(config, RunParams(), {"merge": merged, "validate_tables": checked},
+                 run_id="manual__1")
+    assert out["mirrors"]["public.items"]["rows"] == 2
+    assert out["data_docs_index"] and Path(out["data_docs_index"]).exists()
+    local = json.loads(Path(out["report_file"]).read_text())
+    stored = json.loads(open_store(config).get(Layout().report_key("runs/manual__1.json")))
+    assert local == stored and local["merged_end_lsn"] == merged["end_lsn"]
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+
+
+def test_cli_run_dry_run_and_status(config: Config, stream: Stream, monkeypatch:
+                                    pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+                                    ) -> None:
+    two_batches(stream)
+    monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
+    assert main(["run", "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"]["decode"]["batch"] is None  # nothing archived: nothing to decode
+    assert [b["batch"] for b in out["steps"]["merge"]["batches"]] == ["b000001", "b000002"]
+    assert "report_file" not in out  # a dry run writes nothing
+
+    assert main(["status"]) == 0
+    text = capsys.readouterr().out
+    assert "decoded: 2 batch(es), last b000002" in text
+    assert "waiting for merge: 2 (b000001, b000002)" in text
+
+    assert main(["run", "--tables", "nodot"]) == 2
+    assert "give tables as schema.table" in capsys.readouterr().err
