@@ -98,7 +98,8 @@ class Decoder:
         #: xids running at the first RUNNING_XACTS record read; they may have changes before
         #: the first WAL we read, so emitting one of them would risk an incomplete transaction
         self.maybe_incomplete: set[int] | None = None
-        self._clean_start = False
+        #: the WAL read starts at a shutdown checkpoint: nothing can be running before it
+        self.clean_start = False
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class Decoder:
                 self.tracker.relmap_update(upd, rec.lsn)
         elif rmid == 0 and st.records == 1:
             # A shutdown checkpoint first: nothing was running, every transaction is whole.
-            self._clean_start = (rec.info & 0xF0) == 0x00
+            self.clean_start = (rec.info & 0xF0) == 0x00
 
     # -- heap ----------------------------------------------------------------------------------
 
@@ -237,7 +238,7 @@ class Decoder:
             return
         rx = standby.parse(rec)
         if self.maybe_incomplete is None:
-            self.maybe_incomplete = set() if self._clean_start else {*rx.xids, *rx.subxids}
+            self.maybe_incomplete = set() if self.clean_start else {*rx.xids, *rx.subxids}
         self.rb.abort_old(rx.oldest_running_xid)
 
     # -- transactions --------------------------------------------------------------------------
@@ -294,7 +295,7 @@ class Decoder:
     def _check_complete(self, xid: int, subxids: tuple[int, ...], lsn: int) -> None:
         suspects = self.maybe_incomplete
         if suspects is None:
-            if self._clean_start:
+            if self.clean_start:
                 return
             raise DecodingError(
                 f"transaction {xid} commits at {format_lsn(lsn)} but no running-xacts record "

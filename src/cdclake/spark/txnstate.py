@@ -129,16 +129,15 @@ class DecoderState:
     @classmethod
     def of(cls, decoder: Decoder) -> DecoderState:
         mi = decoder.maybe_incomplete
-        return cls(bool(getattr(decoder, "_clean_start", False)),
+        return cls(decoder.clean_start,
                    None if mi is None else tuple(sorted(mi)))
 
     def apply(self, decoder: Decoder) -> None:
         """Continue a decoder: the first record it reads is no longer the first of the WAL."""
         decoder.maybe_incomplete = (None if self.maybe_incomplete is None
                                     else set(self.maybe_incomplete))
-        # Decoder keeps clean-start private and derives it from its first record only; a
-        # continued decoder must not re-derive it from whatever record starts the next batch.
-        decoder._clean_start = self.clean_start
+        # a continued decoder must not re-derive it from whatever record starts the next batch
+        decoder.clean_start = self.clean_start
         decoder.stats.records = max(decoder.stats.records, 1)
 
     def to_json(self) -> dict[str, Any]:
