@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
 from cdclake.decoding.plugins.test_decoding import TestDecoding
@@ -112,21 +110,6 @@ def capture(pg: LocalPostgres, database: str, steps: Sequence[Step], *, spill_di
     finally:
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (cap.slot,))
     return cap
-
-
-def server_features(pg: LocalPostgres) -> frozenset[str]:
-    """Optional build features of the server: Debian's 15 has them all, the embedded 18 not."""
-    features = set()
-    with pg.connect() as conn:
-        if conn.execute("SELECT 'lz4' = ANY(enumvals) FROM pg_settings "
-                        "WHERE name = 'default_toast_compression'").fetchone()[0]:
-            features.add("lz4")
-        try:
-            conn.execute("SELECT '<a/>'::xml")
-            features.add("libxml")
-        except psycopg.errors.FeatureNotSupported:
-            pass
-    return frozenset(features)
 
 
 def diff(expected: list[str], actual: list[str]) -> str:

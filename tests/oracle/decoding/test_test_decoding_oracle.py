@@ -23,9 +23,9 @@ from tests.oracle.decoding.harness import (
     ours,
     prepare,
     run_steps,
-    server_features,
 )
 from tests.oracle.decoding.workloads import workloads
+from tests.oracle.features import server_features
 
 pytestmark = pytest.mark.oracle
 

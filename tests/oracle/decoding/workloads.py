@@ -20,7 +20,7 @@ class Workload:
     setup: tuple[str, ...] = ()
     min_version: int = 15
     tags: frozenset[str] = field(default_factory=frozenset)
-    #: server build features the workload needs (see harness.server_features)
+    #: server build features the workload needs (see tests/oracle/features.py)
     requires: frozenset[str] = frozenset()
 
 

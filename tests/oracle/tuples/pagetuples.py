@@ -108,15 +108,3 @@ def read_relation(conn: Any, relation: str) -> dict[tuple[int, int], WalTuple]:
 def parse_ctid(text: str) -> tuple[int, int]:
     blk, off = text.strip("()").split(",")
     return int(blk), int(off)
-
-
-def server_supports(conn: Any, probe: str) -> bool:
-    """Whether a statement works on this server (lz4 and libxml are build options)."""
-    import psycopg
-
-    try:
-        with conn.transaction():
-            conn.execute(probe)
-        return True
-    except psycopg.Error:
-        return False

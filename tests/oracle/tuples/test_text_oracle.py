@@ -12,8 +12,8 @@ import pytest
 from psycopg import sql
 
 from cdclake.local.postgres import LocalPostgres
+from tests.oracle.features import server_supports
 from tests.oracle.tuples.harness import decode_table
-from tests.oracle.tuples.pagetuples import server_supports
 from tests.oracle.tuples.types_catalog import NEEDS, SETUP, TYPES, VERSIONED
 
 pytestmark = pytest.mark.oracle

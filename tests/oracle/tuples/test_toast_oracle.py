@@ -15,8 +15,9 @@ from psycopg import sql
 from cdclake.local.postgres import LocalPostgres
 from cdclake.tuples.heap import deform
 from cdclake.tuples.varlena import is_external, parse_toast_pointer
+from tests.oracle.features import server_supports
 from tests.oracle.tuples.harness import decode_table
-from tests.oracle.tuples.pagetuples import capture_columns, read_relation, server_supports
+from tests.oracle.tuples.pagetuples import capture_columns, read_relation
 
 pytestmark = pytest.mark.oracle
 
