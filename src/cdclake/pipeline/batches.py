@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from pyarrow import fs as pafs
 
 from cdclake.archive import Layout, ObjectStore
+from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.config import Config
-from cdclake.errors import LakeError, StoreError
+from cdclake.errors import LakeError
 from cdclake.lake.batch import MANIFEST, Batch, parse_manifest
 
 #: a placeholder batch name, only to derive the ``changes/`` prefix from the Layout
@@ -79,30 +79,10 @@ def pending(batches: list[DecodedBatch], merged_end_lsn: int | None) -> list[Dec
 
 
 def changes_root(config: Config, store: ObjectStore,
-                 layout: Layout) -> tuple[str, pafs.FileSystem | None]:
-    """Where :func:`cdclake.lake.batch.read_batch` finds the batches, and on which filesystem.
-
-    S3 gets an explicit pyarrow ``S3FileSystem`` with the configured endpoint and keys, so a
-    local endpoint (moto, MinIO) works without AWS environment variables.
-    """
-    url = store.url(changes_prefix(layout)).rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("s3", "s3a"):
-        return url, None
-    endpoint = urlsplit(config.s3_endpoint_url) if config.s3_endpoint_url else None
-    kwargs: dict[str, Any] = {"region": config.s3_region}
-    if config.s3_access_key_id:
-        kwargs["access_key"] = config.s3_access_key_id
-        kwargs["secret_key"] = config.s3_secret_access_key
-    if endpoint is not None:
-        kwargs["endpoint_override"] = endpoint.netloc
-        kwargs["scheme"] = endpoint.scheme or "https"
-    try:
-        filesystem = pafs.S3FileSystem(**kwargs)
-    except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for bad settings
-        raise StoreError(f"cannot open S3 at {config.s3_endpoint_url or 'AWS'} to read "
-                         f"the change stream: {exc}") from exc
-    return f"{parts.netloc}{parts.path}", filesystem
+                 layout: Layout) -> tuple[str, pafs.FileSystem]:
+    """Where :func:`cdclake.lake.batch.read_batch` finds the batches, and on which filesystem."""
+    filesystem, root = arrow_filesystem(config, store.url(changes_prefix(layout)))
+    return root, filesystem
 
 
 def open_batch(config: Config, store: ObjectStore, layout: Layout,

@@ -19,11 +19,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 from pyarrow import fs as pafs
 
 from cdclake.archive import open_store
+from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
@@ -261,21 +261,7 @@ def _clear(store: ObjectStore, prefix: str) -> None:
 def changes_filesystem(config: Config, store: ObjectStore,
                        prefix: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and path for a store prefix (the batch directory)."""
-    url = store.url(prefix).rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return pafs.LocalFileSystem(), unquote(parts.path)
-    if parts.scheme not in ("s3", "s3a"):
-        raise ConfigError(f"cannot write the change stream to {url}")
-    kwargs: dict[str, Any] = {"region": config.s3_region}
-    if config.s3_access_key_id:
-        kwargs["access_key"] = config.s3_access_key_id
-        kwargs["secret_key"] = config.s3_secret_access_key
-    if config.s3_endpoint_url:
-        endpoint = urlsplit(config.s3_endpoint_url)
-        kwargs["endpoint_override"] = endpoint.netloc
-        kwargs["scheme"] = endpoint.scheme or "https"
-    return pafs.S3FileSystem(**kwargs), f"{parts.netloc}{unquote(parts.path)}"
+    return arrow_filesystem(config, store.url(prefix))
 
 
 def main(argv: list[str] | None = None) -> int:
