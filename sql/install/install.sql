@@ -57,9 +57,9 @@ CROSS JOIN (SELECT oid, dattablespace FROM pg_database WHERE datname = current_d
 WHERE c.oid = rel
 $fn$;
 
--- The types of a set of columns, closed over array elements, domain bases, range subtypes.
--- format_type() runs under the search path a decoding session has by default, as PostgreSQL's
--- test_decoding prints format_type_be() under its session's path.
+-- The types of a set of columns, closed over array elements, domain bases, range subtypes and
+-- composite attributes. format_type() runs under the search path a decoding session has by
+-- default, as PostgreSQL's test_decoding prints format_type_be() under its session's path.
 CREATE OR REPLACE FUNCTION cdclake.types_json(type_oids oid[]) RETURNS jsonb
 LANGUAGE sql STABLE SET search_path = "$user", public AS $fn$
 WITH RECURSIVE t(oid) AS (
@@ -67,10 +67,14 @@ WITH RECURSIVE t(oid) AS (
   UNION
     SELECT x.x FROM t
     JOIN pg_catalog.pg_type ty ON ty.oid = t.oid
-    CROSS JOIN LATERAL (VALUES
-        (NULLIF(ty.typelem, 0)), (NULLIF(ty.typbasetype, 0)),
-        ((SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = ty.oid)),
-        ((SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = ty.oid))) x(x)
+    CROSS JOIN LATERAL (
+        VALUES (NULLIF(ty.typelem, 0)), (NULLIF(ty.typbasetype, 0)),
+          ((SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = ty.oid)),
+          ((SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE r.rngmultitypid = ty.oid))
+      UNION ALL
+        SELECT a.atttypid FROM pg_catalog.pg_attribute a
+        WHERE ty.typtype = 'c' AND a.attrelid = ty.typrelid AND a.attnum > 0
+          AND NOT a.attisdropped) x(x)
     WHERE x.x IS NOT NULL
 )
 SELECT COALESCE(jsonb_agg(jsonb_build_object(
@@ -91,6 +95,19 @@ SELECT COALESCE(jsonb_agg(jsonb_build_object(
         0),
     'enum_labels', COALESCE((SELECT jsonb_object_agg(e.oid::text, e.enumlabel)
                              FROM pg_catalog.pg_enum e WHERE e.enumtypid = ty.oid), '{}'::jsonb),
+    'attributes', COALESCE((
+        SELECT jsonb_agg(jsonb_build_object(
+            'attnum', a.attnum,
+            'name', a.attname,
+            'quoted', pg_catalog.quote_ident(a.attname),
+            'type_oid', a.atttypid::int8,
+            'typmod', a.atttypmod,
+            'attlen', a.attlen,
+            'attalign', a.attalign,
+            'attbyval', a.attbyval,
+            'dropped', a.attisdropped) ORDER BY a.attnum)
+        FROM pg_catalog.pg_attribute a
+        WHERE ty.typtype = 'c' AND a.attrelid = ty.typrelid AND a.attnum > 0), '[]'::jsonb),
     'namespace', ns.nspname) ORDER BY ty.oid), '[]'::jsonb)
 FROM t
 JOIN pg_catalog.pg_type ty ON ty.oid = t.oid
@@ -98,7 +115,11 @@ JOIN pg_catalog.pg_proc p ON p.oid = ty.typoutput
 JOIN pg_catalog.pg_namespace ns ON ns.oid = ty.typnamespace
 $fn$;
 
--- Relations (and their types) as one cdclake.ddl message payload.
+-- Relations (and their types) as one cdclake.ddl message payload. ``extra_types`` are the
+-- types a type-level DDL command changed, listed as ``changed_types``: the decoder takes their
+-- facts as news at this LSN. The other types are only the closure of the relations' columns,
+-- which the decoder merely learns if it does not know them yet (a concurrent transaction's
+-- message, written before a type change committed but committing after it, must not undo it).
 CREATE OR REPLACE FUNCTION cdclake.relations_json(rels oid[], extra_types oid[] DEFAULT '{}')
 RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
 SELECT jsonb_build_object(
@@ -108,7 +129,9 @@ SELECT jsonb_build_object(
   'types', cdclake.types_json(
       ARRAY(SELECT a.atttypid FROM pg_attribute a
             WHERE a.attrelid = ANY (rels) AND a.attnum > 0 AND NOT a.attisdropped)
-      || extra_types))
+      || extra_types),
+  'changed_types', COALESCE((SELECT jsonb_agg(DISTINCT u::int8) FROM unnest(extra_types) u),
+                            '[]'::jsonb))
 $fn$;
 
 -- Which relations cdclake follows: permanent user tables, partitioned tables, matviews.
@@ -185,16 +208,52 @@ BEGIN
 END
 $fn$;
 
--- ddl_command_end: describe every followed relation the command touched.
+-- The types a DDL command changed, as the decoder must learn them: the types it names, the
+-- composite types whose attributes it altered (reported as their pg_class row), the row types
+-- of the relations it altered when a column uses them, and the array types of all of these,
+-- whose format_type() follows a rename or a schema change of their element.
+CREATE OR REPLACE FUNCTION cdclake.changed_types(type_oids oid[], rel_oids oid[]) RETURNS oid[]
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+WITH named(oid) AS (
+    SELECT u FROM unnest(type_oids) u
+  UNION
+    SELECT k.reltype FROM pg_class k
+    WHERE k.oid = ANY (rel_oids) AND k.reltype <> 0
+      AND (k.relkind = 'c' OR EXISTS (
+          SELECT 1 FROM pg_depend d JOIN pg_type ty ON ty.oid = k.reltype
+          WHERE d.refclassid = 'pg_type'::regclass AND d.refobjid IN (ty.oid, ty.typarray)
+            AND d.classid = 'pg_class'::regclass AND d.objsubid > 0)))
+SELECT COALESCE(array_agg(DISTINCT x ORDER BY x), '{}') FROM (
+    SELECT oid FROM named
+  UNION
+    SELECT ty.typarray FROM named JOIN pg_type ty ON ty.oid = named.oid WHERE ty.typarray <> 0
+) s(x)
+$fn$;
+
+-- ddl_command_end: describe every followed relation the command touched, and the types it
+-- changed (ALTER TYPE/DOMAIN change no relation, yet what the relations' columns hold prints
+-- differently), with the typed tables ALTER TYPE ... CASCADE altered without reporting them.
 CREATE OR REPLACE FUNCTION cdclake.on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
 DECLARE
+  touched oid[];
+  spaces oid[];
   rels oid[];
   typs oid[];
   r oid;
 BEGIN
   IF current_setting('cdclake.in_ddl_trigger', true) = 'on' THEN
     RETURN;
+  END IF;
+  SELECT array_agg(DISTINCT c.objid) INTO touched FROM pg_event_trigger_ddl_commands() c
+  WHERE c.classid = 'pg_class'::regclass;
+  -- ALTER SCHEMA ... RENAME renames every relation and type in it, reporting only the schema
+  SELECT array_agg(DISTINCT c.objid) INTO spaces FROM pg_event_trigger_ddl_commands() c
+  WHERE c.classid = 'pg_namespace'::regclass AND c.command_tag = 'ALTER SCHEMA';
+  IF spaces IS NOT NULL THEN
+    touched := COALESCE(touched, '{}') || ARRAY(
+      SELECT k.oid FROM pg_class k WHERE k.relnamespace = ANY (spaces)
+        AND k.relkind IN ('r', 'p', 'm', 'c'));
   END IF;
   SELECT array_agg(DISTINCT x) INTO rels FROM (
     SELECT CASE
@@ -204,18 +263,26 @@ BEGIN
              WHEN k.relkind = 't' THEN (SELECT o.oid FROM pg_class o
                                         WHERE o.reltoastrelid = k.oid)
            END
-    FROM pg_event_trigger_ddl_commands() c
-    JOIN pg_class k ON c.classid = 'pg_class'::regclass AND k.oid = c.objid
+    FROM pg_class k WHERE k.oid = ANY (touched)
+    UNION ALL
+    SELECT o.oid FROM pg_class k JOIN pg_class o ON o.reloftype = k.reltype
+    WHERE k.oid = ANY (touched) AND k.relkind = 'c'
     UNION ALL
     SELECT con.conrelid FROM pg_event_trigger_ddl_commands() c
     JOIN pg_constraint con ON c.classid = 'pg_constraint'::regclass AND con.oid = c.objid
-  ) s(x) WHERE x IS NOT NULL;
-  SELECT array_agg(DISTINCT c.objid) INTO typs FROM pg_event_trigger_ddl_commands() c
-  WHERE c.classid = 'pg_type'::regclass;
+  ) s(x) WHERE x IS NOT NULL AND x <> 0;
+  SELECT array_agg(DISTINCT x) INTO typs FROM (
+    SELECT c.objid FROM pg_event_trigger_ddl_commands() c
+    WHERE c.classid = 'pg_type'::regclass
+    UNION ALL
+    SELECT ty.oid FROM pg_type ty
+    WHERE ty.typnamespace = ANY (spaces) AND ty.typrelid = 0 AND ty.typelem = 0
+  ) s(x);
+  typs := cdclake.changed_types(COALESCE(typs, '{}'), COALESCE(touched, '{}'));
   rels := ARRAY(SELECT o FROM unnest(cdclake.with_descendants(COALESCE(rels, '{}'))) o
                 WHERE cdclake.is_followed(o) ORDER BY o);
-  IF cardinality(rels) > 0 OR typs IS NOT NULL THEN
-    PERFORM cdclake.emit(cdclake.relations_json(rels, COALESCE(typs, '{}')));
+  IF cardinality(rels) > 0 OR cardinality(typs) > 0 THEN
+    PERFORM cdclake.emit(cdclake.relations_json(rels, typs));
   END IF;
   FOREACH r IN ARRAY rels LOOP
     PERFORM cdclake.add_truncate_trigger(r);
@@ -223,13 +290,26 @@ BEGIN
 END
 $fn$;
 
--- sql_drop: tombstones for dropped relations, and tables whose replica identity index went.
+-- sql_drop: tombstones for dropped relations, tables whose replica identity index went, and
+-- tables that lost columns to a DROP of something else (DROP TYPE/DOMAIN/SCHEMA/COLLATION ...
+-- CASCADE), which no ddl_command_end reports (ALTER TABLE/TYPE are reported there).
 CREATE OR REPLACE FUNCTION cdclake.on_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
 DECLARE
   dropped jsonb;
   orphaned oid[];
+  shrunk oid[];
 BEGIN
+  IF TG_TAG LIKE 'DROP %' THEN
+    shrunk := ARRAY(
+      SELECT DISTINCT o.objid FROM pg_event_trigger_dropped_objects() o
+      WHERE o.classid = 'pg_class'::regclass AND o.objsubid > 0
+        AND o.object_type = 'table column' AND cdclake.is_followed(o.objid)
+      ORDER BY o.objid);
+    IF cardinality(shrunk) > 0 THEN
+      PERFORM cdclake.emit(cdclake.relations_json(shrunk));
+    END IF;
+  END IF;
   SELECT jsonb_agg(jsonb_build_object('oid', o.objid::int8) ORDER BY o.objid) INTO dropped
   FROM pg_event_trigger_dropped_objects() o
   WHERE o.classid = 'pg_class'::regclass AND o.objsubid = 0

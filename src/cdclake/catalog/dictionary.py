@@ -5,6 +5,12 @@ messages in the WAL (applied when their transaction commits, never if it aborts)
 pg_class rows the decoder follows (rewrites). A lookup asks "what was relfilenode R at LSN L":
 the newest version of R whose ``valid_from`` is at or before L. Lookups run once per change, so
 the common case — the newest version applies — is a dict hit and one comparison.
+
+Types are versioned the same way (:mod:`cdclake.catalog.types`). A type-level DDL command
+changes no relation, but the relations whose columns decode through the changed type get a new
+version at the message's LSN: their codecs are built once per version from the types valid at
+its ``valid_from``, so a new version is what makes every cache rebuild them, at no cost per
+change, and a change written before the DDL still decodes with the facts of its time.
 """
 
 from __future__ import annotations
@@ -14,13 +20,8 @@ import dataclasses
 import json
 from typing import Any
 
-from cdclake.catalog.model import (
-    RELKIND_TOAST,
-    RelationVersion,
-    TypeInfo,
-    type_from_json,
-    type_to_json,
-)
+from cdclake.catalog.model import RELKIND_TOAST, RelationVersion, type_from_json
+from cdclake.catalog.types import TypeCatalog
 from cdclake.errors import DecodingError
 from cdclake.wal.lsn import format_lsn
 
@@ -31,7 +32,8 @@ class Dictionary:
     """Relation versions and types of one source database."""
 
     def __init__(self) -> None:
-        self.types: dict[int, TypeInfo] = {}
+        #: the same object for the dictionary's whole life: output plugins keep a reference
+        self.types = TypeCatalog()
         self.db_oid = 0
         self.server_version_num = 0
         self._default_tablespace = 0
@@ -61,6 +63,20 @@ class Dictionary:
             return None
         v = _at(versions, lsn)
         return None if v is None or v.dropped else v
+
+    def rewrite_layout(self, oid: int, lsn: int, final_lsn: int) -> RelationVersion | None:
+        """The definition the rows of table ``oid``'s transient heap (filled at ``lsn``) have.
+
+        ALTER TABLE rewrites the table after changing its columns but before its event
+        trigger describes it, so a description later in the same transaction (up to its commit
+        ``final_lsn``) is the one that fits; without one (REFRESH MATERIALIZED VIEW, a rewrite
+        that changes no column) the definition at ``lsn`` does.
+        """
+        versions = self._by_oid.get(oid, [])
+        i = bisect.bisect_right([v.valid_from for v in versions], lsn)
+        if i < len(versions) and versions[i].valid_from <= final_lsn and not versions[i].dropped:
+            return versions[i]
+        return self.relation_for_oid(oid, lsn)
 
     def first_version_after(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
         """The earliest version defined after ``lsn`` (rows written before their definition)."""
@@ -138,21 +154,34 @@ class Dictionary:
         tomb = dataclasses.replace(current, valid_from=lsn, dropped=True)
         self.add_version(tomb)
 
-    def apply_message(self, lsn: int, payload: bytes | str) -> list[RelationVersion]:
-        """Apply one ``cdclake.ddl`` message emitted at ``lsn``; the versions it adds."""
+    def apply_message(self, lsn: int, payload: bytes | str,
+                      commit_lsn: int | None = None) -> list[RelationVersion]:
+        """Apply one ``cdclake.ddl`` message emitted at ``lsn``; the versions it adds.
+
+        ``commit_lsn`` is where the message's transaction committed, if known: see
+        :meth:`_follow_types` for the one case that needs it.
+        """
         try:
             msg = json.loads(payload)
             kind = msg["kind"]
-        except (ValueError, KeyError, TypeError) as exc:
+            types = [type_from_json(t) for t in msg.get("types", ())]
+            # messages of an older install name no changed types: all of theirs are news
+            news = (None if kind == "dictionary" or "changed_types" not in msg
+                    else {int(o) for o in msg["changed_types"]})
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecodingError(f"cdclake.ddl message at {format_lsn(lsn)} is not valid: "
                                 f"{exc}") from exc
-        for t in msg.get("types", ()):
-            info = type_from_json(t)
-            self.types[info.oid] = info
+        changed: set[int] = set()
+        for info in types:
+            if news is None or info.oid in news:
+                if self.types.put(info, lsn):
+                    changed.add(info.oid)
+            else:
+                self.types.learn(info, lsn)
         if kind == "drop":
             for r in msg.get("relations", ()):
                 self.drop(int(r["oid"]), lsn)
-            return []
+            return self._follow_types(changed, lsn, set(), commit_lsn)
         if kind == "dictionary":
             self._apply_full(msg, lsn)
         elif kind != "relations":
@@ -163,7 +192,45 @@ class Dictionary:
             v = dataclasses.replace(RelationVersion.from_json(r), valid_from=lsn)
             self.add_version(v)
             added.append(v)
+        added += self._follow_types(changed, lsn, {v.oid for v in added}, commit_lsn)
         return added
+
+    def _follow_types(self, changed: set[int], lsn: int, described: set[int],
+                      commit_lsn: int | None) -> list[RelationVersion]:
+        """New versions, at ``lsn``, of the relations whose columns decode through a changed
+        type (the ones the message itself ``described`` have theirs already).
+
+        A relation may already have a version after ``lsn``: a transaction whose DDL message
+        came later in the WAL committed first. That version's codecs may be built already,
+        with the facts from before this change, so the relation gets one more version where
+        the change became visible to everyone: ``commit_lsn``.
+        """
+        if not changed:
+            return []
+        memo: dict[int, bool] = {}
+        memo_later: dict[int, bool] = {}
+        added = []
+        for oid, versions in self._by_oid.items():
+            if oid in described:
+                continue
+            newest = versions[-1]
+            current = _at(versions, lsn)
+            if current is not None and self._uses(current, changed, lsn, memo):
+                v = dataclasses.replace(current, valid_from=lsn)
+                self.add_version(v)
+                added.append(v)
+            if (commit_lsn is not None and lsn < newest.valid_from < commit_lsn
+                    and self._uses(newest, changed, commit_lsn, memo_later)):
+                v = dataclasses.replace(newest, valid_from=commit_lsn)
+                self.add_version(v)
+                added.append(v)
+        return added
+
+    def _uses(self, v: RelationVersion, changed: set[int], lsn: int,
+              memo: dict[int, bool]) -> bool:
+        """Whether a live version has a column decoding through a ``changed`` type."""
+        return not v.dropped and any(self.types.depends_on(c.type_oid, changed, lsn, memo)
+                                     for c in v.columns if not c.dropped)
 
     def _apply_full(self, msg: dict[str, Any], lsn: int) -> None:
         self.db_oid = int(msg["db_oid"])
@@ -185,7 +252,7 @@ class Dictionary:
             "db_oid": self.db_oid,
             "server_version_num": self.server_version_num,
             "default_tablespace": self._default_tablespace,
-            "types": [type_to_json(t) for t in self.types.values()],
+            "types": self.types.to_json(),
             "versions": [v.to_json() for v in self.versions()],
             "loc_versions": [[spc, rel, [v.to_json() for v in vs if v.rewrite_of]]
                              for (spc, rel), vs in self._by_loc.items()
@@ -202,9 +269,7 @@ class Dictionary:
         self.db_oid = d.get("db_oid", 0)
         self.server_version_num = d.get("server_version_num", 0)
         self._default_tablespace = d.get("default_tablespace", 0)
-        for t in d.get("types", ()):
-            info = type_from_json(t)
-            self.types[info.oid] = info
+        self.types.load(d.get("types", ()))
         for v in d.get("versions", ()):
             self.add_version(RelationVersion.from_json(v))
         for spc, rel, markers in d.get("loc_versions", ()):

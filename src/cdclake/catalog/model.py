@@ -49,6 +49,15 @@ class TypeInfo:
     range_subtype: int = 0  #: rngsubtype of a range; for a multirange, its range type
     enum_labels: dict[int, str] = field(default_factory=dict)  #: pg_enum oid -> label
     namespace: str = "pg_catalog"
+    #: a composite type's pg_attribute rows (dropped ones keep their slot, as in a table)
+    attributes: tuple[Column, ...] = ()
+
+    def dependencies(self) -> tuple[int, ...]:
+        """The types whose facts decide how this one's values print: a codec built for this
+        type reads them too, so a change to any of them is a change to this one."""
+        deps = [self.element, self.base, self.range_subtype]
+        deps.extend(a.type_oid for a in self.attributes if not a.dropped)
+        return tuple(d for d in deps if d)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +136,8 @@ class RelationVersion:
 def type_from_json(d: dict[str, Any]) -> TypeInfo:
     args = {k: v for k, v in d.items() if k in _TYPE_FIELDS}
     args["enum_labels"] = {int(k): v for k, v in (d.get("enum_labels") or {}).items()}
+    args["attributes"] = tuple(Column(**{k: v for k, v in a.items() if k in _COLUMN_FIELDS})
+                               for a in d.get("attributes") or ())
     return TypeInfo(**args)
 
 

@@ -5,7 +5,16 @@ PostgreSQL's ReorderBufferProcessTXN does: each change's relfilenode is mapped t
 version valid at its LSN (the dictionary stands in for the historic catalog snapshot); TOAST
 chunks are collected per value id until the row that points to them arrives; a speculative
 insert waits for its confirmation (INSERT ... ON CONFLICT) and is dropped on abort; changes to
-catalogs, TOAST tables, transient rewrite heaps and sequences are skipped.
+catalogs, TOAST tables and sequences are skipped.
+
+Rows written into a user table's transient heap are where PostgreSQL differs from what a lake
+needs. ALTER TABLE rewrites (a column type change, ADD COLUMN with a volatile default, a new
+serial key) and REFRESH MATERIALIZED VIEW fill a transient heap with ordinary, logically logged
+inserts whose values were never logged as changes of the table itself; PostgreSQL's plugins
+never see them (``relrewrite``). Here they go to the plugin's ``rewrite`` callback: the table's
+whole content as of that point, which a mirror must take to stay equal to its source.
+VACUUM FULL and CLUSTER copy pages without logging rows: they reach no callback, and change no
+value either.
 """
 
 from __future__ import annotations
@@ -53,6 +62,12 @@ class OutputPlugin(Protocol):
 
     def commit(self, txn: TxnInfo) -> None: ...
 
+    def rewrite(self, txn: TxnInfo, rel: RelationVersion, change: Change, toast: ToastMap,
+                first: bool) -> None:
+        """A row of table ``rel`` as a rewrite left it; ``first``: the rewrite's first row
+        (the table's rows so far are replaced by this rewrite's). Plugins that print only
+        changes (test_decoding) ignore it, as PostgreSQL's do."""
+
 
 class CatalogEvent(Protocol):
     """Something learnt from catalog rows in the WAL, applied when its transaction commits."""
@@ -85,7 +100,7 @@ class Replayer:
         """
         for lsn, event in events:
             if isinstance(event, bytes):
-                self.dictionary.apply_message(lsn, event)
+                self.dictionary.apply_message(lsn, event, info.final_lsn)
         for lsn, event in events:
             if not isinstance(event, bytes):
                 event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
@@ -103,6 +118,7 @@ class Replayer:
         toast: ToastMap = {}
         last_seq: dict[int, int] = {}
         spec: Change | None = None
+        rewritten: set[RelFileLocator] = set()
         for ch in changes:
             action = ch.action
             if action == SPEC_CONFIRM:
@@ -115,7 +131,10 @@ class Replayer:
             if action <= DELETE:
                 rel = self.resolve(ch, info)
                 if rel is not None:
-                    plugin.change(info, rel, action, ch, toast)
+                    if rel.rewrite_of:
+                        self._rewrite_row(info, rel, action, ch, toast, rewritten)
+                    else:
+                        plugin.change(info, rel, action, ch, toast)
                     if ch.clear_toast and toast:
                         toast.clear()
                         last_seq.clear()
@@ -166,9 +185,23 @@ class Replayer:
                 raise UnknownRelationError(loc, ch.lsn)
         if v.dropped:
             raise UnknownRelationError(loc, ch.lsn, "the relation was dropped before this LSN")
-        if not v.is_user_table:
+        if not v.is_user_table and not v.rewrite_of:
             return None
         return v
+
+    def _rewrite_row(self, info: TxnInfo, heap: RelationVersion, action: int, ch: Change,
+                     toast: ToastMap, rewritten: set[RelFileLocator]) -> None:
+        """An insert into the transient heap ``heap``: a row of the table it rewrites."""
+        if action != INSERT:
+            return
+        table = self.dictionary.rewrite_layout(heap.rewrite_of, ch.lsn, info.final_lsn)
+        if table is None or not table.is_user_table:
+            return
+        loc = ch.locator
+        assert loc is not None
+        first = loc not in rewritten
+        rewritten.add(loc)
+        self.plugin.rewrite(info, table, ch, toast, first)
 
     def _truncated(self, oid: int, lsn: int) -> RelationVersion | None:
         v = self.dictionary.relation_for_oid(oid, lsn)

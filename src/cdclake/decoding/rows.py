@@ -69,15 +69,22 @@ def column_payload(lc: LiveColumn, datum: object, toast: Mapping[int, list[bytes
 
 
 class LayoutCache:
-    """RowLayouts by relation version; codecs are built once per version."""
+    """RowLayouts by relation version; codecs are built once per version.
+
+    A version's codecs use the types as they were at its ``valid_from`` when ``types`` keeps
+    their history (the dictionary's TypeCatalog): a type-level DDL gives the relations using
+    the type a new version, so no cached codec outlives the facts it was built from.
+    """
 
     def __init__(self, types: Mapping[int, TypeInfo]) -> None:
         self.types = types
+        self._at = getattr(types, "at", None)
         self._cache: dict[int, RowLayout] = {}
 
     def get(self, rel: RelationVersion) -> RowLayout:
         key = id(rel)
         layout = self._cache.get(key)
         if layout is None or layout.rel is not rel:
-            layout = self._cache[key] = RowLayout(rel, self.types)
+            types = self.types if self._at is None else self._at(rel.valid_from)
+            layout = self._cache[key] = RowLayout(rel, types)
         return layout

@@ -69,3 +69,53 @@ def test_install_refuses_wal_level_replica(replica_level: LocalPostgres,
     assert "wal_level is 'replica'" in capsys.readouterr().err
     assert replica_level.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'cdclake'")[0][0] \
         == 0
+
+
+def _ddl_messages(pg: LocalPostgres, database: str, slot: str, sql: str) -> list[dict]:
+    pg.sql(sql, database)
+    return [m for m in _emitted(pg, database, slot) if m.get("kind") == "relations"]
+
+
+def test_type_level_ddl_writes_the_changed_types(pg: LocalPostgres, database: str) -> None:
+    """ALTER TYPE/DOMAIN change no relation: the event trigger names the types they changed
+    (with their array types, whose names follow) so the decoder takes those facts as news."""
+    pg.sql("""CREATE TYPE mood AS ENUM ('sad', 'happy');
+              CREATE DOMAIN mood_dom AS mood;
+              CREATE TYPE pair AS (a int, b text);
+              CREATE TABLE moods (id int PRIMARY KEY, m mood, p pair);
+              CREATE TABLE pairs OF pair;""", database)
+    install(pg.dsn(database))
+    oid = {n: pg.sql("SELECT %s::regtype::oid::int8", database, (n,))[0][0]
+           for n in ("mood", "mood[]", "mood_dom", "pair", "pair[]", "text")}
+    pg.sql("SELECT pg_create_logical_replication_slot('types', 'test_decoding')", database)
+    try:
+        (m,) = _ddl_messages(pg, database, "types", "ALTER TYPE mood ADD VALUE 'ok' BEFORE 'happy'")
+        assert m["relations"] == []
+        assert set(m["changed_types"]) == {oid["mood"], oid["mood[]"]}
+        (mood,) = [t for t in m["types"] if t["oid"] == oid["mood"]]
+        assert sorted(mood["enum_labels"].values()) == ["happy", "ok", "sad"]
+
+        (m,) = _ddl_messages(pg, database, "types", "ALTER TYPE mood RENAME TO feeling")
+        names = {t["oid"]: t["name"] for t in m["types"]}
+        assert (names[oid["mood"]], names[oid["mood[]"]]) == ("feeling", "feeling[]")
+
+        (m,) = _ddl_messages(pg, database, "types", "ALTER DOMAIN mood_dom SET DEFAULT 'ok'")
+        assert oid["mood_dom"] in m["changed_types"]
+
+        # a composite's attributes: reported as its pg_class row; the typed table follows
+        (m,) = _ddl_messages(pg, database, "types",
+                             "ALTER TYPE pair ADD ATTRIBUTE c bigint CASCADE")
+        assert oid["pair"] in m["changed_types"]
+        assert [r["name"] for r in m["relations"]] == ["pairs"]
+        assert [c["name"] for c in m["relations"][0]["columns"]] == ["a", "b", "c"]
+        (pair,) = [t for t in m["types"] if t["oid"] == oid["pair"]]
+        assert [(a["name"], a["type_oid"]) for a in pair["attributes"]] == [
+            ("a", 23), ("b", oid["text"]), ("c", 20)]
+        assert {20, 23, oid["text"]} <= {t["oid"] for t in m["types"]}, "attribute types"
+
+        # plain relation DDL names no type as changed: its column types are only references
+        (m,) = _ddl_messages(pg, database, "types", "ALTER TABLE moods ADD COLUMN n int")
+        assert m["changed_types"] == []
+        assert oid["mood"] in {t["oid"] for t in m["types"]}
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot('types')", database)

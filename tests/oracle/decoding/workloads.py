@@ -386,4 +386,161 @@ def workloads(version: int) -> list[Workload]:
             INSERT INTO with_serial (v) VALUES ('c');
             REFRESH MATERIALIZED VIEW CONCURRENTLY mv;""")),
     ]
+    w += type_workloads(version)
     return [x for x in w if version >= x.min_version]
+
+
+# -- type-level DDL: the types a table's columns use change while no relation changes ----------
+
+TYPE_DDL_SETUP = (
+    """CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+    CREATE DOMAIN mood_dom AS mood;
+    CREATE DOMAIN posint2 AS int CHECK (VALUE > 0);
+    CREATE TYPE pair AS (a int, b text);
+    CREATE TYPE kv AS (k int, v int, gone text);
+    CREATE TABLE moods (id int PRIMARY KEY, m mood, ma mood[], md mood_dom, mda mood_dom[],
+                        n posint2, note text);
+    CREATE TABLE pairs OF pair (PRIMARY KEY (a));
+    CREATE TABLE kvs OF kv (PRIMARY KEY (k));
+    CREATE TABLE holds_pair (id int PRIMARY KEY, p pair);
+    CREATE TABLE bystander (id int PRIMARY KEY, v text);
+    CREATE SCHEMA other;""",
+)
+
+
+def _type_ddl(version: int) -> Workload:
+    """Every type-level DDL, interleaved with rows that use the changed types.
+
+    ``holds_pair`` has a composite column (no codec yet) and no changes after the install: the
+    composite's DDL must not stop anything. ``pairs``/``kvs`` are typed tables, whose columns
+    ALTER TYPE ... CASCADE changes without any relation DDL being reported.
+    """
+    steps: list[Step] = [
+        ("a", "INSERT INTO moods VALUES (1, 'happy', '{sad,ok}', 'ok', '{happy}', 1, 'first')"),
+        ("a", "INSERT INTO pairs VALUES (1, 'one')"),
+        ("a", "INSERT INTO kvs VALUES (1, 10, 'x')"),
+        # outside a transaction block (the only way before PostgreSQL 12)
+        ("a", "ALTER TYPE mood ADD VALUE 'ecstatic'"),
+        ("a", "INSERT INTO moods VALUES (2, 'ecstatic', '{ecstatic,sad}', 'ecstatic', "
+              "'{ecstatic}', 2, 'new label')"),
+        # inside one, with fractional sort orders, next to an unrelated change
+        ("a", "BEGIN"),
+        ("a", "ALTER TYPE mood ADD VALUE 'meh' BEFORE 'ok'"),
+        ("a", "ALTER TYPE mood ADD VALUE IF NOT EXISTS 'glad' AFTER 'happy'"),
+        ("a", "ALTER TYPE mood ADD VALUE IF NOT EXISTS 'ok'"),
+        ("a", "INSERT INTO bystander VALUES (1, 'in the ADD VALUE transaction')"),
+        ("a", "COMMIT"),
+        ("a", "UPDATE moods SET m = 'meh', ma = ma || 'glad'::mood WHERE id = 1"),
+        ("a", "INSERT INTO moods VALUES (3, 'glad', '{meh,glad,ecstatic}', 'meh', NULL, 3, "
+              "'fractional')"),
+        # a label renamed between two rows of one transaction; old rows print the new label
+        ("a", "BEGIN"),
+        ("a", "INSERT INTO moods VALUES (4, 'sad', '{sad}', 'sad', '{sad}', 4, 'before')"),
+        ("a", "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'"),
+        ("a", "INSERT INTO moods VALUES (5, 'blue', '{blue}', 'blue', '{blue}', 5, 'after')"),
+        ("a", "UPDATE moods SET note = 'old row, renamed label' WHERE id = 1"),
+        ("a", "COMMIT"),
+        # a rename that commits after a concurrent row using the old label committed
+        ("a", "BEGIN"),
+        ("a", "ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'"),
+        ("b", "INSERT INTO moods VALUES (6, 'ok', '{ok}', 'ok', NULL, 6, 'concurrent')"),
+        ("a", "COMMIT"),
+        ("a", "UPDATE moods SET note = 'ok is fine now' WHERE id = 6"),
+        # the type and the domain renamed and moved: test_decoding prints format_type()
+        ("a", "ALTER TYPE mood RENAME TO feeling"),
+        ("a", "INSERT INTO moods VALUES (7, 'fine', '{fine,blue}', 'glad', '{meh}', 7, "
+              "'renamed type')"),
+        ("a", "ALTER TYPE feeling SET SCHEMA other"),
+        ("a", "ALTER DOMAIN mood_dom RENAME TO feeling_dom"),
+        ("a", "UPDATE moods SET note = 'moved type' WHERE id = 2"),
+        ("a", "ALTER DOMAIN feeling_dom SET SCHEMA other"),
+        ("a", "INSERT INTO moods VALUES (8, 'ecstatic', NULL, 'fine', '{fine}', 8, "
+              "'moved domain')"),
+        # domain DDL that changes nothing a row shows, then a rename
+        ("a", "ALTER DOMAIN posint2 SET DEFAULT 42"),
+        ("a", "ALTER DOMAIN posint2 ADD CONSTRAINT below_1000 CHECK (VALUE < 1000)"),
+        ("a", "INSERT INTO moods (id, m, note) VALUES (9, 'glad', 'domain default')"),
+        ("a", "ALTER DOMAIN posint2 RENAME TO smallpos"),
+        ("a", "ALTER DOMAIN smallpos DROP CONSTRAINT below_1000"),
+        ("a", "ALTER DOMAIN smallpos DROP DEFAULT"),
+        ("a", "INSERT INTO moods (id, n, note) VALUES (10, 999, 'renamed domain')"),
+        # composite types: typed tables follow ALTER TYPE ... CASCADE
+        ("a", "ALTER TYPE pair ADD ATTRIBUTE c int CASCADE"),
+        ("a", "INSERT INTO pairs VALUES (2, 'two', 22)"),
+        ("a", "ALTER TYPE pair RENAME ATTRIBUTE b TO bee CASCADE"),
+        ("a", "UPDATE pairs SET bee = 'uno' WHERE a = 1"),
+        ("a", "ALTER TYPE pair DROP ATTRIBUTE c CASCADE"),
+        ("a", "INSERT INTO pairs VALUES (3, 'three')"),
+        ("a", "ALTER TYPE kv ALTER ATTRIBUTE v TYPE bigint CASCADE"),
+        ("a", "INSERT INTO kvs VALUES (2, 5000000000, 'big')"),
+        ("a", "ALTER TYPE kv DROP ATTRIBUTE gone CASCADE"),
+        ("a", "ALTER TYPE kv RENAME TO kv2"),
+        ("a", "ALTER TYPE kv2 SET SCHEMA other"),
+        ("a", "UPDATE kvs SET v = v + 1"),
+        ("a", "INSERT INTO bystander VALUES (2, 'after the composite DDL')"),
+        # new types used by new columns
+        ("a", "CREATE TYPE color AS ENUM ('red', 'green')"),
+        ("a", "ALTER TABLE bystander ADD COLUMN c color"),
+        ("a", "INSERT INTO bystander VALUES (3, 'new enum column', 'green')"),
+        ("a", "CREATE DOMAIN code AS varchar(4) CHECK (VALUE <> '')"),
+        ("a", "ALTER TABLE bystander ADD COLUMN cd code DEFAULT 'dflt', "
+              "ADD COLUMN ca color[] DEFAULT '{red}'"),
+        ("a", "UPDATE bystander SET v = 'defaults of new types' WHERE id = 1"),
+        ("a", "BEGIN"),
+        ("a", "CREATE TYPE size AS ENUM ('s')"),
+        ("a", "ALTER TYPE size ADD VALUE 'm'"),
+        ("a", "ALTER TABLE bystander ADD COLUMN sz size"),
+        ("a", "INSERT INTO bystander (id, sz) VALUES (4, 's')"),
+    ]
+    if version >= 17:  # a label added to a type created in the same transaction is usable
+        steps.append(("a", "INSERT INTO bystander (id, sz) VALUES (5, 'm')"))
+    steps += [
+        ("a", "COMMIT"),
+        ("a", "INSERT INTO bystander (id, sz, c) VALUES (6, 'm', 'red')"),
+        ("a", "ALTER TYPE color ADD VALUE 'blue' BEFORE 'red'"),
+        ("a", "ALTER TYPE color RENAME VALUE 'red' TO 'crimson'"),
+        ("a", "UPDATE bystander SET c = 'blue', ca = ca || 'blue'::color WHERE id = 1"),
+        ("a", "DELETE FROM bystander WHERE id = 3"),
+        ("a", "DELETE FROM moods WHERE id = 4"),
+        # a schema renamed: the names of its types and tables, nothing else, change
+        ("a", "CREATE TABLE other.far (id int PRIMARY KEY, f other.feeling)"),
+        ("a", "INSERT INTO other.far VALUES (1, 'glad')"),
+        ("a", "ALTER SCHEMA other RENAME TO elsewhere"),
+        ("a", "INSERT INTO elsewhere.far VALUES (2, 'blue')"),
+        ("a", "INSERT INTO moods VALUES (11, 'glad', '{glad}', 'glad', '{glad}', 11, "
+              "'renamed schema')"),
+        ("a", "UPDATE kvs SET v = 0 WHERE k = 1"),
+        # dropping a type drops the columns using it, reported by no ALTER TABLE
+        ("a", "DROP TYPE color CASCADE"),
+        ("a", "INSERT INTO bystander VALUES (7, 'color columns dropped', 'cd07', 'm')"),
+        ("a", "UPDATE bystander SET v = 'had a color' WHERE id = 1"),
+        ("a", "DROP DOMAIN code CASCADE"),
+        ("a", "INSERT INTO bystander VALUES (8, 'code column dropped', 's')"),
+        ("a", "DELETE FROM bystander WHERE id = 6"),
+    ]
+    return Workload("type_ddl", tuple(steps), setup=TYPE_DDL_SETUP)
+
+
+def _type_rename_mid_transaction() -> Workload:
+    """A type renamed between two rows of one transaction: the first still prints the old
+    name, as the slot decodes each change with the catalog as of that change."""
+    return Workload("type_rename_mid_transaction", (
+        ("a", "CREATE TYPE tone AS ENUM ('low', 'high')"),
+        ("a", "CREATE DOMAIN tone_d AS tone"),
+        ("a", "CREATE TABLE tones (id int PRIMARY KEY, t tone, ta tone[], td tone_d)"),
+        ("a", "BEGIN"),
+        ("a", "INSERT INTO tones VALUES (1, 'low', '{high}', 'low')"),
+        ("a", "ALTER TYPE tone RENAME TO pitch"),
+        ("a", "INSERT INTO tones VALUES (2, 'high', '{low}', 'high')"),
+        ("a", "ALTER DOMAIN tone_d RENAME TO pitch_d"),
+        ("a", "ALTER TYPE pitch RENAME VALUE 'low' TO 'bass'"),
+        ("a", "UPDATE tones SET td = 'bass' WHERE id = 1"),
+        ("a", "ALTER TYPE pitch SET SCHEMA other"),
+        ("a", "DELETE FROM tones WHERE id = 2"),
+        ("a", "COMMIT"),
+        ("a", "INSERT INTO tones VALUES (3, 'bass', NULL, 'high')"),
+    ), setup=("CREATE SCHEMA other",))
+
+
+def type_workloads(version: int) -> list[Workload]:
+    return [_type_ddl(version), _type_rename_mid_transaction()]
