@@ -33,7 +33,7 @@ from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import is_segment_name
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
-from cdclake.wal.waldump import record_json_line, record_text
+from cdclake.waldump import record_json_line, record_text
 
 
 def generate(version: int, target_mb: int, segment_mb: int, dest: Path) -> Path:

@@ -18,7 +18,7 @@ from cdclake.errors import CdclakeError
 
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "waldump": ("cdclake.wal.waldump", "print WAL records like pg_waldump"),
+    "waldump": ("cdclake.waldump", "print WAL records like pg_waldump"),
     "decode": ("cdclake.decoding.cli", "decode WAL into a change stream (test_decoding, ...)"),
     "source": ("cdclake.catalog.install", "set up the source database (source install)"),
     "wal-push": ("cdclake.archive.push", "archive_command: push one WAL file to the store"),

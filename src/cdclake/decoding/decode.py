@@ -7,6 +7,8 @@ changes to relations known to be catalogs or TOAST deletions. Whatever cannot be
 (a relfilenode created by a transaction still running) is buffered and decided at commit.
 
 Transactions are emitted at their commit record, in WAL order, which is commit-LSN order.
+Records reach their handler through the rmgr table (:mod:`cdclake.decoding.rmgrs`), which
+also tells the Spark shuffle which records these handlers read.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cdclake.decoding import rmgrs
 from cdclake.decoding.changes import (
     DELETE,
     INSERT,
@@ -35,15 +38,7 @@ from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.errors import DecodingError
 from cdclake.tuples.varlena import toast_chunk
 from cdclake.wal.lsn import format_lsn
-from cdclake.wal.record import (
-    RM_HEAP2_ID,
-    RM_HEAP_ID,
-    RM_LOGICALMSG_ID,
-    RM_RELMAP_ID,
-    RM_STANDBY_ID,
-    RM_XACT_ID,
-    XLogRecord,
-)
+from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
 
 #: prefix of the WAL messages `cdclake source install` makes the source emit on DDL
@@ -100,6 +95,8 @@ class Decoder:
         self.maybe_incomplete: set[int] | None = None
         #: the WAL read starts at a shutdown checkpoint: nothing can be running before it
         self.clean_start = False
+        #: the handler of each rmgr id (the rmgr table's ``decode``), built once
+        self._dispatch = rmgrs.dispatch(self)
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -108,25 +105,24 @@ class Decoder:
         st.records += 1
         st.last_lsn = rec.lsn
         if rec.toplevel_xid:
+            # a subtransaction's first record, whatever its kind: decoded or not, it is the
+            # only record that says which transaction the subtransaction belongs to
             self.rb.assign_child(rec.toplevel_xid, rec.xid, rec.lsn)
-        rmid = rec.rmid
-        if rmid == RM_HEAP_ID:
-            self._heap(rec)
-        elif rmid == RM_HEAP2_ID:
-            self._heap2(rec)
-        elif rmid == RM_XACT_ID:
-            self._xact(rec)
-        elif rmid == RM_LOGICALMSG_ID:
-            self._message(rec)
-        elif rmid == RM_STANDBY_ID:
-            self._standby(rec)
-        elif rmid == RM_RELMAP_ID and self.tracker is not None:
-            upd = relmap.parse(rec)
-            if upd is not None and upd.db_id == self.db_oid:
-                self.tracker.relmap_update(upd, rec.lsn)
-        elif rmid == 0 and st.records == 1:
+        handler = self._dispatch[rec.rmid]
+        if handler is not None:
+            handler(rec)
+
+    def _xlog(self, rec: XLogRecord) -> None:
+        if self.stats.records == 1:
             # A shutdown checkpoint first: nothing was running, every transaction is whole.
             self.clean_start = (rec.info & 0xF0) == 0x00
+
+    def _relmap(self, rec: XLogRecord) -> None:
+        if self.tracker is None:
+            return
+        upd = relmap.parse(rec)
+        if upd is not None and upd.db_id == self.db_oid:
+            self.tracker.relmap_update(upd, rec.lsn)
 
     # -- heap ----------------------------------------------------------------------------------
 
@@ -141,7 +137,7 @@ class Decoder:
                                              bool(t.flags & heap.XLH_TRUNCATE_CASCADE),
                                              bool(t.flags & heap.XLH_TRUNCATE_RESTART_SEQS))))
             return
-        if op not in _HEAP_DML:
+        if op not in rmgrs.HEAP_CHANGES:
             return
         loc = rec.blocks[0].rlocator
         if loc.db != self.db_oid:  # gate 1, before parsing
@@ -257,6 +253,10 @@ class Decoder:
             t = self.rb.txn(rec.xid, rec.lsn)
             t.prepared = True
             t.gid = p.gid
+            # the prepared transaction's subtransactions are known from here on, as
+            # PostgreSQL's DecodePrepare records them: they stay buffered with it
+            for sub in p.subxacts:
+                self.rb.assign_child(rec.xid, sub, rec.lsn)
         elif op == xact.XLOG_XACT_ASSIGNMENT:
             a = xact.parse(rec, self.version)
             for sub in a.subxacts:
@@ -306,7 +306,3 @@ class Decoder:
                 f"transaction {xid} commits at {format_lsn(lsn)} but was already running at "
                 "the first running-xacts record read, so some of its changes may precede the "
                 "first WAL read; decode from an earlier segment")
-
-
-_HEAP_DML = frozenset({heap.XLOG_HEAP_INSERT, heap.XLOG_HEAP_UPDATE, heap.XLOG_HEAP_HOT_UPDATE,
-                       heap.XLOG_HEAP_DELETE, heap.XLOG_HEAP_CONFIRM})

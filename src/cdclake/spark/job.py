@@ -1,11 +1,12 @@
 """The Spark decode job: one batch of archived segments -> ``changes/<batch>/``.
 
 Stages (ARCHITECTURE.md, "On Spark"): tasks parse segments in parallel (each also reads the
-head of the next segment for a straddling record); the driver collects the subtransaction
-assignments; records are shuffled by top-level xid into ``spark_partitions`` partitions (the
-records every partition needs are broadcast), sorted by LSN, and each partition runs the
-reorder buffer and reassembly of :mod:`cdclake.decoding`; the driver orders the emitted rows by
-commit LSN and writes the stream. Open transactions go to ``spill/<batch>/`` and come back in
+head of the next segment for a straddling record, and classifies records with the rmgr table
+of :mod:`cdclake.decoding.rmgrs`); the driver collects the subtransaction memberships; records
+are shuffled by top-level xid into ``spark_partitions`` partitions (the records every
+partition needs are broadcast), sorted by LSN, and each partition runs the reorder buffer and
+reassembly of :mod:`cdclake.decoding`; the driver orders the emitted rows by commit LSN and
+writes the stream. Open transactions go to ``spill/<batch>/`` and come back in
 the next batch; ``state/progress.json`` says where that batch starts.
 
 Usage: ``python -m cdclake.spark.job [--until SEGMENT]`` decodes one batch with the
@@ -34,7 +35,7 @@ from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route, segment_facts
 from cdclake.spark.segments import ParsedSegment, parse_segment
-from cdclake.spark.txnstate import DecoderState, OpenTxn
+from cdclake.spark.txnstate import DecoderState, OpenTxn, open_memberships
 from cdclake.spark.writer import write_stream
 from cdclake.wal.lsn import format_lsn
 
@@ -163,7 +164,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         n = config.spark_partitions
         pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
         rmap = sc.broadcast(RouteMap.merge(
-            n, (f[1] for f in facts), {o.xid: o.top for o in state.open_txns if o.top},
+            n, (f[1] for f in facts), open_memberships(state.open_txns),
             pg_class[1] if pg_class else None))
         ctx = PartitionContext(
             partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,

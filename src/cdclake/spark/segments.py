@@ -3,8 +3,9 @@
 A record belongs to the segment it starts in. A task reads its segment from the store and, for
 a record that straddles the boundary, the head of the next one (the reader fetches later
 segments lazily, only when a record continues there). Tasks return only the records decoding
-uses, already classified for the shuffle (see :mod:`cdclake.spark.routing`), plus the facts
-the driver needs to check that consecutive tasks join up (prev-links) and where WAL ended.
+uses, already classified for the shuffle by the rmgr table (:func:`cdclake.decoding.rmgrs.route`,
+see :mod:`cdclake.spark.routing`), plus the facts the driver needs to check that consecutive
+tasks join up (prev-links) and where WAL ended.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
+from cdclake.decoding.rmgrs import TXN, route
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import XLogRecord
@@ -72,7 +74,8 @@ class ParsedSegment:
     last_lsn: int | None = None
     end_of_wal: int = 0  #: where the next record starts (past ``end`` if one straddles)
     end_reason: str = ""
-    records: list[tuple[int, XLogRecord]] = field(default_factory=list)  #: (kind, record)
+    #: (routing class of :mod:`cdclake.decoding.rmgrs`, record)
+    records: list[tuple[int, XLogRecord]] = field(default_factory=list)
 
 
 def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
@@ -95,8 +98,6 @@ def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
 def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
                   db_oid: int) -> ParsedSegment:
     """Read the records starting in the task's range and keep the ones decoding needs."""
-    from cdclake.spark.routing import classify
-
     source = StoreWindow(store, layout, segment_size, list(task.window))
     reader = XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
     out = ParsedSegment(task.segment.segno)
@@ -105,17 +106,11 @@ def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment
         if first:
             out.first_lsn, out.first_prev = rec.lsn, rec.prev
         out.last_lsn = rec.lsn
-        kind = classify(rec, db_oid, keep=first and task.keep_first)
+        for kind, kept in route(rec, db_oid, first=first and task.keep_first):
+            out.records.append((kind, freeze(kept, drop_images=kind == TXN)))
         first = False
-        if kind is not None:
-            out.records.append((kind, freeze(rec, drop_images=kind == ROUTED_KIND)))
     out.version = reader.version
     out.end_of_wal = reader.end_of_wal
     out.end_reason = reader.end_reason
     return out
 
-
-#: classification codes (kept here so tasks and routing agree without a cycle)
-BROADCAST_KIND = 0  #: every partition needs it
-CATALOG_KIND = 1  #: heap record on a relfilenode that may be pg_class: broadcast
-ROUTED_KIND = 2  #: a change of one transaction: goes to its owner (unless pg_class after all)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,23 @@ class OpenTxn:
         return cls(int(d["xid"]), int(d["top"]), int(d["first_lsn"]),
                    tuple(int(x) for x in d["subxids"]), bool(d["prepared"]), str(d["gid"]),
                    tuple(d["ddl"]), d.get("spill"), int(d.get("changes", 0)))
+
+
+def open_memberships(txns: Iterable[OpenTxn]) -> dict[int, int]:
+    """subxid -> parent xid, as the open transactions carried from the last batch know it.
+
+    A subtransaction named its top-level xid in an earlier batch (on its first record); its
+    later records, in this batch, are routed by this. Both sides of the bookkeeping count: a
+    subtransaction's ``top`` and a top-level transaction's ``subxids``.
+    """
+    out: dict[int, int] = {}
+    for o in txns:
+        if o.top:
+            out[o.xid] = o.top
+        for sub in o.subxids:
+            if sub != o.xid:
+                out[sub] = o.xid
+    return out
 
 
 def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], store: ObjectStore,

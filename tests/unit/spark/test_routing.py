@@ -2,86 +2,159 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from cdclake.decoding import rmgrs
+from cdclake.decoding.decode import Decoder
+from cdclake.decoding.rmgrs import TXN
 from cdclake.spark.routing import (
     RouteMap,
     SegmentFacts,
-    classify,
     owner,
     partition_of,
+    resolve,
     route,
+    segment_facts,
     shuffle_key,
 )
-from cdclake.spark.segments import (
-    BROADCAST_KIND,
-    CATALOG_KIND,
-    ROUTED_KIND,
-    ParsedSegment,
-    freeze,
+from cdclake.spark.segments import ParsedSegment, freeze
+from cdclake.spark.txnstate import OpenTxn, open_memberships
+from cdclake.wal.record import XLogRecord
+from cdclake.wal.rmgr import heap, xact
+from tests.unit.decoding.records import (
+    DB,
+    commit_record,
+    heap_record,
+    recording_decoder,
 )
-from cdclake.wal.record import (
-    RM_BTREE_ID,
-    RM_HEAP_ID,
-    RM_STANDBY_ID,
-    RM_XACT_ID,
-    BlockRef,
-    RelFileLocator,
-    XLogRecord,
-)
-from cdclake.wal.rmgr import heap, standby
 
-DB = 5
+N = 2
+TOP, SUB, NESTED = 100, 101, 103  # a top-level xid and subxids its partition does not own
 
 
-def _heap(lsn: int, xid: int, rel: int, *, db: int = DB, toplevel: int = 0,
-          image: bytes | None = None, data: bytes | None = b"t") -> XLogRecord:
-    rec = XLogRecord(lsn, lsn + 8, 0, xid, RM_HEAP_ID, heap.XLOG_HEAP_INSERT, 64,
-                     [BlockRef(0, RelFileLocator(1663, db, rel), 0, 0, 0, data=data,
-                               image=image)])
-    rec.toplevel_xid = toplevel
-    return rec
+def _segment(*recs: XLogRecord, version: int = 15) -> ParsedSegment:
+    """What a task returns for these records: classified and frozen by the rmgr table."""
+    seg = ParsedSegment(0, version)
+    for rec in recs:
+        for kind, kept in rmgrs.route(rec, DB):
+            seg.records.append((kind, freeze(kept, drop_images=kind == TXN)))
+    return seg
 
 
-def test_classify_follows_what_the_decoder_reads() -> None:
-    assert classify(XLogRecord(1, 2, 0, 7, RM_XACT_ID, 0, 30), DB) == BROADCAST_KIND
-    running = XLogRecord(1, 2, 0, 0, RM_STANDBY_ID, standby.XLOG_RUNNING_XACTS, 30)
-    assert classify(running, DB) == BROADCAST_KIND
-    assert classify(XLogRecord(1, 2, 0, 0, RM_STANDBY_ID, 0, 30), DB) is None  # lock record
-    assert classify(_heap(1, 7, 20000), DB) == ROUTED_KIND
-    assert classify(_heap(1, 7, 20000, db=6), DB) is None  # gate 1
-    assert classify(_heap(1, 7, 1259), DB) == CATALOG_KIND  # pg_class and other catalogs
-    assert classify(_heap(1, 0, 20000), DB) == BROADCAST_KIND  # no xid: no owner
-    assert classify(XLogRecord(1, 2, 0, 7, RM_BTREE_ID, 0, 30), DB) is None
-    assert classify(XLogRecord(1, 2, 0, 7, RM_BTREE_ID, 0, 30), DB, keep=True) == BROADCAST_KIND
+def _shuffle(segs: list[ParsedSegment], rmap: RouteMap) -> dict[int, list[XLogRecord]]:
+    """Every partition's records in LSN order, as repartitionAndSortWithinPartitions does."""
+    keyed = sorted(((k, i, r) for s in segs for i, (k, r) in enumerate(route(s, rmap))),
+                   key=lambda t: (t[0], t[1]))
+    out: dict[int, list[XLogRecord]] = {p: [] for p in range(rmap.partitions)}
+    for key, _i, rec in keyed:
+        out[partition_of(key)].append(rec)
+    return out
 
 
-def test_subtransaction_records_follow_their_top_level_transaction() -> None:
-    n = 3
-    top, sub = 100, 101
-    assert owner(top, n) != owner(sub, n)
-    first = _heap(10, sub, 20000, toplevel=top)  # names its top-level xid
-    later = _heap(20, sub, 20000)  # does not
-    commit = XLogRecord(30, 38, 0, top, RM_XACT_ID, 0, 30)
-    seg = ParsedSegment(0, 15, records=[(ROUTED_KIND, first), (ROUTED_KIND, later),
-                                        (BROADCAST_KIND, commit)])
-    rmap = RouteMap.merge(n, [SegmentFacts({sub: top}, frozenset())], {}, None)
-    out = [(partition_of(key), rec.lsn) for key, rec in route(seg, rmap)]
-    assert out[:2] == [(owner(top, n), 10), (owner(top, n), 20)]
-    assert sorted(out[2:]) == [(p, 30) for p in range(n)]
+def _decode(parts: dict[int, list[XLogRecord]], tmp: Path) -> dict[int, Decoder]:
+    """Every partition's decoder after its records (the commits emit into ``Recording``)."""
+    out = {}
+    for p, recs in parts.items():
+        d, _seen = recording_decoder(tmp / f"p{p}")
+        for rec in recs:
+            d.process(rec)
+        out[p] = d
+    return out
+
+
+def _emitted(decoders: dict[int, Decoder]) -> dict[int, dict[int, list[int]]]:
+    """partition -> {xid: LSNs of its changes} of the commits that partition owns."""
+    return {p: {x: lsns for x, lsns in d.replay.emitted.items()  # type: ignore[attr-defined]
+                if owner(x, N) == p} for p, d in decoders.items()}
+
+
+def _buffered(d: Decoder) -> dict[int, tuple[int, list[int]]]:
+    """xid -> (known top-level xid, LSNs of its buffered changes)."""
+    return {x: (t.top, [c.lsn for c in t.changes]) for x, t in d.rb.by_txn.items()}
+
+
+def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> None:
+    """The reported loss: a subxact whose first record is a LOCK, its changes after it."""
+    assert owner(TOP, N) != owner(SUB, N) and owner(TOP, N) != owner(NESTED, N)
+    work = [
+        heap_record(10, TOP),
+        heap_record(20, SUB, heap.XLOG_HEAP_LOCK, toplevel=TOP),  # SELECT ... FOR UPDATE
+        heap_record(30, SUB),  # names no top-level xid
+        heap_record(40, NESTED, heap.XLOG_HEAP_LOCK, toplevel=TOP),
+        heap_record(50, NESTED),
+    ]
+    # a batch that ends before the commit: the owner holds everything, knowing the subxacts
+    seg = _segment(*work)
+    rmap = RouteMap.merge(N, [segment_facts(seg, DB)], {}, None)
+    assert rmap.top_of == {SUB: TOP, NESTED: TOP}
+    decoders = _decode(_shuffle([seg], rmap), tmp_path / "open")
+    assert _buffered(decoders[owner(TOP, N)]) == {TOP: (0, [10]), SUB: (TOP, [30]),
+                                                  NESTED: (TOP, [50])}
+    # the other partition learnt the memberships too, and holds no change
+    assert _buffered(decoders[owner(SUB, N)]) == {TOP: (0, []), SUB: (TOP, []),
+                                                  NESTED: (TOP, [])}
+    # one batch up to the commit: the owner emits all of it
+    seg = _segment(*work, commit_record(60, TOP, (SUB, NESTED)))
+    rmap = RouteMap.merge(N, [segment_facts(seg, DB)], {}, None)
+    emitted = _emitted(_decode(_shuffle([seg], rmap), tmp_path / "whole"))
+    assert emitted[owner(TOP, N)] == {TOP: [10, 30, 50]}
+    assert emitted[owner(SUB, N)] == {}
+
+
+def test_memberships_known_only_from_the_commit_record(tmp_path: Path) -> None:
+    """The subxact's first record was in an earlier batch: the commit's list still routes."""
+    seg = _segment(heap_record(10, TOP), heap_record(30, SUB), commit_record(60, TOP, (SUB,)))
+    rmap = RouteMap.merge(N, [segment_facts(seg, DB)], {}, None)
+    assert rmap.top(seg.records[1][1]) == TOP
+    assert _emitted(_decode(_shuffle([seg], rmap), tmp_path))[owner(TOP, N)] == {TOP: [10, 30]}
+
+
+def test_nested_parents_resolve_to_the_top_level_transaction() -> None:
+    # a ROLLBACK TO SAVEPOINT of SUB lists its released child NESTED
+    abort = commit_record(5, SUB, (NESTED,), op=xact.XLOG_XACT_ABORT)
+    facts = segment_facts(_segment(abort), DB)
+    assert facts.parent_of == {NESTED: SUB}
+    rmap = RouteMap.merge(N, [facts], {SUB: TOP}, None)
+    assert rmap.top_of == {NESTED: TOP, SUB: TOP}
+    assert resolve({1: 2, 2: 3, 3: 4, 5: 3}) == {1: 4, 2: 4, 3: 4, 5: 4}
+    assert resolve({1: 2, 2: 1}) in ({1: 1, 2: 1}, {1: 2, 2: 2})  # bad input: no endless loop
+
+
+def test_carried_memberships_include_the_subxid_lists() -> None:
+    def txn(xid: int, top: int = 0, subxids: tuple[int, ...] = ()) -> OpenTxn:
+        return OpenTxn(xid, top, 1, subxids, False, "", (), None, 0)
+
+    carried = open_memberships([txn(TOP, subxids=(SUB, NESTED)), txn(SUB, TOP), txn(7)])
+    assert carried == {SUB: TOP, NESTED: TOP}
+    later = _segment(heap_record(70, NESTED))
+    rmap = RouteMap.merge(N, [segment_facts(later, DB)], carried, None)
+    assert [partition_of(k) for k, _ in route(later, rmap)] == [owner(TOP, N)]
+
+
+def test_broadcasts_and_moved_pg_class() -> None:
+    seg = _segment(heap_record(10, SUB, toplevel=TOP), commit_record(30, TOP, (SUB,)))
+    rmap = RouteMap.merge(3, [segment_facts(seg, DB)], {}, None)
+    out = sorted((rec.lsn, partition_of(key), rec.rmid) for key, rec in route(seg, rmap))
+    # the change to its owner; the assignment it names and the commit to every partition
+    assert [(lsn, p) for lsn, p, rm in out if rm == heap_record(0, 0).rmid] == \
+        [(10, owner(TOP, 3))]
+    assert sorted((lsn, p) for lsn, p, rm in out if rm != heap_record(0, 0).rmid) == \
+        [(10, 0), (10, 1), (10, 2), (30, 0), (30, 1), (30, 2)]
     assert shuffle_key(0, 2**63) < shuffle_key(1, 5)  # partition first, then LSN
 
-
-def test_carried_assignments_and_moved_pg_class() -> None:
-    rec = _heap(10, 101, 30000)
-    seg = ParsedSegment(0, 15, records=[(ROUTED_KIND, rec)])
-    rmap = RouteMap.merge(2, [], {101: 200}, 30000)  # pg_class moved to 30000
-    assert len(list(route(seg, rmap))) == 2  # broadcast: it may be a pg_class row
-    rmap = RouteMap.merge(2, [], {101: 200}, None)
-    assert [k for k, _ in route(seg, rmap)] == [shuffle_key(owner(200, 2), 10)]
+    moved = _segment(heap_record(10, SUB, rel=30000))
+    rmap = RouteMap.merge(2, [SegmentFacts({}, frozenset())], {SUB: 200}, 30000)
+    assert len(list(route(moved, rmap))) == 2  # broadcast: it may be a pg_class row
+    rmap = RouteMap.merge(2, [], {SUB: 200}, None)
+    assert [k for k, _ in route(moved, rmap)] == [shuffle_key(owner(200, 2), 10)]
 
 
 def test_freeze_keeps_images_only_where_they_are_the_only_data() -> None:
-    routed = freeze(_heap(1, 7, 20000, image=memoryview(b"page")), drop_images=True)
-    assert routed.blocks[0].image is None and routed.blocks[0].data == b"t"
-    image_only = freeze(_heap(1, 7, 20000, image=memoryview(b"page"), data=None),
-                        drop_images=True)
-    assert image_only.blocks[0].image == b"page"
+    rec = heap_record(1, 7)
+    rec.blocks[0].image = memoryview(b"page")
+    routed = freeze(rec, drop_images=True)
+    assert routed.blocks[0].image is None and routed.blocks[0].data is not None
+    image_only = heap_record(1, 7)
+    image_only.blocks[0].data = None
+    image_only.blocks[0].image = memoryview(b"page")
+    assert freeze(image_only, drop_images=True).blocks[0].image == b"page"

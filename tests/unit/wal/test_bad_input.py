@@ -29,7 +29,7 @@ from cdclake.wal.lsn import format_lsn
 from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.source import DirectorySource
-from cdclake.wal.waldump import describe, record_json
+from cdclake.waldump import describe, record_json
 from tests.oracle.wal.pgwaldump import row_of
 from tests.unit.wal.conftest import FIXTURES, WalFixture, load_fixture
 

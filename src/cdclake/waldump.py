@@ -7,6 +7,8 @@ pg_waldump's line layout so the two can be diffed; ``--json`` gives one object p
 scripts. Descriptions are informative for the records cdclake parses (heap, heap2, xact,
 standby, logical messages, storage, relmap, checkpoints and other XLOG records) and name the
 record type for the rest; they are not guaranteed to be byte-identical to pg_waldump's.
+Rmgr and record-type names come from the rmgr table (:mod:`cdclake.decoding.rmgrs`); this
+command sits above the ``wal`` and ``decoding`` layers for that reason.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from cdclake.decoding.rmgrs import RMGRS, identify, rmgr_by_name, rmgr_name
 from cdclake.errors import CdclakeError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import XLogReader
@@ -32,43 +35,10 @@ from cdclake.wal.record import (
     RM_STANDBY_ID,
     RM_XACT_ID,
     RM_XLOG_ID,
-    RMGR_NAMES,
     XLogRecord,
-    rmgr_name,
 )
 from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, smgr, standby, xact
 from cdclake.wal.source import DirectorySource
-
-# --- record type names for rmgrs we do not parse (rmgrdesc/*desc.c identify functions) -------
-
-XLOG_OPS = {0x00: "CHECKPOINT_SHUTDOWN", 0x10: "CHECKPOINT_ONLINE", 0x20: "NOOP",
-            0x30: "NEXTOID", 0x40: "SWITCH", 0x50: "BACKUP_END", 0x60: "PARAMETER_CHANGE",
-            0x70: "RESTORE_POINT", 0x80: "FPW_CHANGE", 0x90: "END_OF_RECOVERY",
-            0xA0: "FPI_FOR_HINT", 0xB0: "FPI", 0xD0: "OVERWRITE_CONTRECORD",
-            0xE0: "CHECKPOINT_REDO"}
-_OTHER_OPS: dict[int, dict[int, str]] = {
-    3: {0x00: "ZEROPAGE", 0x10: "TRUNCATE"},  # CLOG
-    4: {0x00: "CREATE_FILE_COPY", 0x10: "CREATE_WAL_LOG", 0x20: "DROP"},  # Database
-    5: {0x00: "CREATE", 0x10: "DROP"},  # Tablespace
-    6: {0x00: "ZERO_OFF_PAGE", 0x10: "ZERO_MEM_PAGE", 0x20: "CREATE_ID",
-        0x30: "TRUNCATE_ID"},  # MultiXact
-    11: {0x00: "INSERT_LEAF", 0x10: "INSERT_UPPER", 0x20: "INSERT_META", 0x30: "SPLIT_L",
-         0x40: "SPLIT_R", 0x50: "INSERT_POST", 0x60: "DEDUP", 0x70: "DELETE",
-         0x80: "UNLINK_PAGE", 0x90: "UNLINK_PAGE_META", 0xA0: "NEWROOT",
-         0xB0: "MARK_PAGE_HALFDEAD", 0xC0: "VACUUM", 0xD0: "REUSE_PAGE",
-         0xE0: "META_CLEANUP"},  # Btree
-    15: {0x00: "LOG"},  # Sequence
-    18: {0x00: "ZEROPAGE", 0x10: "TRUNCATE"},  # CommitTs
-    19: {0x00: "SET", 0x10: "DROP"},  # ReplicationOrigin
-    20: {0x00: "Generic"},  # Generic
-}
-_HEAP2_OPS_15 = {0x00: "REWRITE", 0x10: "PRUNE", 0x20: "VACUUM", 0x30: "FREEZE_PAGE",
-                 0x40: "VISIBLE", 0x50: "MULTI_INSERT", 0x60: "LOCK_UPDATED",
-                 0x70: "NEW_CID"}
-_HEAP2_OPS_17 = {**_HEAP2_OPS_15, 0x10: "PRUNE_ON_ACCESS", 0x20: "PRUNE_VACUUM_SCAN",
-                 0x30: "PRUNE_VACUUM_CLEANUP"}
-_STANDBY_OPS = {0x00: "LOCK", 0x10: "RUNNING_XACTS", 0x20: "INVALIDATIONS"}
-_SMGR_OPS = {0x10: "CREATE", 0x20: "TRUNCATE"}
 
 # CheckPoint (catalog/pg_control.h); wal_level at 20 is padding before 17, so offsets agree.
 _CHECKPOINT = struct.Struct("<QII?3xiQIIIIIIIxxxxqIII")
@@ -78,32 +48,7 @@ _PAYLOAD_SHOWN = 32  #: logical-message payload bytes printed before "..."
 
 def record_type(rec: XLogRecord, version: int) -> str:
     """pg_waldump's record type name (``rm_identify``), or ``UNKNOWN (0xNN)``."""
-    op = rec.info & 0xF0
-    rmid = rec.rmid
-    name: str | None
-    if rmid == RM_XLOG_ID:
-        name = XLOG_OPS.get(op)
-    elif rmid == RM_XACT_ID:
-        name = xact.OPNAMES.get(op & xact.XLOG_XACT_OPMASK)
-    elif rmid == RM_SMGR_ID:
-        name = _SMGR_OPS.get(op)
-    elif rmid == RM_STANDBY_ID:
-        name = _STANDBY_OPS.get(op)
-    elif rmid == RM_HEAP_ID:
-        name = heap.OPNAMES.get(op & heap.XLOG_HEAP_OPMASK)
-        if name and op & heap.XLOG_HEAP_INIT_PAGE:
-            name += "+INIT"
-    elif rmid == RM_HEAP2_ID:
-        name = (_HEAP2_OPS_17 if version >= 17 else _HEAP2_OPS_15).get(op & 0x70)
-        if name and op & heap.XLOG_HEAP_INIT_PAGE:
-            name += "+INIT"
-    elif rmid == RM_RELMAP_ID:
-        name = "UPDATE" if op == relmap.XLOG_RELMAP_UPDATE else None
-    elif rmid == RM_LOGICALMSG_ID:
-        name = "MESSAGE" if op == logicalmsg.XLOG_LOGICAL_MESSAGE else None
-    else:
-        name = _OTHER_OPS.get(rmid, {}).get(op)
-    return name or f"UNKNOWN (0x{rec.info & 0xF0:02X})"
+    return identify(rec, version)
 
 
 def _timestamp(us: int) -> str:
@@ -346,11 +291,11 @@ def iter_records(paths: Iterable[str], start: int | None = None, end: int | None
 
 def _rmgr_id(name: str) -> int:
     """``--rmgr`` value (case-insensitive pg_waldump name) -> rmgr id."""
-    for i, rm in enumerate(RMGR_NAMES):
-        if rm.lower() == name.lower():
-            return i
-    raise argparse.ArgumentTypeError(
-        f"unknown resource manager {name!r}; one of: {', '.join(RMGR_NAMES)}")
+    rm = rmgr_by_name(name)
+    if rm is None:
+        raise argparse.ArgumentTypeError(
+            f"unknown resource manager {name!r}; one of: {', '.join(r.name for r in RMGRS)}")
+    return rm.id
 
 
 def _lsn_arg(text: str) -> int:

@@ -1,0 +1,338 @@
+"""The resource-manager table: what decoding does with each kind of WAL record (rmgrlist.h).
+
+PostgreSQL keeps one table of resource managers (``access/rmgrlist.h``) giving each its id, its
+name, how its record types are named (``rm_identify``) and how logical decoding handles its
+records (``rm_decode``). This module is that table for cdclake, and everything that has to
+agree with the decoder reads it:
+
+* :class:`cdclake.decoding.decode.Decoder` dispatches each record to the handler the table
+  names (a list indexed by rmgr id, built once per decoder);
+* the Spark tasks route records to reorder-buffer partitions with :func:`route`, whose per-rmgr
+  classes say which records decoding reads at all and who needs them — so the shuffle cannot
+  drop a record the decoder would have looked at;
+* ``cdclake waldump`` names rmgrs and record types with :func:`identify`.
+
+Routing classes: ``IGNORE`` (decoding never reads it), ``ALL`` (every partition needs it: the
+fate of transactions, running-xacts, the dictionary), ``TXN`` (a change of one transaction: its
+top-level transaction's partition) and ``CATALOG`` (a heap record of a system relation, which
+may be a pg_class row the catalog tracker follows: every partition).
+
+One fact does not fit a per-record class: a subtransaction names its top-level xid only on its
+first WAL record, whatever that record is (PostgreSQL's ``LogicalDecodingProcessRecord`` reads
+it from every record, decoded or not). A ``SELECT ... FOR UPDATE`` right after a ``SAVEPOINT``
+makes that a heap LOCK record, which decoding otherwise ignores. :func:`route` therefore turns
+the assignment of any record not sent to every partition into an ``XLOG_XACT_ASSIGNMENT``
+record (the record PostgreSQL itself writes for the same fact) that every partition gets, so
+every partition's reorder buffer knows which top-level transaction a subtransaction belongs
+to. :func:`memberships` lists every such fact a record states, for routing before the shuffle.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID
+from cdclake.wal.record import (
+    RM_BRIN_ID,
+    RM_BTREE_ID,
+    RM_CLOG_ID,
+    RM_COMMIT_TS_ID,
+    RM_DBASE_ID,
+    RM_GENERIC_ID,
+    RM_GIN_ID,
+    RM_GIST_ID,
+    RM_HASH_ID,
+    RM_HEAP2_ID,
+    RM_HEAP_ID,
+    RM_LOGICALMSG_ID,
+    RM_MULTIXACT_ID,
+    RM_RELMAP_ID,
+    RM_REPLORIGIN_ID,
+    RM_SEQ_ID,
+    RM_SMGR_ID,
+    RM_SPGIST_ID,
+    RM_STANDBY_ID,
+    RM_TBLSPC_ID,
+    RM_XACT_ID,
+    RM_XLOG_ID,
+    XLogRecord,
+)
+from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
+
+# --- routing classes ---------------------------------------------------------------------
+
+IGNORE = 0  #: decoding never reads it: dropped before the shuffle
+ALL = 1  #: every partition needs it
+TXN = 2  #: a change of one transaction: the partition owning its top-level transaction
+CATALOG = 3  #: heap record of a system relation (maybe pg_class): every partition, with images
+
+ROUTE_NAMES = {IGNORE: "ignore", ALL: "all", TXN: "txn", CATALOG: "catalog"}
+
+# --- which record types decoding reads -----------------------------------------------------
+
+#: heap changes of one transaction (TRUNCATE is one too, but names its relations in main data)
+HEAP_CHANGES = frozenset({heap.XLOG_HEAP_INSERT, heap.XLOG_HEAP_UPDATE,
+                          heap.XLOG_HEAP_HOT_UPDATE, heap.XLOG_HEAP_DELETE,
+                          heap.XLOG_HEAP_CONFIRM})
+#: transaction records that decide a transaction's fate or its subtransactions
+XACT_DECODED = frozenset({xact.XLOG_XACT_COMMIT, xact.XLOG_XACT_PREPARE, xact.XLOG_XACT_ABORT,
+                          xact.XLOG_XACT_COMMIT_PREPARED, xact.XLOG_XACT_ABORT_PREPARED,
+                          xact.XLOG_XACT_ASSIGNMENT})
+_XACT_FINISH = frozenset({xact.XLOG_XACT_COMMIT, xact.XLOG_XACT_ABORT,
+                          xact.XLOG_XACT_COMMIT_PREPARED, xact.XLOG_XACT_ABORT_PREPARED})
+
+Router = Callable[[XLogRecord, int], int]
+
+
+def _ignore(_rec: XLogRecord, _db_oid: int) -> int:
+    return IGNORE
+
+
+def _all(_rec: XLogRecord, _db_oid: int) -> int:
+    return ALL
+
+
+def _by_block(rec: XLogRecord, db_oid: int) -> int:
+    """A change logged against its first block: gate 1 (other databases) as the decoder does."""
+    blocks = rec.blocks
+    if not blocks:
+        return IGNORE
+    loc = blocks[0].rlocator
+    if loc.db != db_oid:
+        return IGNORE
+    if not rec.xid:
+        return ALL  # no transaction, so no owner
+    if loc.rel < FIRST_NORMAL_OBJECT_ID:
+        return CATALOG
+    return TXN
+
+
+def _route_heap(rec: XLogRecord, db_oid: int) -> int:
+    op = rec.info & heap.XLOG_HEAP_OPMASK
+    if op in HEAP_CHANGES:
+        return _by_block(rec, db_oid)
+    if op == heap.XLOG_HEAP_TRUNCATE:  # no block: its database is in the main data
+        return TXN if rec.xid else ALL
+    return IGNORE  # LOCK, INPLACE
+
+
+def _route_heap2(rec: XLogRecord, db_oid: int) -> int:
+    if rec.info & heap2.XLOG_HEAP2_OPMASK == heap2.XLOG_HEAP2_MULTI_INSERT:
+        return _by_block(rec, db_oid)
+    return IGNORE  # pruning, freezing, visibility, NEW_CID...
+
+
+def _route_xact(rec: XLogRecord, _db_oid: int) -> int:
+    return ALL if rec.info & xact.XLOG_XACT_OPMASK in XACT_DECODED else IGNORE
+
+
+def _route_standby(rec: XLogRecord, _db_oid: int) -> int:
+    return ALL if rec.info & 0xF0 == standby.XLOG_RUNNING_XACTS else IGNORE
+
+
+# --- the table ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rmgr:
+    """One resource manager: identity, record-type names, decode handler, routing class."""
+
+    id: int
+    name: str  #: pg_waldump's name
+    ops: Mapping[int, str] = field(default_factory=dict)  #: record type (masked info) -> name
+    opmask: int = 0xF0  #: the xl_info bits that select the record type
+    init_page: bool = False  #: 0x80 is XLOG_HEAP_INIT_PAGE, shown as ``+INIT``
+    #: op names that differ from PostgreSQL version N on: {N: {op: name}}
+    ops_since: Mapping[int, Mapping[int, str]] = field(default_factory=dict)
+    #: the Decoder method that handles its records (None: decoding ignores the rmgr); it must
+    #: ignore every record ``route`` classes IGNORE, and touch nothing else in them
+    decode: str | None = None
+    route: Router = _ignore  #: routing class of one record (before the toplevel-xid rule)
+
+    def identify(self, info: int, version: int) -> str | None:
+        """rm_identify: the record type's name, or None when unknown."""
+        ops = _ops_for(self.id, version) if self.ops_since else self.ops
+        name = ops.get(info & self.opmask)
+        if name is not None and self.init_page and info & heap.XLOG_HEAP_INIT_PAGE:
+            name += "+INIT"
+        return name
+
+
+@functools.cache
+def _ops_for(rmid: int, version: int) -> Mapping[int, str]:
+    """An rmgr's record-type names as PostgreSQL ``version`` has them."""
+    rmgr = BY_ID[rmid]
+    ops = dict(rmgr.ops)
+    for since in sorted(rmgr.ops_since):
+        if version >= since:
+            ops.update(rmgr.ops_since[since])
+    return ops
+
+
+_HEAP2_OPS = {0x00: "REWRITE", 0x10: "PRUNE", 0x20: "VACUUM", 0x30: "FREEZE_PAGE",
+              0x40: "VISIBLE", 0x50: "MULTI_INSERT", 0x60: "LOCK_UPDATED", 0x70: "NEW_CID"}
+_HEAP2_OPS_17 = {0x10: "PRUNE_ON_ACCESS", 0x20: "PRUNE_VACUUM_SCAN",
+                 0x30: "PRUNE_VACUUM_CLEANUP"}
+
+RMGRS: tuple[Rmgr, ...] = (
+    Rmgr(RM_XLOG_ID, "XLOG",
+         {0x00: "CHECKPOINT_SHUTDOWN", 0x10: "CHECKPOINT_ONLINE", 0x20: "NOOP",
+          0x30: "NEXTOID", 0x40: "SWITCH", 0x50: "BACKUP_END", 0x60: "PARAMETER_CHANGE",
+          0x70: "RESTORE_POINT", 0x80: "FPW_CHANGE", 0x90: "END_OF_RECOVERY",
+          0xA0: "FPI_FOR_HINT", 0xB0: "FPI", 0xD0: "OVERWRITE_CONTRECORD",
+          0xE0: "CHECKPOINT_REDO"},
+         # the decoder reads the first record of the WAL only (a shutdown checkpoint means a
+         # clean start); that is a position, not a record type: see ``first`` in route()
+         decode="_xlog"),
+    Rmgr(RM_XACT_ID, "Transaction", xact.OPNAMES, opmask=xact.XLOG_XACT_OPMASK,
+         decode="_xact", route=_route_xact),
+    Rmgr(RM_SMGR_ID, "Storage", {0x10: "CREATE", 0x20: "TRUNCATE"}),
+    Rmgr(RM_CLOG_ID, "CLOG", {0x00: "ZEROPAGE", 0x10: "TRUNCATE"}),
+    Rmgr(RM_DBASE_ID, "Database",
+         {0x00: "CREATE_FILE_COPY", 0x10: "CREATE_WAL_LOG", 0x20: "DROP"}),
+    Rmgr(RM_TBLSPC_ID, "Tablespace", {0x00: "CREATE", 0x10: "DROP"}),
+    Rmgr(RM_MULTIXACT_ID, "MultiXact",
+         {0x00: "ZERO_OFF_PAGE", 0x10: "ZERO_MEM_PAGE", 0x20: "CREATE_ID",
+          0x30: "TRUNCATE_ID"}),
+    Rmgr(RM_RELMAP_ID, "RelMap", {relmap.XLOG_RELMAP_UPDATE: "UPDATE"},
+         decode="_relmap", route=_all),
+    Rmgr(RM_STANDBY_ID, "Standby", standby.OPNAMES, decode="_standby", route=_route_standby),
+    Rmgr(RM_HEAP2_ID, "Heap2", _HEAP2_OPS, opmask=heap2.XLOG_HEAP2_OPMASK, init_page=True,
+         ops_since={17: _HEAP2_OPS_17}, decode="_heap2", route=_route_heap2),
+    Rmgr(RM_HEAP_ID, "Heap", heap.OPNAMES, opmask=heap.XLOG_HEAP_OPMASK, init_page=True,
+         decode="_heap", route=_route_heap),
+    Rmgr(RM_BTREE_ID, "Btree",
+         {0x00: "INSERT_LEAF", 0x10: "INSERT_UPPER", 0x20: "INSERT_META", 0x30: "SPLIT_L",
+          0x40: "SPLIT_R", 0x50: "INSERT_POST", 0x60: "DEDUP", 0x70: "DELETE",
+          0x80: "UNLINK_PAGE", 0x90: "UNLINK_PAGE_META", 0xA0: "NEWROOT",
+          0xB0: "MARK_PAGE_HALFDEAD", 0xC0: "VACUUM", 0xD0: "REUSE_PAGE",
+          0xE0: "META_CLEANUP"}),
+    Rmgr(RM_HASH_ID, "Hash"),
+    Rmgr(RM_GIN_ID, "Gin"),
+    Rmgr(RM_GIST_ID, "Gist"),
+    Rmgr(RM_SEQ_ID, "Sequence", {0x00: "LOG"}),
+    Rmgr(RM_SPGIST_ID, "SPGist"),
+    Rmgr(RM_BRIN_ID, "BRIN"),
+    Rmgr(RM_COMMIT_TS_ID, "CommitTs", {0x00: "ZEROPAGE", 0x10: "TRUNCATE"}),
+    Rmgr(RM_REPLORIGIN_ID, "ReplicationOrigin", {0x00: "SET", 0x10: "DROP"}),
+    Rmgr(RM_GENERIC_ID, "Generic", {0x00: "Generic"}),
+    Rmgr(RM_LOGICALMSG_ID, "LogicalMessage", {logicalmsg.XLOG_LOGICAL_MESSAGE: "MESSAGE"},
+         decode="_message", route=_all),
+)
+
+#: rmgr id -> Rmgr; ids 128-255 are custom resource managers, unknown to cdclake
+BY_ID: Mapping[int, Rmgr] = MappingProxyType({r.id: r for r in RMGRS})
+#: rmgr ids are one byte: the lists below index any id without a bounds check
+RMGR_SLOTS = 256
+
+
+def rmgr_name(rmid: int) -> str:
+    """pg_waldump's name of an rmgr (``customNNN`` for ones cdclake does not know)."""
+    r = BY_ID.get(rmid)
+    return r.name if r is not None else f"custom{rmid:03d}"
+
+
+def rmgr_by_name(name: str) -> Rmgr | None:
+    """The rmgr pg_waldump calls ``name`` (case-insensitive), or None."""
+    folded = name.lower()
+    for r in RMGRS:
+        if r.name.lower() == folded:
+            return r
+    return None
+
+
+def identify(rec: XLogRecord, version: int) -> str:
+    """pg_waldump's record type (``rm_identify``), or ``UNKNOWN (0xNN)``."""
+    r = BY_ID.get(rec.rmid)
+    name = r.identify(rec.info, version) if r is not None else None
+    return name or f"UNKNOWN (0x{rec.info & 0xF0:02X})"
+
+
+def dispatch(target: object) -> list[Callable[[XLogRecord], None] | None]:
+    """The decode handlers of ``target`` (a Decoder) indexed by rmgr id, for its hot loop."""
+    out: list[Callable[[XLogRecord], None] | None] = [None] * RMGR_SLOTS
+    for r in RMGRS:
+        if r.decode is not None:
+            out[r.id] = getattr(target, r.decode)
+    return out
+
+
+_ROUTERS: list[Router] = [BY_ID[i].route if i in BY_ID else _ignore for i in range(RMGR_SLOTS)]
+
+
+# --- routing -----------------------------------------------------------------------------
+
+
+def route_class(rec: XLogRecord, db_oid: int, *, first: bool = False) -> int:
+    """The record's own routing class (IGNORE, ALL, TXN or CATALOG) for database ``db_oid``.
+
+    ``first``: the first record of the whole WAL read, which every partition's decoder must see
+    first whatever it is (it tells whether decoding starts clean).
+    """
+    if first:
+        return ALL
+    return _ROUTERS[rec.rmid](rec, db_oid)
+
+
+def route(rec: XLogRecord, db_oid: int, *,
+          first: bool = False) -> tuple[tuple[int, XLogRecord], ...]:
+    """What the shuffle carries for one record: ``(class, record)`` pairs, none if ignored.
+
+    A record naming its top-level xid that does not itself reach every partition (a TXN
+    change, or a record decoding ignores) adds an assignment record for every partition.
+    """
+    kind = route_class(rec, db_oid, first=first)
+    top = rec.toplevel_xid
+    if not top or top == rec.xid or kind in (ALL, CATALOG):
+        return () if kind == IGNORE else ((kind, rec),)
+    assign = (ALL, assignment_record(rec))
+    return (assign,) if kind == IGNORE else (assign, (kind, rec))
+
+
+_ASSIGNMENT = struct.Struct("<IiI")  # xl_xact_assignment with one subxact: xtop, n, xsub
+
+
+def assignment_record(rec: XLogRecord) -> XLogRecord:
+    """The XLOG_XACT_ASSIGNMENT record stating what ``rec``'s toplevel-xid field states.
+
+    Not a record of the WAL (``tot_len`` 0): it stands for one at the same LSN, so it sorts
+    where the assignment happened.
+    """
+    return XLogRecord(rec.lsn, rec.end_lsn, rec.prev, rec.xid, RM_XACT_ID,
+                      xact.XLOG_XACT_ASSIGNMENT, 0, [],
+                      _ASSIGNMENT.pack(rec.toplevel_xid, 1, rec.xid), rec.origin, 0,
+                      rec.timeline, rec.segment)
+
+
+def memberships(rec: XLogRecord, version: int) -> list[tuple[int, int]]:
+    """``(subxid, parent xid)`` facts the record states; the parent may itself be a subxact.
+
+    From the toplevel-xid field of a subtransaction's first record, XLOG_XACT_ASSIGNMENT
+    records, and the subtransaction lists of commit, abort and prepare records (a subxact's
+    abort lists its own committed children).
+    """
+    out: list[tuple[int, int]] = []
+    if rec.toplevel_xid and rec.toplevel_xid != rec.xid:
+        out.append((rec.xid, rec.toplevel_xid))
+    if rec.rmid != RM_XACT_ID:
+        return out
+    op = rec.info & xact.XLOG_XACT_OPMASK
+    if op == xact.XLOG_XACT_ASSIGNMENT:
+        a = xact.parse(rec, version)
+        assert isinstance(a, xact.XactAssignment)
+        out.extend((s, a.xtop) for s in a.subxacts)
+    elif op in _XACT_FINISH:
+        f = xact.parse(rec, version)
+        assert isinstance(f, xact.XactFinish)
+        parent = f.twophase_xid or rec.xid
+        if parent:
+            out.extend((s, parent) for s in f.subxacts if s != parent)
+    elif op == xact.XLOG_XACT_PREPARE:
+        p = xact.parse(rec, version)
+        assert isinstance(p, xact.XactPrepare)
+        out.extend((s, rec.xid) for s in p.subxacts if s != rec.xid)
+    return out

@@ -1,0 +1,110 @@
+"""Synthetic WAL records (layouts of access/heapam_xlog.h, access/xact.h) and a recording
+decoder, for tests of the rmgr table and of routing that need no server."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.decoding.changes import TxnInfo
+from cdclake.decoding.decode import Decoder
+from cdclake.decoding.filter import Filter
+from cdclake.decoding.reorder import ReorderBuffer
+from cdclake.wal.record import (
+    RM_HEAP_ID,
+    RM_XACT_ID,
+    BlockRef,
+    RelFileLocator,
+    XLogRecord,
+)
+from cdclake.wal.rmgr import heap, xact
+
+DB = 5
+USER_REL = 20000
+
+
+def heap_record(lsn: int, xid: int, op: int = heap.XLOG_HEAP_INSERT, *, rel: int = USER_REL,
+                db: int = DB, toplevel: int = 0) -> XLogRecord:
+    """A heap record on one block; an INSERT carries a one-column tuple."""
+    data = None
+    md = b""
+    if op == heap.XLOG_HEAP_INSERT:
+        md = struct.pack("<HB", 1, heap.XLH_INSERT_CONTAINS_NEW_TUPLE)
+        data = struct.pack("<HHB", 1, 0, 24) + struct.pack("<i", lsn)
+    elif op == heap.XLOG_HEAP_LOCK:
+        md = struct.pack("<IHBB", xid, 1, 0, 0)  # xmax, offnum, infobits, flags
+    rec = XLogRecord(lsn, lsn + 8, 0, xid, RM_HEAP_ID, op, 64,
+                     [BlockRef(0, RelFileLocator(1663, db, rel), 0, 0, 0, data=data)], md)
+    rec.toplevel_xid = toplevel
+    return rec
+
+
+def commit_record(lsn: int, xid: int, subxacts: tuple[int, ...] = (), *,
+                  op: int = xact.XLOG_XACT_COMMIT, twophase_xid: int = 0) -> XLogRecord:
+    """A commit or abort (or their prepared forms) naming its subtransactions."""
+    xinfo = xact.XACT_XINFO_HAS_SUBXACTS if subxacts else 0
+    if twophase_xid:
+        xinfo |= xact.XACT_XINFO_HAS_TWOPHASE
+    md = struct.pack("<qI", 0, xinfo)
+    if subxacts:
+        md += struct.pack(f"<i{len(subxacts)}I", len(subxacts), *subxacts)
+    if twophase_xid:
+        md += struct.pack("<I", twophase_xid)
+    return XLogRecord(lsn, lsn + 8, 0, xid, RM_XACT_ID, op | xact.XLOG_XACT_HAS_INFO, 64, [], md)
+
+
+def prepare_record(lsn: int, xid: int, subxacts: tuple[int, ...], gid: str = "g") -> XLogRecord:
+    """xl_xact_prepare followed by the gid (padded to 8 bytes) and the subxact xids."""
+    g = gid.encode() + b"\0"
+    head = struct.pack("<IIIIqIiiiiiiBxHQq", 0x57F94534, 0, xid, DB, 0, 10, len(subxacts),
+                       0, 0, 0, 0, 0, 0, len(g), 0, 0)
+    md = head + g.ljust((len(g) + 7) & ~7, b"\0") + struct.pack(f"<{len(subxacts)}I", *subxacts)
+    return XLogRecord(lsn, lsn + 8, 0, xid, RM_XACT_ID, xact.XLOG_XACT_PREPARE, 64, [], md)
+
+
+def assignment(lsn: int, xtop: int, subxacts: tuple[int, ...]) -> XLogRecord:
+    md = struct.pack(f"<Ii{len(subxacts)}I", xtop, len(subxacts), *subxacts)
+    return XLogRecord(lsn, lsn + 8, 0, xtop, RM_XACT_ID, xact.XLOG_XACT_ASSIGNMENT, 64, [], md)
+
+
+@dataclass
+class Recording:
+    """Replay and catalog tracker at once: remembers every call the decoder makes."""
+
+    calls: list[tuple[str, object]] = field(default_factory=list)
+    #: xid -> LSNs of the changes replayed at its commit
+    emitted: dict[int, list[int]] = field(default_factory=dict)
+
+    def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None:
+        self.calls.append(("apply_catalog", events))
+
+    def replay(self, info: TxnInfo, changes: object) -> None:
+        self.calls.append(("replay", info.xid))
+        self.emitted[info.xid] = [c.lsn for c in changes]  # type: ignore[attr-defined]
+
+    def message(self, lsn: int, prefix: str, content: bytes) -> None:
+        self.calls.append(("message", prefix))
+
+    def is_pg_class(self, spc: int, rel: int) -> bool:
+        self.calls.append(("is_pg_class", rel))
+        return False
+
+    def pg_class_insert(self, rec: XLogRecord, ins: object) -> object | None:
+        self.calls.append(("pg_class_insert", rec.lsn))
+        return None
+
+    def relmap_update(self, upd: object, lsn: int) -> None:
+        self.calls.append(("relmap_update", lsn))
+
+
+def recording_decoder(spill: Path, *, db_oid: int = DB,
+                      version: int = 15) -> tuple[Decoder, Recording]:
+    """A decoder past its first record (no clean-start test) that may emit any commit."""
+    rec = Recording()
+    d = Decoder(db_oid=db_oid, buffer=ReorderBuffer(1 << 20, spill, 1 << 20), replay=rec,
+                filter=Filter(Dictionary()), start_lsn=0, version=version, tracker=rec)
+    d.stats.records = 1
+    d.maybe_incomplete = set()
+    return d, rec
