@@ -13,9 +13,18 @@ A batch writes, under ``<prefix>/changes/<batch>/``:
     the table's changes made under that relation version, ordered by
     (``_commit_lsn``, ``_lsn``, ``_seq``) — that is, commit order, then WAL order.
 
-Each Parquet file has the relation's live columns (typed by :mod:`cdclake.tuples.arrow`; a
+Each Parquet file has the relation's live columns (typed by :mod:`cdclake.tuples.codecs`; a
 column whose value was not logged — an unchanged TOASTed value — is null there and named in
 ``_unchanged_toast``) followed by the system columns below.
+
+A value its column's Arrow type cannot hold exactly (a 2-D array in a list column, an array
+whose lower bound is not 1, NaN in a decimal column, time 24:00:00, a timestamp past int64 µs
+since 1970; see docs/lake.md) is null in its typed column and its exact PostgreSQL text —
+what test_decoding prints for it — is in ``_cdc_pg_text``, a map keyed by the column's attnum
+as a decimal string (attnums survive renames and are never reused). ``_cdc_pg_text`` completes
+the tuple the change prints: the new row of an INSERT/UPDATE, the old identity of a DELETE;
+it is null when that tuple has no such value. The ``_old_key`` struct carries its own
+``_cdc_pg_text`` field for the old identity's values (UPDATE and DELETE alike).
 """
 
 from __future__ import annotations
@@ -34,20 +43,26 @@ OLD_KEY = "_old_key"  #: struct of the old identity: key columns, or all columns
 #: get this placeholder, always null, and the column itself is always null
 NO_IDENTITY = "_no_identity"
 UNCHANGED_TOAST = "_unchanged_toast"  #: names of columns whose (TOASTed) value was not logged
+#: attnum (decimal string) -> exact text of each value without a typed representation; also a
+#: field of ``_old_key`` (for the old identity's values)
+PG_TEXT = "_cdc_pg_text"
+#: the Arrow type of ``_cdc_pg_text``
+PG_TEXT_TYPE = pa.map_(pa.string(), pa.string())
 
 OP_INSERT = "I"
 OP_UPDATE = "U"
 OP_DELETE = "D"
 OP_TRUNCATE = "T"
 
-SYSTEM_COLUMNS = (COMMIT_LSN, COMMIT_TS, XID, LSN, SEQ, OP, OLD_KEY, UNCHANGED_TOAST)
+SYSTEM_COLUMNS = (COMMIT_LSN, COMMIT_TS, XID, LSN, SEQ, OP, OLD_KEY, UNCHANGED_TOAST, PG_TEXT)
 
 
 def old_key_type(key_fields: list[pa.Field]) -> pa.StructType:
-    """The ``_old_key`` struct for these identity columns (a placeholder when there are none)."""
+    """The ``_old_key`` struct for these identity columns, then ``_cdc_pg_text`` (a
+    placeholder when there are none)."""
     if not key_fields:
         return pa.struct([pa.field(NO_IDENTITY, pa.bool_())])
-    return pa.struct(key_fields)
+    return pa.struct([*key_fields, pa.field(PG_TEXT, PG_TEXT_TYPE)])
 
 
 def system_fields(old_key_type: pa.StructType) -> list[pa.Field]:
@@ -61,4 +76,5 @@ def system_fields(old_key_type: pa.StructType) -> list[pa.Field]:
         pa.field(OP, pa.string(), nullable=False),
         pa.field(OLD_KEY, old_key_type, nullable=True),
         pa.field(UNCHANGED_TOAST, pa.list_(pa.string()), nullable=True),
+        pa.field(PG_TEXT, PG_TEXT_TYPE, nullable=True),
     ]

@@ -8,7 +8,9 @@ TRUNCATE empties the state. Because the replay is sequential, "last change per k
 key-changing UPDATE removing the old key, and unchanged-TOAST columns taking the value of the
 row they replace (whether that row came from the mirror or from earlier in the batch) all fall
 out of one rule instead of special cases. What is left in the state replaces the region.
-Nothing here does I/O.
+Nothing here does I/O. Values are as :mod:`cdclake.lake.values` holds them: a value kept as
+exact text is a ``PgText``, matched and carried over like any other value (so an unchanged
+TOASTed column keeps its text, and a row's texts are always those of its current values).
 """
 
 from __future__ import annotations

@@ -115,6 +115,10 @@ class Batch:
         if table.num_rows != version.rows:
             raise LakeError(f"{where}: manifest says {version.rows} rows, files hold "
                             f"{table.num_rows}; the batch is incomplete — decode it again")
+        if stream.PG_TEXT not in table.column_names:
+            # decoded by a cdclake from before _cdc_pg_text: no exact texts to carry
+            table = table.append_column(pa.field(stream.PG_TEXT, stream.PG_TEXT_TYPE),
+                                        pa.nulls(table.num_rows, stream.PG_TEXT_TYPE))
         check_columns(table.schema, version.relation, where)
         return VersionChanges(version.relation, table)
 

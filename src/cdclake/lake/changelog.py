@@ -4,7 +4,8 @@ It lives next to the mirror as ``<mirror>__changelog`` with the same data column
 same way, by attnum) and the stream's system columns as ``_cdc_*``; the old identity is kept as
 JSON because its shape changes with the relation version. It has its own summary LSN, so it is
 exactly-once on its own: a crash between the mirror's commit and the changelog's is repaired by
-the re-run like any other.
+the re-run like any other. A value without a typed representation is null in its column and in
+``_cdc_pg_text`` as for the mirror; in the old-key JSON it is its text.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import struct
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +25,8 @@ from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
 from cdclake.lake.changes import Change, prepare
+from cdclake.lake.metrics import guard_metrics
+from cdclake.lake.rows import table_of
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
     CDC_COMMIT_TS,
@@ -33,13 +37,14 @@ from cdclake.lake.schema import (
     CDC_UNCHANGED_TOAST,
     CDC_XID,
     apply_evolution,
-    arrow_type,
     changelog_schema,
-    mirror_fields,
+    changelog_system_fields,
     plan_evolution,
 )
 from cdclake.lake.tables import changelog_identifier, commit_with_retry, ensure_table
+from cdclake.lake.values import PgText
 from cdclake.lake.watermark import committed_lsn, summary_properties
+from cdclake.tuples import datetimes
 
 
 def append_changelog(catalog: Catalog, config: Config, batch: str, source: TableChanges, *,
@@ -70,8 +75,9 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
             tx = table.transaction()
             apply_evolution(tx, plan_evolution(table.schema(),
                                                [v.columns for v in prepared.versions],
-                                               source.table))
+                                               source.table, changelog_system_fields()))
             data = changelog_rows(pending, tx.table_metadata.schema(), source.table)
+            guard_metrics(tx, data)
             tx.append(data, snapshot_properties=summary_properties(config.stream, batch,
                                                                    prepared.last_lsn))
             table = tx.commit_transaction()
@@ -100,33 +106,22 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
 
 
 def changelog_rows(changes: list[Change], schema: Any, table: str) -> pa.Table:
-    """The change rows laid out in the changelog's (evolved) schema."""
-    by_name = {f.name: a for a, f in mirror_fields(schema, table).items()}
-    system = {
-        CDC_COMMIT_LSN: lambda c: c.commit_lsn,
-        CDC_COMMIT_TS: lambda c: c.commit_ts,
-        CDC_XID: lambda c: c.xid,
-        CDC_LSN: lambda c: c.lsn,
-        CDC_SEQ: lambda c: c.seq,
-        CDC_OP: lambda c: c.op,
-        CDC_OLD_KEY: lambda c: old_key_json(c),
-        CDC_UNCHANGED_TOAST: lambda c: ([_name(c, a) for a in c.unchanged]
-                                        if c.unchanged else None),
+    """The change rows laid out in the changelog's (evolved) schema; ``_cdc_pg_text`` holds
+    the exact text of the new row's untyped values."""
+    system: dict[str, list[Any]] = {
+        CDC_COMMIT_LSN: [c.commit_lsn for c in changes],
+        CDC_COMMIT_TS: [c.commit_ts for c in changes],
+        CDC_XID: [c.xid for c in changes],
+        CDC_LSN: [c.lsn for c in changes],
+        CDC_SEQ: [c.seq for c in changes],
+        CDC_OP: [c.op for c in changes],
+        CDC_OLD_KEY: [old_key_json(c) for c in changes],
+        CDC_UNCHANGED_TOAST: [[_name(c, a) for a in c.unchanged] if c.unchanged else None
+                              for c in changes],
     }
-    arrays = []
-    for f in schema.fields:
-        if f.name in system:
-            values = [system[f.name](c) for c in changes]
-        else:
-            attnum = by_name[f.name]
-            values = [None if c.new is None else c.new.get(attnum) for c in changes]
-        try:
-            arrays.append(pa.array(values, type=arrow_type(f.field_type)))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
-            raise LakeError(f"changelog of {table}: column {f.name} ({f.field_type}) cannot "
-                            f"hold the stream's values: {exc}") from exc
-    return pa.Table.from_arrays(arrays, schema=pa.schema(
-        [pa.field(f.name, arrow_type(f.field_type)) for f in schema.fields]))
+    # a row has exactly the columns it was logged with: no ADD COLUMN default is filled in
+    rows = [{} if c.new is None else c.new for c in changes]
+    return table_of(schema, table, system, rows, {})
 
 
 def _name(change: Change, attnum: int) -> str:
@@ -136,16 +131,63 @@ def _name(change: Change, attnum: int) -> str:
 def old_key_json(change: Change) -> str | None:
     if change.old is None:
         return None
-    return json.dumps({_name(change, a): _jsonable(v) for a, v in change.old.items()},
-                      sort_keys=True)
+    schema = change.version.arrow_schema
+    out = {}
+    for a, v in change.old.items():
+        name = _name(change, a)
+        idx = schema.get_field_index(name)
+        out[name] = _jsonable(v, schema.field(idx).type if idx >= 0 else pa.null())
+    return json.dumps(out, sort_keys=True)
 
 
-def _jsonable(value: Any) -> Any:
-    """JSON for a column value: exact decimals and times as text, bytes as base64."""
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _jsonable(value: Any, t: pa.DataType) -> Any:
+    """JSON for a column value: exact decimals and times as text, bytes as base64; a value
+    kept as exact text is that text. Temporal storage integers print as Python would print
+    the date/time (as before), PostgreSQL's text where Python has none (BC, infinity, ...)."""
+    if value is None:
+        return None
+    if isinstance(value, PgText):
+        return value.text
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
+    if isinstance(value, list):
+        elem = t.value_type if pa.types.is_list(t) else pa.null()
+        return [_jsonable(v, elem) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if pa.types.is_date32(t):
+            return _date_json(value)
+        if pa.types.is_time64(t):
+            return str((_EPOCH + dt.timedelta(microseconds=value)).time())
+        if pa.types.is_timestamp(t):
+            return _timestamp_json(value, t.tz is not None)
     if isinstance(value, (Decimal, dt.date, dt.time, dt.datetime)):
         return str(value)
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
     return value
+
+
+def _date_json(days: int) -> str:
+    try:
+        return str(_EPOCH_DATE + dt.timedelta(days=days))
+    except OverflowError:
+        if days in (datetimes.INT32_MAX, -datetimes.INT32_MAX):
+            pg = datetimes.INT32_MAX if days > 0 else datetimes.INT32_MIN
+        else:
+            pg = days - datetimes.EPOCH_SHIFT_DAYS
+        return datetimes.date_text(struct.pack("<i", pg))
+
+
+def _timestamp_json(us: int, tz: bool) -> str:
+    try:
+        value = _EPOCH + dt.timedelta(microseconds=us)
+        return str(value.replace(tzinfo=dt.UTC) if tz else value)
+    except OverflowError:
+        if us in (datetimes.INT64_MAX, -datetimes.INT64_MAX):
+            pg = datetimes.INT64_MAX if us > 0 else datetimes.INT64_MIN
+        else:
+            pg = us - datetimes.EPOCH_SHIFT_USECS
+        fmt = datetimes.timestamptz_text if tz else datetimes.timestamp_text
+        return fmt(struct.pack("<q", pg))

@@ -5,6 +5,10 @@ relation versions of one batch (before and after a RENAME, ADD or DROP COLUMN) l
 versions' streams are each sorted; they are merged on (commit LSN, LSN, seq) — the order the
 source applied them — and a stream that is not sorted is refused, because applying changes out
 of order would silently pick the wrong "last change".
+
+Values are read as the merge holds them (:mod:`cdclake.lake.values`): temporal columns as
+storage integers, and a value the stream keeps in ``_cdc_pg_text`` as a :class:`PgText` at its
+attnum, in the new row and in the old identity alike.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
 from cdclake.lake.defaults import missing_defaults
 from cdclake.lake.schema import DataColumn, data_columns
+from cdclake.lake.values import parse_texts, plain_values, with_texts
 from cdclake.wal.lsn import format_lsn
 
 KEY = "key"
@@ -81,8 +86,8 @@ class Change:
     xid: int
     lsn: int
     seq: int
-    new: dict[int, Any] | None  #: attnum -> value (None for D and T)
-    old: dict[int, Any] | None  #: old identity, attnum -> value, when logged
+    new: dict[int, Any] | None  #: attnum -> value or PgText (None for D and T)
+    old: dict[int, Any] | None  #: old identity, attnum -> value or PgText, when logged
     unchanged: tuple[int, ...]  #: attnums whose TOASTed value was not logged
 
     @property
@@ -92,26 +97,37 @@ class Change:
 
 def version_changes(info: VersionInfo, table: pa.Table, where: str) -> list[Change]:
     """The rows of one version's Parquet data as :class:`Change` records."""
-    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    # data values as the merge holds them; system columns (a real commit time) as they are
+    held = {c.name for c in info.columns} | {stream.OLD_KEY}
+    cols = {name: plain_values(table.column(name)) if name in held
+            else table.column(name).to_pylist() for name in table.column_names}
     data = [(c.attnum, cols[c.name]) for c in info.columns]
+    texts = cols.get(stream.PG_TEXT)  # absent from batches of older decoders
+    attnums = info.attnums
     nothing = info.identity.kind == NOTHING
     out: list[Change] = []
     for i in range(table.num_rows):
         op = cols[stream.OP][i]
         if op not in (stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE):
             raise LakeError(f"{where}: unknown _op {op!r} at LSN {format_lsn(cols[stream.LSN][i])}")
-        new = ({a: values[i] for a, values in data}
-               if op in (stream.OP_INSERT, stream.OP_UPDATE) else None)
+        new = None
+        if op in (stream.OP_INSERT, stream.OP_UPDATE):
+            new = {a: values[i] for a, values in data}
+            if texts is not None and texts[i]:
+                with_texts(new, parse_texts(texts[i], attnums, where))
         # NOTHING logs no old identity: whatever the column holds (the decoder cannot write an
         # empty struct to Parquet) is not read
         old_struct = None if nothing else cols[stream.OLD_KEY][i]
         old = None
         if old_struct is not None:
+            old_texts = old_struct.pop(stream.PG_TEXT, None)
             try:
                 old = {info.names[name]: v for name, v in old_struct.items()}
             except KeyError as exc:
                 raise LakeError(f"{where}: old key names column {exc} that the relation version "
                                 "does not have") from exc
+            if old_texts:
+                with_texts(old, parse_texts(old_texts, old, where))
         toast = cols[stream.UNCHANGED_TOAST][i] or ()
         try:
             unchanged = tuple(info.names[n] for n in toast)

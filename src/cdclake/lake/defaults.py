@@ -5,20 +5,25 @@ and rows written before the ADD COLUMN read it without being touched: no WAL, no
 stream. The mirror must show the same value for those rows, so cdclake fills it from the
 relation version's ``missing_text`` (the type's text output) when it adds the column. Only the
 types the change stream maps are parsed; anything else is an error when (and only when) a row
-actually needs the value.
+actually needs the value. Values come out as the merge holds them (:mod:`cdclake.lake.values`):
+temporal types as storage integers (±infinity, BC and years past 9999 included), and a default
+without a typed representation (NaN in a decimal column, a 2-D array, time 24:00:00, ...) as
+a :class:`~cdclake.lake.values.PgText` of its text.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
-from decimal import Decimal, InvalidOperation
+from decimal import InvalidOperation
 from typing import Any
 
 import pyarrow as pa
 
 from cdclake.catalog.model import RelationVersion
 from cdclake.errors import LakeError
+from cdclake.lake.values import PgText
+from cdclake.tuples import arrays, datetimes, numeric
+from cdclake.tuples.untypeable import NotTypeable
 
 
 class Unparsed:
@@ -42,6 +47,8 @@ def missing_defaults(version: RelationVersion, arrow_schema: pa.Schema) -> dict[
             continue
         try:
             out[col.attnum] = parse_text(col.missing_text, arrow_schema.field(idx).type)
+        except NotTypeable:
+            out[col.attnum] = PgText(col.missing_text)
         except (ValueError, InvalidOperation, LakeError) as exc:
             out[col.attnum] = Unparsed(col.missing_text, str(exc))
     return out
@@ -49,7 +56,7 @@ def missing_defaults(version: RelationVersion, arrow_schema: pa.Schema) -> dict[
 
 def parse_text(text: str, t: pa.DataType) -> Any:
     """A PostgreSQL text output (ISO DateStyle, as the dictionary captures it) as a value of
-    the change-stream Arrow type ``t``."""
+    the change-stream Arrow type ``t``; NotTypeable when that type cannot hold it."""
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return text
     if pa.types.is_boolean(t):
@@ -63,7 +70,7 @@ def parse_text(text: str, t: pa.DataType) -> Any:
     if pa.types.is_floating(t):
         return float(text)  # accepts NaN, Infinity, -Infinity as PostgreSQL prints them
     if pa.types.is_decimal(t):
-        return Decimal(text)
+        return numeric.decimal_from_text(text)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         if not text.startswith("\\x"):
             raise ValueError(f"bytea default not in hex format: {text!r}")
@@ -71,16 +78,14 @@ def parse_text(text: str, t: pa.DataType) -> Any:
     if pa.types.is_fixed_size_binary(t):
         return uuid.UUID(text).bytes
     if pa.types.is_date32(t):
-        return dt.date.fromisoformat(text)
+        return datetimes.date_value_from_text(text)
     if pa.types.is_time64(t):
-        return dt.time.fromisoformat(text)
-    if pa.types.is_timestamp(t):
-        value = dt.datetime.fromisoformat(text)
-        if t.tz is not None:
-            return value.astimezone(dt.UTC)
-        return value
+        return datetimes.time_value_from_text(text)
+    if pa.types.is_timestamp(t):  # any zone offset: the value is the instant, in µs
+        return datetimes.timestamp_value_from_text(text)
     if pa.types.is_list(t):
-        return [None if e is None else parse_text(e, t.value_type) for e in parse_array(text)]
+        return [None if e is None else parse_text(e, t.value_type)
+                for e in arrays.parse_literal(text)]
     raise LakeError(f"cannot parse a default of type {t}: {text!r}")
 
 

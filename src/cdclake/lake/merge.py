@@ -32,10 +32,18 @@ from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonica
 from cdclake.lake.batch import Batch, TableChanges, TableEntry
 from cdclake.lake.changelog import append_changelog
 from cdclake.lake.changes import NOTHING, Change, Prepared, prepare
+from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import MAX_FILTER_KEYS, NOTHING_TO_READ, Region, affected_region
-from cdclake.lake.rows import plain_values, rows_from_arrow, rows_to_arrow
-from cdclake.lake.schema import apply_evolution, iceberg_schema, mirror_fields, plan_evolution
+from cdclake.lake.rows import plain_values, row_texts, rows_from_arrow, rows_to_arrow
+from cdclake.lake.schema import (
+    apply_evolution,
+    iceberg_schema,
+    mirror_fields,
+    mirror_system_fields,
+    plan_evolution,
+)
 from cdclake.lake.tables import commit_with_retry, ensure_table, mirror_identifier
+from cdclake.lake.values import PgText
 from cdclake.lake.watermark import (
     committed_lsn,
     merged_end_lsn,
@@ -182,7 +190,8 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     if not pending:
         return report  # already applied: no commit, no snapshot
 
-    evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name)
+    evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name,
+                               mirror_system_fields())
     counts = Counts()
     last_t = max((i for i, c in enumerate(pending) if c.op == stream.OP_TRUNCATE), default=None)
     if last_t is not None:
@@ -210,6 +219,7 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     apply_evolution(tx, evolution)
     rows = state.rows()
     data = rows_to_arrow(rows, tx.table_metadata.schema(), prepared.versions[-1].defaults, name)
+    guard_metrics(tx, data)
     tx.append(data, snapshot_properties=props)  # always: the last snapshot carries the LSN
     # filled before the commit: an unknown outcome that did land reports the same
     for k, v in counts.to_json().items():
@@ -283,13 +293,19 @@ def read_touched(table: Table, region: Region, name: str) -> tuple[list[DataFile
 
 def _touched(data: pa.Table, region: Region, fields: Mapping[int, NestedField],
              name: str) -> bool:
-    """Does this file hold a row the region names? Only the identity columns are read."""
+    """Does this file hold a row the region names? Only the identity columns (and the exact
+    texts of their untyped values) are read."""
     n = data.num_rows
+    texts = row_texts(data, list(fields), f"mirror of {name}")
     for group in region.groups:
         columns = []
         for a in group.attnums:
             if a in fields:
-                columns.append(plain_values(data.column(fields[a].name)))
+                values = plain_values(data.column(fields[a].name))
+                if texts is not None:
+                    values = [PgText(t[a]) if a in t else v
+                              for v, t in zip(values, texts, strict=True)]
+                columns.append(values)
             else:  # added by this batch: stored rows read the default
                 columns.append([column_value({}, a, group.defaults, name)] * n)
         if any(tuple(canonical(v) for v in key) in group.keys for key in zip(*columns,

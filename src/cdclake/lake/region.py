@@ -9,6 +9,10 @@ exactly those files: a copy-on-write rewrite decided by cdclake's own row matchi
 for every column type (pyiceberg 0.12 cannot evaluate row filters on uuid columns) and rows
 that merely share a file with a touched one are written back unchanged.
 
+An identity value kept as exact text (:class:`~cdclake.lake.values.PgText`) is NULL in its
+typed column, so the filter looks for NULL there and the exact match happens on the rows read.
+Temporal values are storage integers, which pyiceberg binds to date/timestamp literals as such.
+
 When the filter would be large the whole table is read (still rewriting only touched files);
 when existing rows need a new column's default, or the batch moves between tables with and
 without an identity, every row counts as touched.
@@ -49,6 +53,7 @@ from pyiceberg.types import (
 from cdclake.decoding import stream
 from cdclake.lake.apply import canonical, column_value
 from cdclake.lake.changes import KEY, NOTHING, Change
+from cdclake.lake.values import PgText
 
 #: default: more distinct identities than this and the merge reads the whole table
 MAX_FILTER_KEYS = 10_000
@@ -109,6 +114,7 @@ def _literal(value: Any, t: IcebergType) -> Any:
 
 
 def _column_filter(f: NestedField, values: set[Any]) -> BooleanExpression:
+    values = {None if isinstance(v, PgText) else v for v in values}  # typed column: NULL
     present = sorted((_literal(v, f.field_type) for v in values if v is not None), key=repr)
     terms: list[BooleanExpression] = []
     # pyiceberg's predicates take (name, value) at run time; its pydantic models hide that

@@ -1,7 +1,8 @@
 """PostgreSQL column -> Iceberg field, and evolving a mirror's schema as the source's changes.
 
-The Arrow types of the change stream already encode the PostgreSQL type (see
-docs/type-mapping.md); this module maps them on to Iceberg types (docs/lake.md has the table).
+The Arrow types of the change stream already encode the PostgreSQL type; this module maps
+them on to Iceberg types (docs/lake.md has the table). Values a column's type cannot hold go
+to the ``_cdc_pg_text`` system column as exact text (map<string, string> keyed by attnum).
 Every data field carries its PostgreSQL attnum in its doc (``cdclake:attnum=N``): attnums are
 what survives a RENAME and is never reused after a DROP, so the evolution is decided by attnum,
 not by name — a renamed column becomes an Iceberg rename (same field id, history intact), a
@@ -30,6 +31,7 @@ from pyiceberg.types import (
     IntegerType,
     ListType,
     LongType,
+    MapType,
     NestedField,
     StringType,
     TimestampType,
@@ -44,6 +46,8 @@ from cdclake.errors import LakeError
 #: system columns of a mirror table
 CDC_COMMIT_LSN = "_cdc_commit_lsn"
 CDC_COMMIT_TS = "_cdc_commit_ts"
+#: attnum (decimal string) -> exact PostgreSQL text of the row's values without a typed value
+CDC_PG_TEXT = "_cdc_pg_text"
 #: extra system columns of a changelog table (the stream's own, renamed)
 CDC_XID = "_cdc_xid"
 CDC_LSN = "_cdc_lsn"
@@ -139,6 +143,8 @@ def arrow_type(t: IcebergType) -> pa.DataType:
         return pa.timestamp("us")
     if isinstance(t, ListType):
         return pa.list_(arrow_type(t.element_type))
+    if isinstance(t, MapType):
+        return pa.map_(arrow_type(t.key_type), arrow_type(t.value_type))
     raise LakeError(f"Iceberg type {t} is not one cdclake writes")
 
 
@@ -189,9 +195,18 @@ def data_columns(version: RelationVersion, arrow_schema: pa.Schema) -> list[Data
     return out
 
 
+def pg_text_type() -> MapType:
+    """``_cdc_pg_text``: map<string, string> (ids provisional, as for nested data types)."""
+    return MapType(key_id=1, key_type=StringType(), value_id=2, value_type=StringType(),
+                   value_required=False)
+
+
 def mirror_system_fields() -> list[tuple[str, IcebergType, str]]:
     return [(CDC_COMMIT_LSN, LongType(), "commit LSN of the last change to this row"),
-            (CDC_COMMIT_TS, TimestamptzType(), "commit time of the last change to this row")]
+            (CDC_COMMIT_TS, TimestamptzType(), "commit time of the last change to this row"),
+            (CDC_PG_TEXT, pg_text_type(),
+             "exact PostgreSQL text of values without a typed representation (their column "
+             "is null), keyed by the column's attnum (cdclake:attnum=N in the field's doc)")]
 
 
 def changelog_system_fields() -> list[tuple[str, IcebergType, str]]:
@@ -225,6 +240,10 @@ def _fresh_nested_ids(fields: list[NestedField]) -> list[NestedField]:
             t = ListType(element_id=next_id, element_type=t.element_type,
                          element_required=t.element_required)
             next_id += 1
+        elif isinstance(t, MapType):
+            t = MapType(key_id=next_id, key_type=t.key_type, value_id=next_id + 1,
+                        value_type=t.value_type, value_required=t.value_required)
+            next_id += 2
         out.append(NestedField(f.field_id, f.name, t, required=f.required, doc=f.doc))
     return out
 
@@ -261,7 +280,7 @@ def mirror_fields(schema: Schema, table: str) -> dict[int, NestedField]:
 class SchemaChange:
     """One step of the evolution, by attnum; ``describe`` goes into the merge report."""
 
-    kind: str  #: add, delete, rename, promote
+    kind: str  #: add, delete, rename, promote, add-system (attnum 0)
     attnum: int
     name: str  #: the current Iceberg name (for add: the new name)
     new_name: str = ""
@@ -270,6 +289,8 @@ class SchemaChange:
     def describe(self) -> str:
         if self.kind == "add":
             return f"add column {self.name} {self.type} (attnum {self.attnum})"
+        if self.kind == "add-system":
+            return f"add system column {self.name} {self.type}"
         if self.kind == "delete":
             return f"drop column {self.name} (attnum {self.attnum})"
         if self.kind == "rename":
@@ -278,10 +299,12 @@ class SchemaChange:
 
 
 def plan_evolution(current: Schema, versions: Sequence[Sequence[DataColumn]],
-                   table: str) -> list[SchemaChange]:
+                   table: str, system: Sequence[tuple[str, IcebergType, str]] = ()
+                   ) -> list[SchemaChange]:
     """Steps that take the mirror from ``current`` to the last of ``versions`` (each a version's
     data columns, oldest first). Types are checked along the whole chain, so a column that goes
-    int -> text -> int inside one batch is refused rather than silently mangled."""
+    int -> text -> int inside one batch is refused rather than silently mangled. System columns
+    of ``system`` the table lacks (a mirror created by an older cdclake) are added."""
     fields = mirror_fields(current, table)
     types = {a: f.field_type for a, f in fields.items()}
     for cols in versions:
@@ -310,6 +333,9 @@ def plan_evolution(current: Schema, versions: Sequence[Sequence[DataColumn]],
     for attnum, c in final.items():
         if attnum not in fields:
             changes.append(SchemaChange("add", attnum, c.name, type=types[attnum]))
+    names = {f.name for f in current.fields}
+    changes += [SchemaChange("add-system", 0, name, type=t) for name, t, _ in system
+                if name not in names]
     return changes
 
 
@@ -338,3 +364,9 @@ def apply_evolution(tx: Transaction, changes: Sequence[SchemaChange]) -> None:
             if c.kind == "add":
                 assert c.type is not None
                 us.add_column(c.name, c.type, doc=attnum_doc(c.attnum))
+        docs = {name: doc for name, _, doc in (*mirror_system_fields(),
+                                                *changelog_system_fields())}
+        for c in changes:
+            if c.kind == "add-system":
+                assert c.type is not None
+                us.add_column(c.name, c.type, doc=docs.get(c.name))

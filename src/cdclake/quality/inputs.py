@@ -7,6 +7,11 @@ cannot talk its way out of a check.
 
 Frames carry only the columns some expectation reads: the change stream of a wide table can
 be large, and converting its payload columns to pandas would cost memory for nothing.
+
+Two kinds of edge values must not make a check fail or crash (docs/lake.md): a key value kept
+as exact text (NULL in its typed column, text in ``_cdc_pg_text``) is a present key, so the
+frame's key columns take that text; and dates/times pandas cannot hold as Python objects
+(±infinity, BC, years past 9999) are compared as their storage integers.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdclake.catalog.model import (
     IDENTITY_DEFAULT,
@@ -24,13 +30,23 @@ from cdclake.catalog.model import (
     IDENTITY_NOTHING,
     RelationVersion,
 )
-from cdclake.decoding.stream import COMMIT_LSN, LSN, OLD_KEY, OP, SEQ, SYSTEM_COLUMNS
+from cdclake.decoding.stream import (
+    COMMIT_LSN,
+    LSN,
+    OLD_KEY,
+    OP,
+    OP_DELETE,
+    PG_TEXT,
+    SEQ,
+    SYSTEM_COLUMNS,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 MIRROR_COMMIT_LSN = "_cdc_commit_lsn"
 MIRROR_COMMIT_TS = "_cdc_commit_ts"
+MIRROR_PG_TEXT = PG_TEXT  #: the same name in the stream and in the mirror
 MIRROR_SYSTEM_COLUMNS = (MIRROR_COMMIT_LSN, MIRROR_COMMIT_TS)
 
 #: Columns that locate a change in the stream: printed for every failing row.
@@ -45,6 +61,7 @@ class Identity:
     effective: str  #: d, i, f, or n when nothing identifies a row
     key_columns: tuple[str, ...]
     reason: str  #: why the effective identity is what it is, for reports
+    key_attnums: tuple[int, ...] = ()  #: attnums of ``key_columns`` (``_cdc_pg_text`` keys)
 
 
 def identity_of(relation: RelationVersion) -> Identity:
@@ -54,7 +71,8 @@ def identity_of(relation: RelationVersion) -> Identity:
         keys = tuple(relation.column_by_attnum(a).name for a in relation.key_attnums)
         if keys:
             what = "primary key" if declared == IDENTITY_DEFAULT else "replica identity index"
-            return Identity(declared, declared, keys, f"{what} ({', '.join(keys)})")
+            return Identity(declared, declared, keys, f"{what} ({', '.join(keys)})",
+                            tuple(relation.key_attnums))
         reason = ("REPLICA IDENTITY DEFAULT without a primary key"
                   if declared == IDENTITY_DEFAULT else "REPLICA IDENTITY USING INDEX, no index")
         return Identity(declared, IDENTITY_NOTHING, (), reason)
@@ -109,7 +127,8 @@ def stream_columns(identity: Identity) -> list[str]:
 
 
 def mirror_columns(params: dict[str, Any]) -> list[str]:
-    return [*params["key_columns"], *params["text_columns"], *MIRROR_SYSTEM_COLUMNS]
+    return [*params["key_columns"], *params["text_columns"], *MIRROR_SYSTEM_COLUMNS,
+            MIRROR_PG_TEXT]
 
 
 def mirror_row_locator(params: dict[str, Any]) -> list[str]:
@@ -117,12 +136,82 @@ def mirror_row_locator(params: dict[str, Any]) -> list[str]:
     return [*params["key_columns"], MIRROR_COMMIT_LSN]
 
 
-def to_frame(table: pa.Table, columns: Sequence[str]) -> pd.DataFrame:
+def to_frame(table: pa.Table, columns: Sequence[str],
+             identity: Identity | None = None) -> pd.DataFrame:
     """The columns GX needs, in pandas, in the stream's own row order.
 
     A column the table lacks is left out rather than invented: the suite's column checks then
     fail and name it. Integers never become floats (a nullable integer column becomes Python
-    ints and None), so LSNs compare exactly and sample rows print the values as stored.
+    ints and None), so LSNs compare exactly and sample rows print the values as stored. With
+    ``identity``, key values kept as exact text (``_cdc_pg_text``) fill their key columns, in
+    the row and in ``_old_key``.
     """
     wanted = list(dict.fromkeys(c for c in columns if c in table.column_names))
-    return table.select(wanted).to_pandas(integer_object_nulls=True)
+    selected = table.select(wanted)
+    frame = pa.Table.from_arrays([_pandas_safe(c) for c in selected.columns],
+                                 names=selected.column_names).to_pandas(
+        integer_object_nulls=True)
+    if identity is not None and identity.key_columns and PG_TEXT in frame.columns:
+        _fill_exact_keys(frame, identity)
+    return frame
+
+
+def _fill_exact_keys(frame: pd.DataFrame, identity: Identity) -> None:
+    import pandas as pd
+
+    keys = list(zip(identity.key_columns, (str(a) for a in identity.key_attnums), strict=True))
+    deletes = (frame[OP] == OP_DELETE).tolist() if OP in frame.columns else [False] * len(frame)
+    texts = [dict(t) if t is not None and len(t) else {} for t in frame[PG_TEXT].tolist()]
+    for name, attnum in keys:
+        if name in frame.columns and any(attnum in t for t in texts):
+            # object dtype: a key column now mixes typed values, texts and None
+            frame[name] = pd.Series(
+                [t[attnum] if v is None and attnum in t and not d else v
+                 for v, t, d in zip(frame[name].tolist(), texts, deletes, strict=True)],
+                index=frame.index, dtype=object)
+    if OLD_KEY in frame.columns:
+        frame[OLD_KEY] = pd.Series([_exact_old_key(old, keys) for old in frame[OLD_KEY]],
+                                   index=frame.index, dtype=object)
+
+
+def _exact_old_key(old: Any, keys: list[tuple[str, str]]) -> Any:
+    if not isinstance(old, dict) or not old.get(PG_TEXT):
+        return old
+    texts = dict(old[PG_TEXT])
+    return {**old, **{name: texts[attnum] for name, attnum in keys
+                      if old.get(name) is None and attnum in texts}}
+
+
+#: what Python's date/datetime hold, in Arrow storage units (days, µs since 1970)
+_PY_DATES = (-719_162, 2_932_896)
+_PY_TIMESTAMPS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
+
+
+def _pandas_safe(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The column, with dates and timestamps as their storage integers where pandas would go
+    through Python objects that cannot hold them: always inside structs (``_old_key`` becomes
+    dicts), and in a top-level column only when a value lies outside years 1..9999."""
+    t = column.type
+    if pa.types.is_struct(t):
+        storage = _storage_type(t)
+        return column if storage == t else column.cast(storage)
+    if pa.types.is_date32(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t):
+        lo, hi = _PY_DATES if pa.types.is_date32(t) else _PY_TIMESTAMPS
+        ints = column.cast(pa.int32() if pa.types.is_date32(t) else pa.int64())
+        if column.null_count < len(column):
+            bounds = pc.min_max(ints)
+            if bounds["min"].as_py() < lo or bounds["max"].as_py() > hi:
+                return ints
+    return column
+
+
+def _storage_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_date32(t):
+        return pa.int32()
+    if pa.types.is_timestamp(t) or pa.types.is_time64(t):
+        return pa.int64()
+    if pa.types.is_list(t):
+        return pa.list_(_storage_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _storage_type(f.type), f.nullable) for f in t])
+    return t

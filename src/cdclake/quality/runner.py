@@ -82,7 +82,7 @@ def _validate(suite: str, config: Config, tables: Mapping[str, pa.Table],
             params = inputs.mirror_parameters(table, identity, data.schema)
             columns = inputs.mirror_columns(params)
             locator = inputs.mirror_row_locator(params)
-        frame = inputs.to_frame(data, columns)
+        frame = inputs.to_frame(data, columns, identity)
         name = gx_name(suite, config.stream, table)
         expanded = expand(template, params, suite_name=name)
         gx_suite = build_suite(expanded)

@@ -6,6 +6,10 @@ dataoffset != 0, then the elements from MAXALIGN of the overhead (or dataoffset)
 count from the start of the 4-byte header, so alignment here adds those 4 bytes back.
 Elements are always aligned to the element type's typalign (att_align_nominal), varlena
 elements included; they are never compressed or external.
+
+An Arrow list is one-dimensional and starts at 1, so an array with more dimensions or another
+lower bound has no typed value (:class:`~cdclake.tuples.untypeable.NotTypeable`, checked by
+:func:`check_listable` and :func:`parse_literal`); its text keeps every bound.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+
+from cdclake.tuples.untypeable import NotTypeable
 
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
@@ -112,6 +118,17 @@ def parse(p: bytes, elem_len: int, elem_align: str,
     return dims, lbs, items
 
 
+def check_listable(dims: list[int], lbs: list[int]) -> None:
+    """An Arrow list holds a one-dimensional array with lower bound 1 (or an empty one)."""
+    if len(dims) > 1:
+        raise NotTypeable(f"a {len(dims)}-dimensional array has no Arrow list value")
+    if lbs and lbs[0] != 1:
+        raise NotTypeable(f"an array with lower bound {lbs[0]} has no Arrow list value")
+
+
+_BOUNDS_RE = re.compile(r"\[\s*([+-]?\d+)\s*:\s*([+-]?\d+)\s*\]")
+
+
 def quoter(delim: str) -> Callable[[str], str]:
     """array_out's per-element rule: quote empty, NULL-like, or special-character strings."""
     special = re.compile("[{}\"\\\\ \t\n\r\v\f" + re.escape(delim) + "]").search
@@ -139,7 +156,11 @@ def format_text(dims: list[int], lbs: list[int], texts: list[str | None], delim:
 
 
 def parse_literal(s: str, delim: str = ",") -> list[str | None]:
-    """array_in for one dimension: element strings (unquoted, unescaped) or None for NULL."""
+    """array_in for one dimension: element strings (unquoted, unescaped) or None for NULL.
+
+    A literal with more dimensions or a lower bound other than 1 (array_out prints the bounds
+    then) raises NotTypeable: it has no list value.
+    """
     i = 0
     n = len(s)
     while i < n and s[i] in _SPACE:
@@ -148,8 +169,10 @@ def parse_literal(s: str, delim: str = ",") -> list[str | None]:
         eq = s.find("=", i)
         if eq < 0:
             raise ArrayFormatError(f"array literal {s!r} has dimensions but no '='")
-        if s.count("[", i, eq) > 1:
-            raise ArrayFormatError(f"array literal {s!r} is multi-dimensional")
+        bounds = _BOUNDS_RE.findall(s, i, eq)
+        if not bounds:
+            raise ArrayFormatError(f"array literal {s!r} has malformed dimensions")
+        check_listable([int(u) - int(lb) + 1 for lb, u in bounds], [int(lb) for lb, _ in bounds])
         i = eq + 1
         while i < n and s[i] in _SPACE:
             i += 1
@@ -167,7 +190,7 @@ def parse_literal(s: str, delim: str = ",") -> list[str | None]:
         if i >= n:
             raise ArrayFormatError(f"array literal {s!r} is not closed")
         if s[i] == "{":
-            raise ArrayFormatError(f"array literal {s!r} is multi-dimensional")
+            raise NotTypeable(f"array literal {s!r} is multi-dimensional: no Arrow list value")
         buf: list[str] = []
         quoted_any = False
         trailing_ws = 0

@@ -9,7 +9,11 @@ decides the text a server prints; domains resolve to their base type.
 removed, decompressed), the attlen bytes for fixed-length types, and the bytes without the NUL
 for cstrings. Text output is what ``col::text`` prints with DateStyle ISO, IntervalStyle
 postgres, TimeZone UTC, extra_float_digits 1, bytea_output hex and lc_monetary C. The Arrow
-mapping is documented in docs/type-mapping.md.
+mapping is documented in docs/lake.md.
+
+A ``value`` (or ``value_from_text``) raises :class:`~cdclake.tuples.untypeable.NotTypeable`
+for a valid value its Arrow type cannot hold; the guard lets it through untouched (it is not
+a format error) and the row builder keeps the value's ``text`` instead.
 """
 
 from __future__ import annotations
@@ -309,12 +313,13 @@ class _Builder:
             return fmt(dims, lbs, [None if x is None else etext(x) for x in items], delim,
                        quote)
 
+        listable = arrays.check_listable
+
         def value(p: bytes) -> list[object]:
-            dims, _, items = parse(p, elen, ealign, elem_oid)
-            if len(dims) > 1:
-                raise arrays.ArrayFormatError(
-                    f"a {len(dims)}-dimensional array has no Arrow list mapping (only "
-                    "one-dimensional arrays do)")
+            # not typeable: more dimensions, a lower bound other than 1, or an element
+            # without a typed value (its NotTypeable propagates: the whole array keeps text)
+            dims, lbs, items = parse(p, elen, ealign, elem_oid)
+            listable(dims, lbs)
             return [None if x is None else evalue(x) for x in items]
 
         def from_text(s: str) -> list[object]:

@@ -5,6 +5,15 @@ since midnight; timetz int64 µs + int32 zone (seconds *west* of UTC); timestamp
 since 2000-01-01 00:00 (UTC for timestamptz); interval int64 µs, int32 days, int32 months.
 ±infinity are the int extremes (intervals: all three fields, PostgreSQL 17+).
 
+Arrow storage values (what ``*_value`` return): date32 days and timestamp µs counted from
+1970-01-01, time64 µs since midnight. ±infinity become DuckDB's own infinity encodings —
+date ±(2**31 - 1), timestamp ±(2**63 - 1) — which no real PostgreSQL value reaches. Values
+without an exact Arrow value raise :class:`~cdclake.tuples.untypeable.NotTypeable`: ``time
+'24:00:00'`` (Arrow and Iceberg times stop before midnight) and timestamps from
+294247-01-10 04:00:54.775807 on (past int64 µs since 1970, PostgreSQL goes to 294276 AD).
+BC dates and years past 9999 are ordinary values: the arithmetic here is on integers, never
+through Python's ``datetime``.
+
 Output follows datetime.c EncodeDateOnly/EncodeTimeOnly/EncodeDateTime/EncodeInterval with
 DateStyle ISO, IntervalStyle postgres and TimeZone UTC: 4-digit (or wider) years, " BC" after
 everything for years <= 0, fractional seconds without trailing zeros, timestamptz "+00".
@@ -17,6 +26,8 @@ from __future__ import annotations
 import re
 import struct
 from datetime import date
+
+from cdclake.tuples.untypeable import NotTypeable
 
 POSTGRES_EPOCH_JDATE = 2451545  #: 2000-01-01
 UNIX_EPOCH_JDATE = 2440588  #: 1970-01-01
@@ -38,7 +49,8 @@ _INTERVAL = struct.Struct("<qii")
 
 
 class DateTimeRangeError(ValueError):
-    """A date/time value has no Arrow representation (or is not a valid datum)."""
+    """Text that is not a date/time output (a valid value without an Arrow value raises
+    NotTypeable instead)."""
 
 
 def j2date(jd: int) -> tuple[int, int, int]:
@@ -172,8 +184,11 @@ def time_text(b: bytes) -> str:
 
 
 def time_value(b: bytes) -> int:
-    """µs since midnight (Arrow time64[us]; 24:00:00 is 86400000000)."""
-    return _I64.unpack(b)[0]
+    """µs since midnight (Arrow time64[us]); ``24:00:00`` is not typeable."""
+    t = _I64.unpack(b)[0]
+    if t >= USECS_PER_DAY:
+        raise NotTypeable("time 24:00:00 has no Arrow/Iceberg time value")
+    return t
 
 
 _TIME_RE = re.compile(r"^(\d\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
@@ -189,7 +204,10 @@ def _parse_time(s: str) -> int:
 
 
 def time_value_from_text(s: str) -> int:
-    return _parse_time(s)
+    t = _parse_time(s)
+    if t >= USECS_PER_DAY:
+        raise NotTypeable(f"time {s} has no Arrow/Iceberg time value")
+    return t
 
 
 def timetz_text(b: bytes) -> str:
@@ -221,18 +239,20 @@ def timestamptz_text(b: bytes) -> str:
 
 
 def _ts_value(t: int) -> int:
-    if t in (INT64_MAX, INT64_MIN):
-        return t
+    if t == INT64_MAX:
+        return INT64_MAX
+    if t == INT64_MIN:
+        return -INT64_MAX
     v = t + EPOCH_SHIFT_USECS
-    if v > INT64_MAX:
-        raise DateTimeRangeError(
+    if v >= INT64_MAX:  # INT64_MAX itself means +infinity
+        raise NotTypeable(
             f"timestamp {_timestamp_text(t, '')} is beyond the range of a microsecond "
             "timestamp counted from 1970 (Arrow timestamp[us])")
     return v
 
 
 def timestamp_value(b: bytes) -> int:
-    """µs since 1970-01-01 (UTC for timestamptz); ±infinity -> int64 max/min."""
+    """µs since 1970-01-01 (UTC for timestamptz); ±infinity -> ±(2**63 - 1)."""
     return _ts_value(_I64.unpack(b)[0])
 
 
@@ -246,7 +266,7 @@ def timestamp_value_from_text(s: str) -> int:
     if s == "infinity":
         return INT64_MAX
     if s == "-infinity":
-        return INT64_MIN
+        return -INT64_MAX
     m = _TS_RE.match(s)
     if m is None:
         raise DateTimeRangeError(f"not an ISO timestamp output: {s!r}")

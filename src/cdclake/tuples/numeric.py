@@ -10,12 +10,18 @@ After the varlena header a numeric is either
 
 ``weight`` is the power of 10000 of the first digit; ``dscale`` the number of decimal digits
 printed after the point (digits beyond it are truncated, missing ones print as zeros).
+
+A decimal column (``numeric(p,s)``) can hold ``NaN`` (infinities only fit unconstrained
+numeric, which maps to text); Arrow decimals have no NaN, so :func:`decimal` raises
+:class:`~cdclake.tuples.untypeable.NotTypeable` for specials and the row keeps the text.
 """
 
 from __future__ import annotations
 
 import struct
 from decimal import Decimal
+
+from cdclake.tuples.untypeable import NotTypeable
 
 NUMERIC_SIGN_MASK = 0xC000
 NUMERIC_NEG = 0x4000
@@ -92,18 +98,18 @@ def text(p: bytes) -> str:
     return "-" + s if neg else s
 
 
-def decimal(p: bytes) -> Decimal | None:
-    """The value as a Decimal with exponent -dscale (None for NaN and infinities)."""
+def decimal(p: bytes) -> Decimal:
+    """The value as a Decimal with exponent -dscale; NaN and infinities are not typeable."""
     u = unpack(p)
     if isinstance(u, str):
-        return None
+        raise NotTypeable(f"numeric {u} has no decimal value")
     neg, n, exp10, dscale = u
     shift = exp10 + dscale
     scaled = n * 10 ** shift if shift >= 0 else n // 10 ** (-shift)
     return Decimal((1 if neg else 0, tuple(map(int, str(scaled))), -dscale))
 
 
-def decimal_from_text(s: str) -> Decimal | None:
+def decimal_from_text(s: str) -> Decimal:
     if s in ("NaN", "Infinity", "-Infinity"):
-        return None
+        raise NotTypeable(f"numeric {s} has no decimal value")
     return Decimal(s)

@@ -62,7 +62,8 @@ def two_batches(stream: Stream) -> None:
 
 def mirror(config: Config, name: str) -> list[dict[str, Any]]:
     table = open_catalog(config).load_table((config.namespace, f"public__{name}"))
-    rows = table.scan().to_arrow().drop_columns(["_cdc_commit_lsn", "_cdc_commit_ts"])
+    rows = table.scan().to_arrow().drop_columns(["_cdc_commit_lsn", "_cdc_commit_ts",
+                                                 "_cdc_pg_text"])
     return sorted(rows.to_pylist(), key=lambda r: r["id"])
 
 

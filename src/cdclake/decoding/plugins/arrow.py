@@ -4,6 +4,8 @@ Layout and columns are the contract in :mod:`cdclake.decoding.stream`. Rows are 
 relation version and flushed to a new Parquet part whenever a buffer reaches ``rows_per_part``,
 so memory stays bounded however large a batch is. A column whose TOASTed value was not logged
 (UPDATE that did not touch it) is null and named in ``_unchanged_toast`` — never a placeholder.
+A value without a typed representation (the codec raises NotTypeable) is null and its exact
+text goes into ``_cdc_pg_text`` under its attnum: such values never stop a run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from cdclake.decoding.rows import (
     column_payload,
 )
 from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.untypeable import NotTypeable
 from cdclake.wal.record import WalTuple
 
 #: microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01
@@ -85,33 +88,44 @@ class ArrowChanges:
                toast: Mapping[int, list[bytes]]) -> None:
         buf = self._buffer(rel)
         unchanged: list[str] = []
+        texts: dict[str, str] | None = None
         if change.new is not None:
-            values = self._values(buf.layout, change.new, change.lsn, toast, unchanged)
+            values, texts = self._values(buf.layout, change.new, change.lsn, toast, unchanged)
         else:
             values = [None] * len(buf.layout.live)
         old_key = None
         if change.old is not None and buf.key:
-            old_vals = self._values(buf.layout, change.old, change.lsn, {}, [])
+            old_vals, old_texts = self._values(buf.layout, change.old, change.lsn, {}, [])
             by_attnum = {lc.column.attnum: v for lc, v in zip(buf.layout.live, old_vals,
                                                                strict=True)}
             old_key = {lc.column.name: by_attnum[lc.column.attnum] for lc in buf.key}
+            if old_texts is not None:
+                keys = {str(lc.column.attnum) for lc in buf.key}
+                old_texts = {a: t for a, t in old_texts.items() if a in keys} or None
+                old_key[stream.PG_TEXT] = old_texts
+                if change.new is None:
+                    texts = old_texts  # a DELETE's tuple is its old identity
         op = (stream.OP_INSERT if action == INSERT else
               stream.OP_DELETE if action == DELETE else stream.OP_UPDATE)
-        self._append(buf, txn, change.lsn, change.seq, op, values, old_key, unchanged or None)
+        self._append(buf, txn, change.lsn, change.seq, op, values, old_key, unchanged or None,
+                     texts)
 
     def truncate(self, txn: TxnInfo, rels: list[RelationVersion], change: Change) -> None:
         for rel in rels:
             buf = self._buffer(rel)
             self._append(buf, txn, change.lsn, change.seq, stream.OP_TRUNCATE,
-                         [None] * len(buf.layout.live), None, None)
+                         [None] * len(buf.layout.live), None, None, None)
 
     # -- rows ------------------------------------------------------------------------------
 
     @staticmethod
     def _values(layout: RowLayout, tup: WalTuple, lsn: int, toast: Mapping[int, list[bytes]],
-                unchanged: list[str]) -> list[Any]:
+                unchanged: list[str]) -> tuple[list[Any], dict[str, str] | None]:
+        """The tuple's typed values, and attnum -> text of those without a typed value (None
+        when there are none, the usual case: no dict is built then)."""
         datums = layout.datums(tup, lsn)
         out: list[Any] = []
+        texts: dict[str, str] | None = None
         for lc in layout.live:
             d = datums[lc.index]
             if d is None:
@@ -121,11 +135,19 @@ class ArrowChanges:
             if v is UNCHANGED_TOAST:
                 unchanged.append(lc.column.name)
                 out.append(None)
-            elif isinstance(v, MissingValue):
-                out.append(lc.codec.value_from_text(v.text))
-            else:
-                out.append(lc.codec.value(v))
-        return out
+                continue
+            try:
+                if isinstance(v, MissingValue):
+                    out.append(lc.codec.value_from_text(v.text))
+                else:
+                    out.append(lc.codec.value(v))  # type: ignore[arg-type]
+            except NotTypeable:
+                out.append(None)
+                if texts is None:
+                    texts = {}
+                texts[str(lc.column.attnum)] = (v.text if isinstance(v, MissingValue)
+                                                else lc.codec.text(v))  # type: ignore[arg-type]
+        return out, texts
 
     def _buffer(self, rel: RelationVersion) -> _TableBuffer:
         buf = self._buffers.get(id(rel))
@@ -144,13 +166,13 @@ class ArrowChanges:
 
     def _append(self, buf: _TableBuffer, txn: TxnInfo, lsn: int, seq: int, op: str,
                 values: list[Any], old_key: dict[str, Any] | None,
-                unchanged: list[str] | None) -> None:
+                unchanged: list[str] | None, texts: dict[str, str] | None) -> None:
         cols = buf.columns
         n = len(values)
         for i, v in enumerate(values):
             cols[i].append(v)
         for i, v in enumerate((txn.final_lsn, txn.commit_time + PG_EPOCH_US, txn.xid, lsn, seq,
-                               op, old_key, unchanged)):
+                               op, old_key, unchanged, texts)):
             cols[n + i].append(v)
         buf.rows += 1
         if len(cols[0]) >= self.rows_per_part:
