@@ -53,6 +53,13 @@ OP_INSERT = "I"
 OP_UPDATE = "U"
 OP_DELETE = "D"
 OP_TRUNCATE = "T"
+#: a table rewrite (ALTER TABLE that rewrites, REFRESH MATERIALIZED VIEW) begins: the table's
+#: rows so far are replaced by the ``R`` rows of the same rewrite that follow (data columns
+#: null; ``_seq`` is -1, so it sorts before the rewrite's first row at the same LSN)
+OP_REWRITE_BEGIN = "W"
+#: a row of the table as the rewrite left it: values PostgreSQL computed in the rewrite (a
+#: volatile default, a USING expression, a serial key) that no change ever carried
+OP_REWRITE = "R"
 
 SYSTEM_COLUMNS = (COMMIT_LSN, COMMIT_TS, XID, LSN, SEQ, OP, OLD_KEY, UNCHANGED_TOAST, PG_TEXT)
 

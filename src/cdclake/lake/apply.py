@@ -53,6 +53,7 @@ class Counts:
     updated: int = 0
     deleted: int = 0
     truncated: int = 0
+    rewritten: int = 0  #: rows of table rewrites (ALTER TABLE, REFRESH MATERIALIZED VIEW)
     identity_nothing: int = 0  #: UPDATE/DELETE on a table without replica identity: not applied
     not_found: int = 0  #: UPDATE/DELETE whose old row was not in the mirror
 
@@ -157,6 +158,12 @@ def apply_changes(state: MirrorState, changes: Iterable[Change], counts: Counts)
         if ch.op == stream.OP_TRUNCATE:
             state.clear()
             counts.truncated += 1
+        elif ch.op == stream.OP_REWRITE_BEGIN:
+            state.clear()
+        elif ch.op == stream.OP_REWRITE:
+            assert ch.new is not None
+            state.insert(Row(dict(ch.new), ch.commit_lsn, ch.commit_ts))
+            counts.rewritten += 1
         elif ch.op == stream.OP_INSERT:
             assert ch.new is not None
             state.insert(Row(dict(ch.new), ch.commit_lsn, ch.commit_ts))

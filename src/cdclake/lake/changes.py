@@ -13,6 +13,7 @@ attnum, in the new row and in the old identity alike.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import heapq
 import itertools
@@ -108,10 +109,10 @@ def version_changes(info: VersionInfo, table: pa.Table, where: str) -> list[Chan
     out: list[Change] = []
     for i in range(table.num_rows):
         op = cols[stream.OP][i]
-        if op not in (stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE):
+        if op not in _OPS:
             raise LakeError(f"{where}: unknown _op {op!r} at LSN {format_lsn(cols[stream.LSN][i])}")
         new = None
-        if op in (stream.OP_INSERT, stream.OP_UPDATE):
+        if op in _ROW_OPS:
             new = {a: values[i] for a, values in data}
             if texts is not None and texts[i]:
                 with_texts(new, parse_texts(texts[i], attnums, where))
@@ -143,6 +144,13 @@ def version_changes(info: VersionInfo, table: pa.Table, where: str) -> list[Chan
     return out
 
 
+_OPS = frozenset({stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE,
+                  stream.OP_REWRITE_BEGIN, stream.OP_REWRITE})
+_ROW_OPS = frozenset({stream.OP_INSERT, stream.OP_UPDATE, stream.OP_REWRITE})
+#: ops that replace every row the table had
+CLEARING_OPS = frozenset({stream.OP_TRUNCATE, stream.OP_REWRITE_BEGIN})
+
+
 def ordered_changes(per_version: Sequence[list[Change]]) -> Iterator[Change]:
     """Merge the versions' sorted streams into the source's order."""
     return heapq.merge(*per_version, key=lambda c: c.order)
@@ -164,10 +172,17 @@ class Prepared:
 def prepare(source: TableChanges, batch: str) -> Prepared:
     infos: list[VersionInfo] = []
     per_version: list[list[Change]] = []
+    defaults: dict[int, Any] = {}
     for v in source.versions:
         if v.changes.num_rows == 0:
             continue
         info = VersionInfo.of(v.relation, v.changes.schema)
+        # A row written before ADD COLUMN ... DEFAULT reads the default for as long as it is
+        # not rewritten, even after a later version no longer names it (a rewrite that
+        # materialized it clears attmissingval; the rewrite's own rows then carry it).
+        live = set(info.attnums)
+        defaults = {a: d for a, d in defaults.items() if a in live} | info.defaults
+        info = dataclasses.replace(info, defaults=dict(defaults))
         where = f"batch {batch}, table {source.table}, version v{v.relation.valid_from:X}"
         infos.append(info)
         per_version.append(version_changes(info, v.changes, where))

@@ -31,7 +31,7 @@ from cdclake.errors import LakeError
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry
 from cdclake.lake.changelog import append_changelog
-from cdclake.lake.changes import NOTHING, Change, Prepared, prepare
+from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare
 from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import MAX_FILTER_KEYS, NOTHING_TO_READ, Region, affected_region
 from cdclake.lake.rows import plain_values, row_texts, rows_from_arrow, rows_to_arrow
@@ -67,6 +67,7 @@ class TableReport:
     updated: int = 0
     deleted: int = 0
     truncated: int = 0
+    rewritten: int = 0  #: rows of table rewrites, which replaced the table's rows
     identity_nothing: int = 0  #: UPDATE/DELETE not applied: the table has no replica identity
     not_found: int = 0  #: UPDATE/DELETE whose old row was not in the mirror
     rows_written: int = 0  #: rows appended (new rows plus rows of the region written back)
@@ -193,13 +194,13 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name,
                                mirror_system_fields())
     counts = Counts()
-    last_t = max((i for i, c in enumerate(pending) if c.op == stream.OP_TRUNCATE), default=None)
+    last_t = max((i for i, c in enumerate(pending) if c.op in CLEARING_OPS), default=None)
     if last_t is not None:
         _count_superseded(pending[:last_t], counts)
         to_apply = pending[last_t:]
-        files = _all_files(table)  # TRUNCATE: every stored row goes
+        files = _all_files(table)  # TRUNCATE or a rewrite: every stored row goes
         base: list[Row] = []
-        report.strategy = "truncate"
+        report.strategy = "truncate" if pending[last_t].op == stream.OP_TRUNCATE else "rewrite"
     else:
         to_apply = pending
         region = NOTHING_TO_READ if snap is None else affected_region(
@@ -242,10 +243,15 @@ def _reset(report: TableReport) -> None:
 
 
 def _count_superseded(changes: Sequence[Change], counts: Counts) -> None:
-    """Changes before the batch's last TRUNCATE: applied, then emptied — only counted."""
+    """Changes before the batch's last TRUNCATE or rewrite: applied, then replaced — only
+    counted."""
     for c in changes:
         if c.op == stream.OP_TRUNCATE:
             counts.truncated += 1
+        elif c.op == stream.OP_REWRITE:
+            counts.rewritten += 1
+        elif c.op == stream.OP_REWRITE_BEGIN:
+            continue
         elif c.op == stream.OP_INSERT:
             counts.inserted += 1
         elif c.version.identity.kind == NOTHING:

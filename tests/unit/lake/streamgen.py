@@ -154,6 +154,16 @@ class Txn:
     def truncate(self, rel: Rel) -> None:
         self._add(rel, stream.OP_TRUNCATE, None, None, ())
 
+    def rewrite(self, rel: Rel, rows: Sequence[Mapping[str, Any]]) -> None:
+        """A table rewrite: the ``W`` marker, then every row the rewrite wrote."""
+        self._add(rel, stream.OP_REWRITE_BEGIN, None, None, ())
+        marker = self.pending[-1][1]
+        for data in rows:
+            self._add(rel, stream.OP_REWRITE, data, None, ())
+        if rows:  # the marker shares the first row's LSN and sorts before it
+            marker[stream.LSN] = self.pending[-len(rows)][1][stream.LSN]
+            marker[stream.SEQ] = -1
+
 
 class Stream:
     """LSNs and transaction ids shared by the batches of one test."""

@@ -3,6 +3,7 @@ and the batch reader's refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -20,7 +21,7 @@ from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, Lon
 from cdclake.catalog.model import IDENTITY_FULL
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes
+from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, column_value
 from cdclake.lake.batch import read_batch, relation_from_json
 from cdclake.lake.catalog import catalog_properties
 from cdclake.lake.changes import Prepared, prepare
@@ -305,3 +306,47 @@ def test_read_batch_through_a_pyarrow_filesystem(stream: Stream) -> None:
     batch = read_batch("", "b", filesystem=sub)
     (tc,) = list(batch)
     assert tc.table == "public.t" and tc.rows == 1 and batch.commits == 1
+
+
+def test_replay_rewrite_replaces_every_row(stream: Stream) -> None:
+    """ALTER TABLE ... ADD COLUMN with a volatile default: rows no change ever carried."""
+    rel = _rel(key=["id"])
+    wider = rel.evolve(0x2000, add=[("r", pa.float64())])
+
+    def build(b: Any) -> None:
+        with b.txn() as t:
+            t.update(rel, {"id": 1, "v": "b"})
+            t.rewrite(wider, [{"id": 1, "v": "b", "r": 0.5}, {"id": 2, "v": "two", "r": 0.25}])
+            t.insert(wider, {"id": 3, "v": "new", "r": 0.75})
+
+    base = [Row({1: 1, 2: "a"}, 5, None), Row({1: 2, 2: "two"}, 5, None),
+            Row({1: 9, 2: "gone since"}, 5, None)]
+    rows, counts = _replay(base, _prepared(stream, build))
+    assert rows == sorted([{1: 1, 2: "b", 3: 0.5}, {1: 2, 2: "two", 3: 0.25},
+                           {1: 3, 2: "new", 3: 0.75}], key=repr)
+    assert (counts.rewritten, counts.inserted, counts.updated) == (2, 1, 1)
+
+
+def test_add_column_default_outlives_later_versions(stream: Stream) -> None:
+    """A row from before ADD COLUMN ... DEFAULT keeps reading the default after a later
+    version stopped naming it (VACUUM FULL materialized it and cleared attmissingval)."""
+    rel = _rel(key=["id"])
+    added = rel.evolve(0x2000, add=[("c", pa.string())], defaults={"c": "dflt"})
+    cleared = added.evolve(0x3000, rename={"v": "w"})
+    cleared = Rel(dataclasses.replace(cleared.version, columns=tuple(
+        dataclasses.replace(c, has_missing=False, missing_text=None)
+        for c in cleared.version.columns)), cleared.types)
+
+    def build(b: Any) -> None:
+        with b.txn() as t:
+            t.insert(rel, {"id": 1, "v": "before"})
+        with b.txn() as t:
+            t.insert(added, {"id": 2, "v": "after", "c": "own"})
+        with b.txn() as t:
+            t.insert(cleared, {"id": 3, "w": "later", "c": None})
+
+    prepared = _prepared(stream, build)
+    assert prepared.versions[-1].defaults == {3: "dflt"}
+    rows, _ = _replay([], prepared)
+    first = next(r for r in rows if r[1] == 1)
+    assert column_value(first, 3, prepared.versions[-1].defaults, "public.t") == "dflt"

@@ -110,6 +110,19 @@ class ArrowChanges:
         self._append(buf, txn, change.lsn, change.seq, op, values, old_key, unchanged or None,
                      texts)
 
+    def rewrite(self, txn: TxnInfo, rel: RelationVersion, change: Change,
+                toast: Mapping[int, list[bytes]], first: bool) -> None:
+        """A row of a table rewrite; its first row is preceded by the ``W`` marker."""
+        buf = self._buffer(rel)
+        if first:
+            self._append(buf, txn, change.lsn, -1, stream.OP_REWRITE_BEGIN,
+                         [None] * len(buf.layout.live), None, None, None)
+        assert change.new is not None
+        unchanged: list[str] = []
+        values, texts = self._values(buf.layout, change.new, change.lsn, toast, unchanged)
+        self._append(buf, txn, change.lsn, change.seq, stream.OP_REWRITE, values, None,
+                     unchanged or None, texts)
+
     def truncate(self, txn: TxnInfo, rels: list[RelationVersion], change: Change) -> None:
         for rel in rels:
             buf = self._buffer(rel)

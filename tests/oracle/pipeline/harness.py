@@ -1,0 +1,326 @@
+"""A workload through the whole pipeline — ship, Spark decode, merge — compared with
+PostgreSQL twice: the change stream with a ``test_decoding`` slot, line for line, and every
+Iceberg mirror (read with DuckDB) with its source table, row for row.
+
+The workload's setup runs after the slot is created (unlike the decoding oracle, where it
+runs before): a mirror holds what the stream brought, so every row a table has must have
+been written while the stream was watching. The WAL is switched to a new segment after every
+step, and batches end at several of those segment boundaries, so transactions stay open
+across batch cuts; a tiny ``work_mem`` makes every partition spill.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from cdclake.archive import open_store
+from cdclake.archive.layout import Layout
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.install import install
+from cdclake.catalog.model import RelationVersion, TypeInfo
+from cdclake.config import Config
+from cdclake.lake.catalog import open_catalog
+from cdclake.lake.tables import mirror_identifier
+from cdclake.local.postgres import LocalPostgres
+from cdclake.pipeline import steps
+from cdclake.pipeline.batches import list_batches, open_batch
+from cdclake.pipeline.params import RunParams
+from cdclake.spark.progress import load_progress
+from cdclake.wal.lsn import parse_lsn
+from tests.e2e.lake import duck
+from tests.oracle.decoding.harness import Step, archive_all, oracle
+from tests.oracle.pipeline import render
+
+#: batches per workload: the segments are cut into this many runs of ``cdclake run``
+BATCHES = 3
+#: reorder-buffer memory per Spark partition: every transaction with a few rows spills
+WORK_MEM = 4096
+SEGMENT = 1024 * 1024
+
+
+@dataclass
+class PipelineRun:
+    database: str
+    slot: str
+    start_lsn: int
+    config: Config
+    expected: list[str] = field(default_factory=list)  #: the slot, projected (see below)
+    actual: list[str] = field(default_factory=list)  #: the change stream, rendered
+    merges: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_workload(pg: LocalPostgres, database: str, steps_: Sequence[Step], spark: Any,
+                 work: Path, *, setup: Sequence[str] = (), batches: int = BATCHES) -> PipelineRun:
+    """A workload of the decoding oracle (its setup too, after the slot) through the pipeline,
+    with a WAL switch after every step."""
+    all_steps = [("setup", sql) for sql in setup] + list(steps_)
+    return run_action(pg, database, lambda: _run_steps(pg, database, all_steps), spark, work,
+                      batches=batches)
+
+
+def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spark: Any,
+               work: Path, *, batches: int = BATCHES) -> PipelineRun:
+    """Everything up to the comparisons: ``action`` writes to the source while a slot
+    watches; then ship, decode in ``batches`` Spark batches, merge."""
+    pg.sql("SELECT pg_switch_wal()", database)
+    pg.sql("CHECKPOINT", database)  # a running-xacts record early in the first segment
+    first = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", database)[0][0]
+    install(pg.dsn(database))
+    slot = f"pipe_{database}"
+    start = parse_lsn(pg.sql(
+        "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'test_decoding')",
+        database, (slot,))[0][0])
+    archive = work / "archive"
+    config = Config(home=work / "home", source_dsn=pg.dsn(database), archive_dir=archive,
+                    store_url=(work / "store").as_uri(), work_mem=WORK_MEM,
+                    spill_dir=work / "spill", spark_master="local[2]", spark_partitions=2)
+    run = PipelineRun(database, slot, start, config)
+    try:
+        action()
+        # WAL after the last switch, so that archive_all's switch finishes a segment (a switch
+        # right after another is a no-op); the stream carries no messages, the slot's are
+        # projected away
+        pg.sql("SELECT pg_logical_emit_message(false, 'cdclake.oracle', 'end')", database)
+        archive_all(pg, database)
+        run.expected = project_slot(oracle(pg, _Cap(database, slot)))
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot(%s)", database, (slot,))
+    segments = _copy_segments(pg.archive_dir, archive, first)
+    steps.ship(config)
+    for until in _cuts(segments, batches):
+        steps.decode(config, RunParams(until_segment=until, start_lsn=start), spark=spark)
+    run.merges.append(steps.merge(config))
+    run.actual = stream_text(config)
+    return run
+
+
+@dataclass
+class _Cap:
+    """What harness.oracle needs to peek at a slot."""
+
+    database: str
+    slot: str
+
+
+def _run_steps(pg: LocalPostgres, database: str, steps_: Sequence[Step]) -> None:
+    conns: dict[str, Any] = {}
+    try:
+        with pg.connect(database) as switcher:
+            for session, sql in steps_:
+                conn = conns.get(session)
+                if conn is None:
+                    conn = conns[session] = pg.connect(database)
+                conn.execute(sql)
+                switcher.execute("SELECT pg_switch_wal()")
+    finally:
+        for conn in conns.values():
+            conn.close()
+
+
+def _copy_segments(source: Path, target: Path, first: str) -> list[str]:
+    """The cluster's archived segments from ``first`` on (its archive holds every test's)."""
+    target.mkdir(parents=True)
+    names = sorted(p.name for p in source.iterdir()
+                   if len(p.name) == 24 and p.name[8:] >= first[8:])
+    for name in names:
+        shutil.copy2(source / name, target / name)
+    return names
+
+
+def _cuts(segments: list[str], batches: int) -> list[str]:
+    """The last segment of each batch: ``batches`` runs of about equal length."""
+    n = len(segments)
+    ends = sorted({max(0, (n * (i + 1)) // batches - 1) for i in range(batches)})
+    return [segments[i] for i in ends]
+
+
+# -- the slot's side -----------------------------------------------------------------------
+
+
+def project_slot(lines: list[str]) -> list[str]:
+    """The slot's output as the change stream can show it: table changes only.
+
+    The stream carries no logical messages (``cdclake.ddl`` ones shaped the dictionary, the
+    others are not table changes) and no TRUNCATE options; a TRUNCATE of several tables is
+    one row per table there, so it becomes one ``TRUNCATE <table>`` line per table, sorted.
+    Transactions left without a line are dropped, as ``skip-empty-xacts`` would.
+    """
+    out: list[str] = []
+    txn: list[str] = []
+    begin = ""
+    for line in lines:
+        if line.startswith("BEGIN"):
+            begin, txn = line, []
+        elif line.startswith("COMMIT"):
+            if txn:
+                out += [begin, *txn, line]
+            begin, txn = "", []
+        elif line.startswith("message:"):
+            continue
+        elif ": TRUNCATE:" in line:
+            names = line[len("table "):line.index(": TRUNCATE:")].split(", ")
+            txn += [f"TRUNCATE {n}" for n in sorted(names)]
+        else:
+            txn.append(line)
+    return out
+
+
+# -- the stream's side ---------------------------------------------------------------------
+
+
+def final_dictionary(config: Config) -> Dictionary:
+    store = open_store(config)
+    progress = load_progress(store, Layout())
+    assert progress is not None, "no batch was decoded"
+    return Dictionary.from_json(json.loads(store.get(progress.dictionary_key)))
+
+
+def stream_text(config: Config) -> list[str]:
+    """Every batch's change rows as test_decoding lines, framed by BEGIN/COMMIT per commit."""
+    store = open_store(config)
+    types = final_dictionary(config).types
+    keyed: list[tuple[tuple[int, int, int, int, str], str]] = []
+    for decoded in list_batches(store, Layout()):
+        batch = open_batch(config, store, Layout(), decoded)
+        for entry in batch.entries:
+            changes = batch.load(entry)
+            for version in changes.versions:
+                rel = version.relation
+                for key, line in render.stream_lines(rel, version.changes,
+                                                     types.at(rel.valid_from)):
+                    keyed.append(((*key, line if line.startswith("TRUNCATE") else ""), line))
+    keyed.sort(key=lambda kv: kv[0])
+    out: list[str] = []
+    current: tuple[int, int] | None = None
+    for (commit, xid, _lsn, _seq, _t), line in keyed:
+        if current != (commit, xid):
+            if current is not None:
+                out.append(f"COMMIT {current[1]}")
+            out.append(f"BEGIN {xid}")
+            current = (commit, xid)
+        out.append(line)
+    if current is not None:
+        out.append(f"COMMIT {current[1]}")
+    return out
+
+
+# -- mirrors against their source tables ---------------------------------------------------
+
+
+@dataclass
+class TableDiff:
+    table: str
+    missing: list[tuple[Any, ...]]  #: source rows the mirror lacks (multiset difference)
+    extra: list[tuple[Any, ...]]  #: mirror rows the source lacks
+    note: str = ""
+
+
+SOURCE_TABLES = """
+SELECT c.oid, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'm') AND c.relpersistence = 'p'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'cdclake', 'pg_toast')
+ORDER BY 2, 3
+"""
+
+COLUMNS = """
+SELECT attname FROM pg_attribute
+WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped {generated}
+ORDER BY attnum
+"""
+
+SESSION = ("SET TimeZone = 'UTC'", "SET DateStyle = 'ISO, YMD'",
+           "SET IntervalStyle = 'postgres'", "SET extra_float_digits = 1",
+           "SET bytea_output = 'hex'")
+
+
+def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff], list[str]]:
+    """Each source table's rows (as their output functions print them) against its mirror's (DuckDB, rendered to
+    the same text), as multisets. Returns the differences and the tables whose differences
+    are accepted because the merge reported changes it could not apply (no replica identity).
+    """
+    dictionary = final_dictionary(run.config)
+    catalog = open_catalog(run.config)
+    unappliable = {t["table"] for m in run.merges for b in m["batches"] for t in b["tables"]
+                   if t["identity_nothing"]}
+    diffs: list[TableDiff] = []
+    con = duck.connect()
+    generated = "AND attgenerated <> 'v'" if pg.version >= 18 else ""
+    with pg.connect(run.database) as conn:
+        for sql in SESSION:
+            conn.execute(sql)
+        for oid, schema, name in conn.execute(SOURCE_TABLES).fetchall():
+            cols = [r[0] for r in conn.execute(COLUMNS.format(generated=generated),
+                                               (oid,)).fetchall()]
+            # format('%s', v) prints with the type's output function, as the stream's text
+            # does (a cast to text does not always: boolean, char(n), inet)
+            select = ", ".join(
+                f"""CASE WHEN "{c}" IS NULL THEN NULL ELSE format('%s', "{c}") END"""
+                for c in (x.replace('"', '""') for x in cols))
+            source = Counter(tuple(r) for r in conn.execute(
+                f'SELECT {select} FROM "{schema}"."{name}"').fetchall())
+            ident = mirror_identifier(run.config, schema, name)
+            if catalog.table_exists(ident):
+                rel = _latest(dictionary, oid)
+                mirror = Counter(mirror_rows(duck.read_table(catalog.load_table(ident), con),
+                                             cols, rel, dictionary.types))
+            else:
+                mirror = Counter()
+            if source != mirror:
+                table = f"{schema}.{name}"
+                diffs.append(TableDiff(table, sorted((source - mirror).elements(), key=repr),
+                                       sorted((mirror - source).elements(), key=repr),
+                                       "accepted: no replica identity" if table in unappliable
+                                       else ""))
+    con.close()
+    return diffs, sorted(unappliable)
+
+
+def _latest(dictionary: Dictionary, oid: int) -> RelationVersion:
+    found = dictionary.relation_for_oid(oid, 2**64 - 1)
+    assert found is not None, f"relation {oid} is not in the stream's dictionary"
+    return found
+
+
+def mirror_rows(table: pa.Table, columns: list[str], rel: RelationVersion,
+                types: Mapping[int, TypeInfo]) -> list[tuple[str | None, ...]]:
+    """A mirror's rows as the source's output functions print them (columns by name)."""
+    by_name = {c.name: c for c in rel.live_columns()}
+    data = render.integer_view(table)
+    fns = {}
+    for c in columns:
+        if c in data.column_names and c in by_name:
+            fns[c] = render.text_function(table.schema.field(c).type,
+                                          types[by_name[c].type_oid], types)
+    has_pg_text = render.PG_TEXT in data.column_names
+    out = []
+    for row in data.to_pylist():
+        exact = dict(row[render.PG_TEXT] or []) if has_pg_text else {}
+        values = []
+        for c in columns:
+            col = by_name.get(c)
+            if col is not None and str(col.attnum) in exact:
+                values.append(exact[str(col.attnum)])
+            elif c not in fns or row[c] is None:
+                values.append(None)
+            else:
+                values.append(fns[c](row[c]))
+        out.append(tuple(values))
+    return out
+
+
+def describe(diffs: list[TableDiff], limit: int = 8) -> str:
+    lines = []
+    for d in diffs:
+        lines.append(f"{d.table}: {len(d.missing)} source rows missing from the mirror, "
+                     f"{len(d.extra)} mirror rows not in the source {d.note}")
+        lines += [f"  - {r}" for r in d.missing[:limit]]
+        lines += [f"  + {r}" for r in d.extra[:limit]]
+    return "\n".join(lines)
