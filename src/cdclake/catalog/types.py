@@ -174,3 +174,21 @@ class _TypesAt(Mapping[int, TypeInfo]):
 
     def __len__(self) -> int:
         return len(self._catalog)
+
+
+def enum_labels(type_oid: int, types: Mapping[int, TypeInfo]) -> dict[int, str] | None:
+    """The labels (pg_enum oid -> label) a column of ``type_oid`` holds: an enum, a domain
+    over one, or an array of either (domains and arrays nest); None for any other type.
+
+    The lake keys a column's values by these oids, so that ``ALTER TYPE ... RENAME VALUE``
+    renames the values a mirror stored under the old label too, as the source shows them.
+    """
+    info = types.get(type_oid)
+    for _ in range(16):  # domains over arrays over domains: a few levels at most
+        if info is None:
+            return None
+        if info.typtype == "e":
+            return dict(info.enum_labels)
+        nxt = info.base if info.typtype == "d" else info.element if info.typcategory == "A" else 0
+        info = types.get(nxt) if nxt else None
+    return None

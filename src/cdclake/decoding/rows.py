@@ -85,6 +85,9 @@ class LayoutCache:
         key = id(rel)
         layout = self._cache.get(key)
         if layout is None or layout.rel is not rel:
-            types = self.types if self._at is None else self._at(rel.valid_from)
-            layout = self._cache[key] = RowLayout(rel, types)
+            layout = self._cache[key] = RowLayout(rel, self.types_at(rel))
         return layout
+
+    def types_at(self, rel: RelationVersion) -> Mapping[int, TypeInfo]:
+        """The types as the version ``rel`` decodes with them."""
+        return self.types if self._at is None else self._at(rel.valid_from)

@@ -29,6 +29,8 @@ it is null when that tuple has no such value. The ``_old_key`` struct carries it
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 COMMIT_LSN = "_commit_lsn"  #: LSN of the transaction's commit record
@@ -62,6 +64,19 @@ OP_REWRITE_BEGIN = "W"
 OP_REWRITE = "R"
 
 SYSTEM_COLUMNS = (COMMIT_LSN, COMMIT_TS, XID, LSN, SEQ, OP, OLD_KEY, UNCHANGED_TOAST, PG_TEXT)
+
+
+#: field metadata of a column holding enum labels (an enum, a domain over one, an array of
+#: either): JSON ``{"<pg_enum oid>": "<label>"}`` as of the relation version, so that the lake
+#: can follow ``ALTER TYPE ... RENAME VALUE`` in the values it stored before
+ENUM_LABELS = b"cdclake.enum_labels"
+
+
+def enum_metadata(labels: dict[int, str] | None) -> dict[bytes, bytes] | None:
+    """The field metadata for a column with these enum labels (None: not an enum column)."""
+    if labels is None:
+        return None
+    return {ENUM_LABELS: json.dumps({str(k): v for k, v in sorted(labels.items())}).encode()}
 
 
 def old_key_type(key_fields: list[pa.Field]) -> pa.StructType:

@@ -28,6 +28,7 @@ from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
 from cdclake.lake.defaults import missing_defaults
+from cdclake.lake.labels import Labels, combine, relabel, translation, version_labels
 from cdclake.lake.schema import DataColumn, data_columns
 from cdclake.lake.values import parse_texts, plain_values, with_texts
 from cdclake.wal.lsn import format_lsn
@@ -64,6 +65,7 @@ class VersionInfo:
     names: dict[str, int]  #: column name under this version -> attnum
     arrow_schema: pa.Schema  #: the version's change-stream schema
     defaults: dict[int, Any] = field(default_factory=dict)  #: attnum -> ADD COLUMN default
+    labels: Labels = field(default_factory=dict)  #: enum columns: attnum -> oid -> label
 
     @property
     def attnums(self) -> tuple[int, ...]:
@@ -72,8 +74,9 @@ class VersionInfo:
     @classmethod
     def of(cls, rel: RelationVersion, arrow_schema: pa.Schema) -> VersionInfo:
         cols = tuple(data_columns(rel, arrow_schema))
-        return cls(rel, Identity.of(rel), cols, {c.name: c.attnum for c in cols}, arrow_schema,
-                   missing_defaults(rel, arrow_schema))
+        names = {c.name: c.attnum for c in cols}
+        return cls(rel, Identity.of(rel), cols, names, arrow_schema,
+                   missing_defaults(rel, arrow_schema), version_labels(arrow_schema, names))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -163,6 +166,7 @@ class Prepared:
     source: TableChanges
     versions: tuple[VersionInfo, ...]
     changes: tuple[Change, ...]
+    labels: Labels = field(default_factory=dict)  #: the newest enum labels of each column
 
     @property
     def last_lsn(self) -> int:
@@ -186,4 +190,10 @@ def prepare(source: TableChanges, batch: str) -> Prepared:
         where = f"batch {batch}, table {source.table}, version v{v.relation.valid_from:X}"
         infos.append(info)
         per_version.append(version_changes(info, v.changes, where))
-    return Prepared(source, tuple(infos), tuple(ordered_changes(per_version)))
+    labels = combine(i.labels for i in infos)
+    for info, changes in zip(infos, per_version, strict=True):
+        tr = translation(info.labels, labels)  # ALTER TYPE ... RENAME VALUE in between
+        for ch in changes if tr else ():
+            relabel(ch.new, tr)
+            relabel(ch.old, tr)
+    return Prepared(source, tuple(infos), tuple(ordered_changes(per_version)), labels)

@@ -28,12 +28,19 @@ from pyiceberg.types import NestedField
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
+from cdclake.lake import labels
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry
 from cdclake.lake.changelog import append_changelog
 from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare
 from cdclake.lake.metrics import guard_metrics
-from cdclake.lake.region import MAX_FILTER_KEYS, NOTHING_TO_READ, Region, affected_region
+from cdclake.lake.region import (
+    MAX_FILTER_KEYS,
+    NOTHING_TO_READ,
+    WHOLE_TABLE,
+    Region,
+    affected_region,
+)
 from cdclake.lake.rows import plain_values, row_texts, rows_from_arrow, rows_to_arrow
 from cdclake.lake.schema import (
     apply_evolution,
@@ -194,6 +201,9 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name,
                                mirror_system_fields())
     counts = Counts()
+    stored_enums = labels.stored_labels(table.metadata.properties)
+    enums = labels.combine([stored_enums, prepared.labels])
+    relabelled = labels.translation(stored_enums, enums)  # stored rows with renamed labels
     last_t = max((i for i, c in enumerate(pending) if c.op in CLEARING_OPS), default=None)
     if last_t is not None:
         _count_superseded(pending[:last_t], counts)
@@ -206,7 +216,11 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
         region = NOTHING_TO_READ if snap is None else affected_region(
             to_apply, mirror_fields(table.schema(), name), table=name,
             table_rows=_row_count(table), max_keys=max_filter_keys)
+        if relabelled and snap is not None:
+            region = WHOLE_TABLE
         files, base = read_touched(table, region, name)
+        for row in base if relabelled else ():
+            labels.relabel(row.values, relabelled)
         report.strategy = region.strategy
     state = MirrorState(base, name)
     apply_changes(state, to_apply, counts)
@@ -218,6 +232,8 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
             for data_file in files:
                 overwrite.delete_data_file(data_file)
     apply_evolution(tx, evolution)
+    if enums != stored_enums:
+        tx.set_properties({labels.PROPERTY: labels.property_value(enums)})
     rows = state.rows()
     data = rows_to_arrow(rows, tx.table_metadata.schema(), prepared.versions[-1].defaults, name)
     guard_metrics(tx, data)

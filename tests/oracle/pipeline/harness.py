@@ -242,10 +242,10 @@ SESSION = ("SET TimeZone = 'UTC'", "SET DateStyle = 'ISO, YMD'",
 
 
 def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff], list[str]]:
-    """Each source table's rows (as their output functions print them) against its mirror's (DuckDB, rendered to
-    the same text), as multisets. Returns the differences and the tables whose differences
-    are accepted because the merge reported changes it could not apply (no replica identity).
-    """
+    """Each source table's rows (as their output functions print them) against its mirror's
+    (read with DuckDB, rendered to the same text), as multisets. Returns the differences and
+    the tables whose differences are accepted because the merge reported changes it could not
+    apply (no replica identity)."""
     dictionary = final_dictionary(run.config)
     catalog = open_catalog(run.config)
     unappliable = {t["table"] for m in run.merges for b in m["batches"] for t in b["tables"]

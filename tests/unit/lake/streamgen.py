@@ -38,6 +38,8 @@ class Rel:
 
     version: RelationVersion
     types: dict[str, pa.DataType]
+    #: enum columns: name -> pg_enum oid -> label, as the decoder's field metadata says
+    enums: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
 
     @property
     def live(self) -> tuple[Column, ...]:
@@ -58,7 +60,10 @@ class Rel:
         return pa.struct([pa.field(c.name, self.types[c.name]) for c in cols])
 
     def arrow_schema(self) -> pa.Schema:
-        fields = [pa.field(c.name, self.types[c.name]) for c in self.live]
+        fields = [pa.field(c.name, self.types[c.name],
+                           metadata=stream.enum_metadata(
+                               dict(self.enums[c.name]) if c.name in self.enums else None))
+                  for c in self.live]
         return pa.schema(fields + stream.system_fields(self.old_key_type()))
 
     def evolve(self, valid_from: int, *, add: Sequence[tuple[str, pa.DataType]] = (),

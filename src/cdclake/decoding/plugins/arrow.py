@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from cdclake.catalog.model import IDENTITY_FULL, IDENTITY_NOTHING, RelationVersion, TypeInfo
+from cdclake.catalog.types import enum_labels
 from cdclake.decoding import stream
 from cdclake.decoding.changes import DELETE, INSERT, Change, TxnInfo
 from cdclake.decoding.rows import (
@@ -168,7 +169,10 @@ class ArrowChanges:
             return buf
         layout = self.layouts.get(rel)
         key = key_columns(rel, layout)
-        fields = [pa.field(lc.column.name, lc.codec.arrow_type) for lc in layout.live]
+        types = self.layouts.types_at(rel)
+        fields = [pa.field(lc.column.name, lc.codec.arrow_type,
+                           metadata=stream.enum_metadata(enum_labels(lc.column.type_oid, types)))
+                  for lc in layout.live]
         old_key_type = stream.old_key_type(
             [pa.field(lc.column.name, lc.codec.arrow_type) for lc in key])
         schema = pa.schema(fields + stream.system_fields(old_key_type))
