@@ -116,7 +116,8 @@ def decode(config: Config, params: RunParams | None = None, *,
               for t in result.manifest.get("tables", ())}
     return {"batch": result.batch, "start_lsn": format_lsn(result.start_lsn),
             "end_lsn": format_lsn(result.end_lsn), "commits": result.commits,
-            "segments": list(result.segments), "tables": tables, **notes}
+            "segments": list(result.segments), "tables": tables, "stats": dict(result.stats),
+            **notes}
 
 
 def until_segment_for(config: Config, end_lsn: int | None,

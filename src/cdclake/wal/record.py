@@ -64,17 +64,6 @@ RM_REPLORIGIN_ID = 19
 RM_GENERIC_ID = 20
 RM_LOGICALMSG_ID = 21
 
-RMGR_NAMES = (
-    "XLOG", "Transaction", "Storage", "CLOG", "Database", "Tablespace", "MultiXact", "RelMap",
-    "Standby", "Heap2", "Heap", "Btree", "Hash", "Gin", "Gist", "Sequence", "SPGist", "BRIN",
-    "CommitTs", "ReplicationOrigin", "Generic", "LogicalMessage",
-)
-
-
-def rmgr_name(rmid: int) -> str:
-    return RMGR_NAMES[rmid] if rmid < len(RMGR_NAMES) else f"custom{rmid:03d}"
-
-
 class RelFileLocator(NamedTuple):
     """RelFileNode (15) / RelFileLocator (16+): tablespace, database, relfilenode."""
 

@@ -55,6 +55,18 @@ class PipelineRun:
     expected: list[str] = field(default_factory=list)  #: the slot, projected (see below)
     actual: list[str] = field(default_factory=list)  #: the change stream, rendered
     merges: list[dict[str, Any]] = field(default_factory=list)
+    #: per decoded batch: its step result and how many transactions it left open
+    decodes: list[tuple[dict[str, Any], int]] = field(default_factory=list)
+
+    @property
+    def cut_open(self) -> int:
+        """Transactions left open at a batch cut (carried to the next batch), summed."""
+        return sum(n for _, n in self.decodes[:-1])
+
+    @property
+    def spilled(self) -> int:
+        """Transactions the Spark partitions serialized to disk, summed over batches."""
+        return sum(d.get("stats", {}).get("spilled_txns", 0) for d, _ in self.decodes)
 
 
 def run_workload(pg: LocalPostgres, database: str, steps_: Sequence[Step], spark: Any,
@@ -95,8 +107,12 @@ def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spa
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (slot,))
     segments = _copy_segments(pg.archive_dir, archive, first)
     steps.ship(config)
+    store = open_store(config)
     for until in _cuts(segments, batches):
-        steps.decode(config, RunParams(until_segment=until, start_lsn=start), spark=spark)
+        result = steps.decode(config, RunParams(until_segment=until, start_lsn=start),
+                              spark=spark)
+        progress = load_progress(store, Layout())
+        run.decodes.append((result, len(progress.open_txns) if progress else 0))
     run.merges.append(steps.merge(config))
     run.actual = stream_text(config)
     return run

@@ -96,6 +96,8 @@ def test_savepoints_beside_a_long_transaction(pg: LocalPostgres, database: str,
                                               tmp_path: Path, spark: Any) -> None:
     run = run_workload(pg, database, _savepoints_beside_a_long_transaction(), spark, tmp_path,
                        batches=4)
+    assert run.cut_open > 0, "no transaction was open at a batch cut: the test proves less"
+    assert run.spilled > 0, "no partition spilled: the test proves less"
     check(pg, run)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from cdclake.cli import main as cli_main
+from cdclake.decoding.rmgrs import RMGRS
 from cdclake.errors import WalVersionError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import MAGIC_VERSIONS, PAGE_SIZE, XLogReader
-from cdclake.wal.record import RMGR_NAMES
 from cdclake.wal.source import DirectorySource
 from tests.oracle.wal.pgwaldump import Row, ours
 from tests.unit.wal.conftest import WalFixture
@@ -139,7 +139,7 @@ def test_cli_describes_parsed_records(walfix: WalFixture,
     objs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     descs = {o["desc"].split(" ")[0] for o in objs}
     assert {"INSERT", "COMMIT", "RUNNING_XACTS"} <= descs
-    assert {o["rmgr"] for o in objs} <= set(RMGR_NAMES)
+    assert {o["rmgr"] for o in objs} <= {r.name for r in RMGRS}
     for o in objs:
         if o["rmgr"] == "Heap" and o["desc"].startswith("INSERT "):
             assert o["desc"].split(" ")[1] == "off:"
