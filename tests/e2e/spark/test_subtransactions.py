@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +30,9 @@ from cdclake.decoding import stream
 from cdclake.local.postgres import LocalPostgres
 from cdclake.spark.job import BatchResult, decode_batch
 from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import parse_lsn, parse_segment_name
+from cdclake.wal.lsn import parse_lsn
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
-from tests.e2e.spark.workload import SEGMENT_SIZE, Archived, _archive_current
+from tests.e2e.spark.workload import Archived, archive_current, archived
 
 pytestmark = pytest.mark.e2e
 
@@ -148,7 +147,7 @@ def run_workload(pg: LocalPostgres, database: str, directory: Path) -> Workload:
             for sql in long_round(r):
                 long.execute(sql)
         long.execute("COMMIT")
-        last = _archive_current(pg, database)
+        last = archive_current(pg, database)
         with pg.connect(database) as conn:
             lines = [row[0] for row in conn.execute(
                 "SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, "
@@ -159,17 +158,7 @@ def run_workload(pg: LocalPostgres, database: str, directory: Path) -> Workload:
         if pg.sql("SELECT 1 FROM pg_prepared_xacts WHERE gid = 'cdclake_sp'"):
             pg.sql("ROLLBACK PREPARED 'cdclake_sp'", database)
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (slot,))
-    lo = parse_segment_name(first, SEGMENT_SIZE).segno + 1  # the segment pg_switch_wal began
-    hi = parse_segment_name(last, SEGMENT_SIZE).segno
-    directory.mkdir(parents=True, exist_ok=True)
-    names = []
-    for path in sorted(pg.archive_dir.iterdir()):
-        if len(path.name) == 24 and lo <= parse_segment_name(path.name, SEGMENT_SIZE).segno <= hi:
-            shutil.copyfile(path, directory / path.name)
-            names.append(path.name)
-    db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = current_database()",
-                    database)[0][0]
-    return Workload(Archived(database, int(db_oid), directory, names), slot_lsn, lines)
+    return Workload(archived(pg, database, first, last, directory), slot_lsn, lines)
 
 
 _CHANGE = re.compile(r"^table (\S+): (INSERT|UPDATE|DELETE): .*?\bid\[integer\]:(-?\d+)")

@@ -94,7 +94,13 @@ def run(pg: LocalPostgres, database: str, directory: Path) -> Archived:
     finally:
         long.close()
         other.close()
-    last = _archive_current(pg, database)
+    last = archive_current(pg, database)
+    return archived(pg, database, first, last, directory)
+
+
+def archived(pg: LocalPostgres, database: str, first: str, last: str,
+             directory: Path) -> Archived:
+    """Copy the segments after ``first`` (the one pg_switch_wal ended) up to ``last``."""
     lo = parse_segment_name(first, SEGMENT_SIZE).segno + 1  # the segment pg_switch_wal began
     hi = parse_segment_name(last, SEGMENT_SIZE).segno
     directory.mkdir(parents=True, exist_ok=True)
@@ -108,7 +114,7 @@ def run(pg: LocalPostgres, database: str, directory: Path) -> Archived:
     return Archived(database, int(db_oid), directory, names)
 
 
-def _archive_current(pg: LocalPostgres, database: str, timeout: float = 60.0) -> str:
+def archive_current(pg: LocalPostgres, database: str, timeout: float = 60.0) -> str:
     """Switch segments and wait until the finished one is archived; its name."""
     segment, _ = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn()), pg_switch_wal()::text",
                         database)[0]

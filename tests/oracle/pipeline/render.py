@@ -22,6 +22,7 @@ import pyarrow as pa
 from cdclake.catalog.model import Column, RelationVersion, TypeInfo
 from cdclake.decoding import stream
 from cdclake.decoding.plugins.test_decoding import literal
+from cdclake.lake.values import storage_type
 from cdclake.tuples import arrays, datetimes, floats
 
 INT32_MAX = 2**31 - 1
@@ -100,27 +101,7 @@ def _pg_timestamp(us: int) -> int:
 
 def integer_view(table: pa.Table) -> pa.Table:
     """Temporal columns as their integer storage (a Python date cannot hold year 10000)."""
-    cols = []
-    for field, col in zip(table.schema, table.columns, strict=True):
-        cols.append(_ints(col, field.type))
-    return pa.Table.from_arrays(cols, names=table.column_names)
-
-
-def _ints(col: Any, t: pa.DataType) -> Any:
-    target = _int_type(t)
-    return col if target == t else col.cast(target)
-
-
-def _int_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_date32(t):
-        return pa.int32()
-    if pa.types.is_timestamp(t) or pa.types.is_time64(t):
-        return pa.int64()
-    if pa.types.is_list(t):
-        return pa.list_(_int_type(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _int_type(f.type)) for f in t])
-    return t
+    return table.cast(pa.schema([f.with_type(storage_type(f.type)) for f in table.schema]))
 
 
 # -- test_decoding lines from the change stream ----------------------------------------------
