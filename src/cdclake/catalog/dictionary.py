@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+from collections.abc import Collection
 from typing import Any
 
 from cdclake.catalog.model import RELKIND_TOAST, RelationVersion, type_from_json
@@ -64,18 +65,19 @@ class Dictionary:
         v = _at(versions, lsn)
         return None if v is None or v.dropped else v
 
-    def rewrite_layout(self, oid: int, lsn: int, final_lsn: int) -> RelationVersion | None:
+    def rewrite_layout(self, oid: int, lsn: int,
+                       own_messages: Collection[int]) -> RelationVersion | None:
         """The definition the rows of table ``oid``'s transient heap (filled at ``lsn``) have.
 
         ALTER TABLE rewrites the table after changing its columns but before its event
-        trigger describes it, so a description later in the same transaction (up to its commit
-        ``final_lsn``) is the one that fits; without one (REFRESH MATERIALIZED VIEW, a rewrite
-        that changes no column) the definition at ``lsn`` does.
+        trigger describes it, so the first description after ``lsn`` written by the rewriting
+        transaction itself (its DDL messages are at ``own_messages``; another transaction's
+        may lie in between) is the one that fits; without one (REFRESH MATERIALIZED VIEW, a
+        rewrite that changes no column) the definition at ``lsn`` does.
         """
-        versions = self._by_oid.get(oid, [])
-        i = bisect.bisect_right([v.valid_from for v in versions], lsn)
-        if i < len(versions) and versions[i].valid_from <= final_lsn and not versions[i].dropped:
-            return versions[i]
+        for v in self._by_oid.get(oid, ()):
+            if v.valid_from > lsn and v.valid_from in own_messages and not v.dropped:
+                return v
         return self.relation_for_oid(oid, lsn)
 
     def first_version_after(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
@@ -190,6 +192,7 @@ class Dictionary:
         added = []
         for r in msg.get("relations", ()):
             v = dataclasses.replace(RelationVersion.from_json(r), valid_from=lsn)
+            v = _keep_missing_text(self.relation_for_oid(v.oid, lsn), v)
             self.add_version(v)
             added.append(v)
         added += self._follow_types(changed, lsn, {v.oid for v in added}, commit_lsn)
@@ -291,6 +294,26 @@ def _insert(versions: list[RelationVersion], v: RelationVersion) -> None:
         return
     i = bisect.bisect_right([x.valid_from for x in versions], v.valid_from)
     versions.insert(i, v)
+
+
+def _keep_missing_text(prev: RelationVersion | None, v: RelationVersion) -> RelationVersion:
+    """``v`` with each column's ``missing_text`` kept from ``prev`` where a table rewrite
+    cleared attmissingval since (VACUUM FULL, CLUSTER): the decoder reads ``has_missing``,
+    which stays as the catalog says, but rows a mirror stored before the ADD COLUMN still read
+    that value (docs/lake.md)."""
+    if prev is None:
+        return v
+    cols = list(v.columns)
+    changed = False
+    for i, c in enumerate(cols):
+        if c.has_missing or c.missing_text is not None or c.dropped or c.attnum > len(prev.columns):
+            continue
+        p = prev.columns[c.attnum - 1]
+        if p.missing_text is not None and not p.dropped and (p.type_oid, p.typmod) == (
+                c.type_oid, c.typmod):
+            cols[i] = dataclasses.replace(c, missing_text=p.missing_text)
+            changed = True
+    return dataclasses.replace(v, columns=tuple(cols)) if changed else v
 
 
 def _at(versions: list[RelationVersion], lsn: int) -> RelationVersion | None:

@@ -39,6 +39,7 @@ from cdclake.decoding.changes import (
     Truncate,
     TxnInfo,
 )
+from cdclake.decoding.filter import Filter
 from cdclake.errors import DecodingError, UnknownRelationError
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import RelFileLocator
@@ -83,10 +84,15 @@ class Replayer:
     """Turns committed transactions into output-plugin calls."""
 
     def __init__(self, dictionary: Dictionary, plugin: OutputPlugin,
-                 resolver: Resolver | None = None) -> None:
+                 resolver: Resolver | None = None, filter: Filter | None = None) -> None:
         self.dictionary = dictionary
         self.plugin = plugin
         self.resolver = resolver
+        #: gate 3 for relations the decode-time gate could not know yet (created, or rewritten
+        #: into a transient heap, by the committing transaction)
+        self.filter = filter
+        #: (commit LSN, LSNs of its DDL messages) of the transaction being committed
+        self._own_ddl: tuple[int, frozenset[int]] = (0, frozenset())
 
     # -- dictionary ------------------------------------------------------------------------
 
@@ -98,6 +104,8 @@ class Replayer:
         transaction's own DDL messages say (ALTER TABLE ... ADD COLUMN rewrites the table
         before its event trigger describes it).
         """
+        self._own_ddl = (info.final_lsn,
+                         frozenset(lsn for lsn, e in events if isinstance(e, bytes)))
         for lsn, event in events:
             if isinstance(event, bytes):
                 self.dictionary.apply_message(lsn, event, info.final_lsn)
@@ -118,7 +126,7 @@ class Replayer:
         toast: ToastMap = {}
         last_seq: dict[int, int] = {}
         spec: Change | None = None
-        rewritten: set[RelFileLocator] = set()
+        rewritten: dict[RelFileLocator, RelationVersion | None] = {}
         for ch in changes:
             action = ch.action
             if action == SPEC_CONFIRM:
@@ -185,23 +193,32 @@ class Replayer:
                 raise UnknownRelationError(loc, ch.lsn)
         if v.dropped:
             raise UnknownRelationError(loc, ch.lsn, "the relation was dropped before this LSN")
-        if not v.is_user_table and not v.rewrite_of:
+        if v.rewrite_of:
+            return v
+        if not v.is_user_table or not self._wanted(v):
             return None
         return v
 
+    def _wanted(self, v: RelationVersion) -> bool:
+        return self.filter is None or self.filter.keeps_table(v.schema, v.name)
+
     def _rewrite_row(self, info: TxnInfo, heap: RelationVersion, action: int, ch: Change,
-                     toast: ToastMap, rewritten: set[RelFileLocator]) -> None:
-        """An insert into the transient heap ``heap``: a row of the table it rewrites."""
-        if action != INSERT:
-            return
-        table = self.dictionary.rewrite_layout(heap.rewrite_of, ch.lsn, info.final_lsn)
-        if table is None or not table.is_user_table:
-            return
+                     toast: ToastMap,
+                     rewritten: dict[RelFileLocator, RelationVersion | None]) -> None:
+        """An insert into the transient heap ``heap``: a row of the table it rewrites
+        (``rewritten``: the table definition of each transient heap seen so far)."""
         loc = ch.locator
         assert loc is not None
         first = loc not in rewritten
-        rewritten.add(loc)
-        self.plugin.rewrite(info, table, ch, toast, first)
+        if first:
+            final, own = self._own_ddl
+            table = self.dictionary.rewrite_layout(
+                heap.rewrite_of, ch.lsn, own if final == info.final_lsn else ())
+            wanted = table is not None and table.is_user_table and self._wanted(table)
+            rewritten[loc] = table if wanted else None
+        table = rewritten[loc]
+        if table is not None and action == INSERT:
+            self.plugin.rewrite(info, table, ch, toast, first)
 
     def _truncated(self, oid: int, lsn: int) -> RelationVersion | None:
         v = self.dictionary.relation_for_oid(oid, lsn)

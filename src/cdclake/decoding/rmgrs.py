@@ -70,7 +70,6 @@ ALL = 1  #: every partition needs it
 TXN = 2  #: a change of one transaction: the partition owning its top-level transaction
 CATALOG = 3  #: heap record of a system relation (maybe pg_class): every partition, with images
 
-ROUTE_NAMES = {IGNORE: "ignore", ALL: "all", TXN: "txn", CATALOG: "catalog"}
 
 # --- which record types decoding reads -----------------------------------------------------
 

@@ -61,7 +61,8 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
     buffer: ReorderBuffer | None = None
     for rec in reader:
         if decoder is None:
-            replayer = Replayer(dictionary, make_plugin(dictionary, reader.version), resolver)
+            replayer = Replayer(dictionary, make_plugin(dictionary, reader.version), resolver,
+                                flt)
             buffer = ReorderBuffer(options.work_mem, options.spill_dir, reader.segment_size)
             decoder = Decoder(db_oid=options.db_oid, buffer=buffer, replay=replayer, filter=flt,
                               start_lsn=options.start_lsn, version=reader.version,

@@ -11,7 +11,11 @@ A batch writes, under ``<prefix>/changes/<batch>/``:
 
 ``<schema>.<table>/v<valid_from as 16 hex digits>/part-<n>.parquet``
     the table's changes made under that relation version, ordered by
-    (``_commit_lsn``, ``_lsn``, ``_seq``) — that is, commit order, then WAL order.
+    (``_commit_lsn``, ``_lsn``, ``_seq``) — that is, commit order, then WAL order. The rows of
+    a table rewrite (``W``, ``R``) are under the version their values have: the one the
+    rewriting ALTER TABLE describes, whose ``valid_from`` (its DDL message) comes after them.
+    Each enum column's field metadata names the labels of its enum under that version
+    (:data:`ENUM_LABELS`).
 
 Each Parquet file has the relation's live columns (typed by :mod:`cdclake.tuples.codecs`; a
 column whose value was not logged — an unchanged TOASTed value — is null there and named in
@@ -37,8 +41,10 @@ COMMIT_LSN = "_commit_lsn"  #: LSN of the transaction's commit record
 COMMIT_TS = "_commit_ts"  #: commit timestamp (UTC)
 XID = "_xid"  #: top-level transaction id
 LSN = "_lsn"  #: LSN of the record that made the change
-SEQ = "_seq"  #: index of the change inside its record (multi-insert tuples share an LSN)
-OP = "_op"  #: I insert, U update, D delete, T truncate (data columns null)
+#: index of the change inside its record (multi-insert tuples share an LSN); -1 for ``W``
+SEQ = "_seq"
+#: I insert, U update, D delete, T truncate (data columns null), W/R a table rewrite (below)
+OP = "_op"
 OLD_KEY = "_old_key"  #: struct of the old identity: key columns, or all columns for FULL
 #: the only field of ``_old_key`` for a table without identity (REPLICA IDENTITY NOTHING, or
 #: DEFAULT without a primary key): Parquet cannot store a struct with no fields, so such tables

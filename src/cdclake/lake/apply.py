@@ -4,10 +4,11 @@ The state starts as the mirror rows inside the batch's affected region (see
 :mod:`cdclake.lake.region`) and the changes are applied one by one, as the source applied them:
 an INSERT adds a row, an UPDATE takes the row it names (by key, or for REPLICA IDENTITY FULL by
 its whole old value — one copy of identical rows) and puts the new one, a DELETE takes it, a
-TRUNCATE empties the state. Because the replay is sequential, "last change per key wins", a
-key-changing UPDATE removing the old key, and unchanged-TOAST columns taking the value of the
-row they replace (whether that row came from the mirror or from earlier in the batch) all fall
-out of one rule instead of special cases. What is left in the state replaces the region.
+TRUNCATE empties the state, and a table rewrite (``W`` then its ``R`` rows) replaces it.
+Because the replay is sequential, "last change per key wins", a key-changing UPDATE removing
+the old key, and unchanged-TOAST columns taking the value of the row they replace (whether
+that row came from the mirror or from earlier in the batch) all fall out of one rule instead
+of special cases. What is left in the state replaces the region.
 Nothing here does I/O. Values are as :mod:`cdclake.lake.values` holds them: a value kept as
 exact text is a ``PgText``, matched and carried over like any other value (so an unchanged
 TOASTed column keeps its text, and a row's texts are always those of its current values).

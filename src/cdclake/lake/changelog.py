@@ -50,7 +50,7 @@ from cdclake.tuples import datetimes
 def append_changelog(catalog: Catalog, config: Config, batch: str, source: TableChanges, *,
                      max_attempts: int = 5) -> dict[str, Any]:
     """Append ``source``'s rows not yet in the changelog; returns a JSON-friendly report."""
-    prepared = prepare(source, batch)
+    prepared = prepare(source, batch, relabel_enums=False)
     latest = source.latest
     ident = changelog_identifier(config, latest.schema, latest.name)
     report: dict[str, Any] = {"table": source.table, "changelog": ".".join(ident),

@@ -173,7 +173,10 @@ class Prepared:
         return self.changes[-1].commit_lsn
 
 
-def prepare(source: TableChanges, batch: str) -> Prepared:
+def prepare(source: TableChanges, batch: str, *, relabel_enums: bool = True) -> Prepared:
+    """The batch's changes of one table in source order. A mirror shows enum values with the
+    labels they have now (``relabel_enums``); a changelog keeps them as each change wrote them.
+    """
     infos: list[VersionInfo] = []
     per_version: list[list[Change]] = []
     defaults: dict[int, Any] = {}
@@ -191,7 +194,7 @@ def prepare(source: TableChanges, batch: str) -> Prepared:
         infos.append(info)
         per_version.append(version_changes(info, v.changes, where))
     labels = combine(i.labels for i in infos)
-    for info, changes in zip(infos, per_version, strict=True):
+    for info, changes in zip(infos, per_version, strict=True) if relabel_enums else ():
         tr = translation(info.labels, labels)  # ALTER TYPE ... RENAME VALUE in between
         for ch in changes if tr else ():
             relabel(ch.new, tr)

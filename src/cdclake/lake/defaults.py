@@ -40,7 +40,7 @@ def missing_defaults(version: RelationVersion, arrow_schema: pa.Schema) -> dict[
     """attnum -> value (or :class:`Unparsed`) for every live column with a missing value."""
     out: dict[int, Any] = {}
     for col in version.live_columns():
-        if not col.has_missing or col.missing_text is None:
+        if col.missing_text is None:  # kept after a rewrite cleared has_missing
             continue
         idx = arrow_schema.get_field_index(col.name)
         if idx < 0:

@@ -4,7 +4,9 @@ Per table: read its summary LSN and drop the changes already applied; read the d
 holding rows the rest can touch (:mod:`cdclake.lake.region`); replay the changes on those
 files' rows in source order (:mod:`cdclake.lake.apply`); then, in one transaction, remove those
 files, evolve the schema and append what the replay left — every snapshot of it carrying the
-batch's last commit LSN in its summary.
+batch's last commit LSN in its summary. A TRUNCATE or table rewrite in the batch replaces
+every file instead; an enum label renamed in the source (:mod:`cdclake.lake.labels`) makes the
+replay read every file, and the labels the rows now have are kept in the table's properties.
 
 pyiceberg's ``Table.upsert`` is not used: it needs one row per key in its input (so the net
 effect must be computed first anyway), cannot delete, cannot match REPLICA IDENTITY FULL rows
@@ -41,7 +43,7 @@ from cdclake.lake.region import (
     Region,
     affected_region,
 )
-from cdclake.lake.rows import plain_values, row_texts, rows_from_arrow, rows_to_arrow
+from cdclake.lake.rows import row_texts, rows_from_arrow, rows_to_arrow
 from cdclake.lake.schema import (
     apply_evolution,
     iceberg_schema,
@@ -50,7 +52,7 @@ from cdclake.lake.schema import (
     plan_evolution,
 )
 from cdclake.lake.tables import commit_with_retry, ensure_table, mirror_identifier
-from cdclake.lake.values import PgText
+from cdclake.lake.values import PgText, plain_values
 from cdclake.lake.watermark import (
     committed_lsn,
     merged_end_lsn,

@@ -25,7 +25,7 @@ from cdclake.lake.schema import (
 )
 from cdclake.lake.values import PgText, parse_texts, plain_values, split_texts, with_texts
 
-__all__ = ["plain_values", "row_texts", "rows_from_arrow", "rows_to_arrow"]
+__all__ = ["row_texts", "rows_from_arrow", "rows_to_arrow"]
 
 
 def row_texts(data: pa.Table, attnums: Sequence[int], where: str) -> list[dict[int, str]] | None:
@@ -33,7 +33,7 @@ def row_texts(data: pa.Table, attnums: Sequence[int], where: str) -> list[dict[i
     a mirror written before cdclake kept exact text)."""
     if CDC_PG_TEXT not in data.column_names:
         return None
-    return [parse_texts(entries, attnums, where)
+    return [parse_texts(entries, attnums, where, dropped_ok=True)
             for entries in data.column(CDC_PG_TEXT).to_pylist()]
 
 

@@ -69,9 +69,11 @@ def plain_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
 
 
 def parse_texts(entries: Iterable[tuple[str, str]] | None, known: Iterable[int],
-                where: str) -> dict[int, str]:
+                where: str, *, dropped_ok: bool = False) -> dict[int, str]:
     """A ``_cdc_pg_text`` map (as ``to_pylist`` gives it) as attnum -> text; a key that is no
-    attnum of ``known`` columns means the data is not what the schema says: refused."""
+    attnum of ``known`` columns means the data is not what the schema says: refused — except,
+    with ``dropped_ok``, in a mirror, whose untouched files keep the entries of a column
+    dropped since (Iceberg drops a column in its metadata only): those are left out."""
     if not entries:
         return {}
     allowed = set(known)
@@ -81,6 +83,8 @@ def parse_texts(entries: Iterable[tuple[str, str]] | None, known: Iterable[int],
             attnum = int(key)
         except (TypeError, ValueError):
             attnum = -1
+        if attnum not in allowed and dropped_ok and attnum > 0:
+            continue
         if attnum not in allowed or text is None:
             raise LakeError(f"{where}: _cdc_pg_text entry {key!r} names no column (attnum) of "
                             "the table, or has no text")

@@ -146,9 +146,10 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     clean_spill_dir(spill_dir)
     buffer = ReorderBuffer(ctx.work_mem, spill_dir, ctx.segment_size)
     collector = RowCollector(dictionary.types, ctx.rows_per_part)
-    replay = OwnedReplay(Replayer(dictionary, collector, None), index, ctx.partitions)
+    flt = Filter(dictionary, tables=ctx.tables)
+    replay = OwnedReplay(Replayer(dictionary, collector, None, flt), index, ctx.partitions)
     decoder = Decoder(db_oid=ctx.db_oid, buffer=buffer, replay=replay,
-                      filter=Filter(dictionary, tables=ctx.tables), start_lsn=ctx.start_lsn,
+                      filter=flt, start_lsn=ctx.start_lsn,
                       version=ctx.version, tracker=PgClassTracker(dictionary))
     if ctx.decoder is not None:
         ctx.decoder.apply(decoder)

@@ -237,6 +237,7 @@ class TableDiff:
     missing: list[tuple[Any, ...]]  #: source rows the mirror lacks (multiset difference)
     extra: list[tuple[Any, ...]]  #: mirror rows the source lacks
     note: str = ""
+    accepted: bool = False  #: the merge reported changes it could not apply (no identity)
 
 
 SOURCE_TABLES = """
@@ -283,18 +284,24 @@ def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff
             source = Counter(tuple(r) for r in conn.execute(
                 f'SELECT {select} FROM "{schema}"."{name}"').fetchall())
             ident = mirror_identifier(run.config, schema, name)
+            table = f"{schema}.{name}"
+            absent: list[str] = []
             if catalog.table_exists(ident):
-                rel = _latest(dictionary, oid)
-                mirror = Counter(mirror_rows(duck.read_table(catalog.load_table(ident), con),
-                                             cols, rel, dictionary.types))
+                data = duck.read_table(catalog.load_table(ident), con)
+                absent = [c for c in cols if c not in data.column_names]
+                mirror = Counter(mirror_rows(data, cols, _latest(dictionary, oid),
+                                             dictionary.types))
             else:
                 mirror = Counter()
-            if source != mirror:
-                table = f"{schema}.{name}"
+            if absent and source:
+                diffs.append(TableDiff(table, [], [], f"columns missing from the mirror: "
+                                                     f"{absent}"))
+            elif source != mirror:
+                accepted = table in unappliable
                 diffs.append(TableDiff(table, sorted((source - mirror).elements(), key=repr),
                                        sorted((mirror - source).elements(), key=repr),
-                                       "accepted: no replica identity" if table in unappliable
-                                       else ""))
+                                       "accepted: no replica identity" if accepted else "",
+                                       accepted))
     con.close()
     return diffs, sorted(unappliable)
 

@@ -38,11 +38,9 @@ def check(pg: LocalPostgres, run: PipelineRun, *, changes: bool = True) -> None:
     if changes:
         assert run.expected, "the workload changed no table: the test would prove nothing"
     assert run.actual == run.expected, diff(run.expected, run.actual)
-    diffs, unappliable = compare_mirrors(pg, run)
-    wrong = [d for d in diffs if not d.note]
+    diffs, _unappliable = compare_mirrors(pg, run)
+    wrong = [d for d in diffs if not d.accepted]
     assert not wrong, describe(wrong)
-    for d in diffs:
-        assert d.table in unappliable
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -98,6 +96,26 @@ def test_savepoints_beside_a_long_transaction(pg: LocalPostgres, database: str,
                        batches=4)
     assert run.cut_open > 0, "no transaction was open at a batch cut: the test proves less"
     assert run.spilled > 0, "no partition spilled: the test proves less"
+    check(pg, run)
+
+
+def test_materialized_view_refreshes(pg: LocalPostgres, database: str, tmp_path: Path,
+                                     spark: Any) -> None:
+    """REFRESH MATERIALIZED VIEW (not CONCURRENTLY) rewrites the view: no change reaches a
+    slot, but the mirror must show the view's new rows (and none of the old)."""
+    steps = [("a", "CREATE TABLE base (id int PRIMARY KEY, v text)"),
+             ("a", "INSERT INTO base SELECT g, 'v' || g FROM generate_series(1, 20) g"),
+             ("a", "CREATE MATERIALIZED VIEW evens AS SELECT id, v FROM base WHERE id % 2 = 0"),
+             ("a", "UPDATE base SET v = 'changed' WHERE id <= 6"),
+             ("a", "REFRESH MATERIALIZED VIEW evens"),
+             ("a", "DELETE FROM base WHERE id > 10"),
+             ("a", "INSERT INTO base VALUES (100, 'new')"),
+             ("a", "BEGIN"), ("a", "REFRESH MATERIALIZED VIEW evens"),
+             ("a", "UPDATE base SET v = 'after refresh' WHERE id = 2"), ("a", "COMMIT")]
+    run = run_workload(pg, database, steps, spark, tmp_path)
+    rewritten = sum(t.get("rewritten", 0) for m in run.merges for b in m["batches"]
+                    for t in b["tables"])
+    assert rewritten > 0, "no rewrite row reached the merge: the test proves nothing"
     check(pg, run)
 
 

@@ -5,12 +5,14 @@ transaction), never its change callback; test_decoding prints nothing for them."
 from __future__ import annotations
 
 import dataclasses
+import json
 import struct
 from typing import Any
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import Column, RelationVersion
 from cdclake.decoding.changes import INSERT, Change, TxnInfo
+from cdclake.decoding.filter import Filter
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.reassembly import Replayer
 from cdclake.wal.record import RelFileLocator, WalTuple
@@ -64,18 +66,32 @@ class Recorder:
 TXN = TxnInfo(xid=900, first_lsn=0x200, final_lsn=0xA00, end_lsn=0xA40, commit_time=0)
 
 
+def _replayer(d: Dictionary, plugin: Any, own: set[int]) -> Replayer:
+    """A replayer committing TXN, which wrote a DDL message (describing the table as the
+    dictionary has it there) at each LSN of ``own``."""
+    r = Replayer(d, plugin)
+    events: list[tuple[int, object]] = []
+    for lsn in sorted(own):
+        v = d.relation_for_oid(TABLE, lsn)
+        assert v is not None
+        events.append((lsn, json.dumps({"kind": "relations", "db_oid": 5,
+                                        "relations": [v.to_json()]}).encode()))
+    r.apply_catalog(events, TXN)
+    return r
+
+
 def test_transient_heap_rows_go_to_rewrite_with_the_later_definition() -> None:
     d, _, after = _dictionary()
     rec = Recorder()
-    Replayer(d, rec).replay(TXN, [_row(0x300, 1, 7), _row(0x340, 2, 7)])
+    _replayer(d, rec, {0x900}).replay(TXN, [_row(0x300, 1, 7), _row(0x340, 2, 7)])
     assert rec.calls == [("rewrite", after, 0x300, True), ("rewrite", after, 0x340, False)]
 
 
 def test_without_a_later_definition_the_rows_have_the_current_one() -> None:
     d, before, _ = _dictionary()
     rec = Recorder()
-    # committed before the other version's message: REFRESH, or a rewrite changing no column
-    Replayer(d, rec).replay(dataclasses.replace(TXN, final_lsn=0x800), [_row(0x300, 1)])
+    # no DDL message of its own: REFRESH, or a rewrite changing no column
+    _replayer(d, rec, set()).replay(TXN, [_row(0x300, 1)])
     assert rec.calls == [("rewrite", before, 0x300, True)]
 
 
@@ -87,8 +103,20 @@ def test_test_decoding_prints_nothing_for_rewrite_rows() -> None:
     assert lines == []
 
 
-def test_rewrite_layout_picks_the_definition_inside_the_transaction() -> None:
+def test_rewrite_layout_takes_the_rewriting_transactions_own_definition() -> None:
     d, before, after = _dictionary()
-    assert d.rewrite_layout(TABLE, 0x300, 0xA00) is after
-    assert d.rewrite_layout(TABLE, 0x300, 0x800) is before
-    assert d.rewrite_layout(TABLE, 0x950, 0xA00) is after
+    assert d.rewrite_layout(TABLE, 0x300, {0x900}) is after
+    assert d.rewrite_layout(TABLE, 0x300, ()) is before
+    # another transaction's version in between (a type change it committed first) is skipped
+    other = dataclasses.replace(before, valid_from=0x500)
+    d.add_version(other)
+    assert d.rewrite_layout(TABLE, 0x300, {0x900}) is after
+    assert d.rewrite_layout(TABLE, 0x600, ()) is other
+
+
+def test_rows_of_a_table_the_stream_does_not_publish_are_dropped() -> None:
+    d, _, _ = _dictionary()
+    rec = Recorder()
+    Replayer(d, rec, filter=Filter(d, tables=frozenset({"public.other"}))).replay(
+        TXN, [_row(0x300, 1, 7)])
+    assert rec.calls == []

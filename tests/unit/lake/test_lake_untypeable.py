@@ -358,3 +358,34 @@ def test_texts_naming_no_column_are_refused(catalog: Catalog, config: Config,
 def test_pg_text_values_compare_by_text() -> None:
     assert PgText("NaN") == PgText("NaN") != "NaN"
     assert len({PgText("{{1}}"), PgText("{{1}}"), None}) == 2
+
+
+def test_texts_of_a_dropped_column_stay_harmless(catalog: Catalog, config: Config,
+                                                  stream: Stream, duck: Any) -> None:
+    """Iceberg drops a column in its metadata only: an untouched file keeps the dropped
+    column's text entries, and a later merge reading that file must not trip over them."""
+    rel = text_rel("dropping", [("id", pa.int32()), ("x", pa.decimal128(10, 2)),
+                                ("v", pa.string())], key=["id"])
+    b1 = stream.batch("b1")
+    with b1.txn() as t:
+        t.insert(rel, {"id": 1, "v": "nan row"})
+        with_texts(t, {2: "NaN"})
+    run(catalog, config, b1)
+    b2 = stream.batch("b2")
+    with b2.txn() as t:
+        t.insert(rel, {"id": 2, "x": Decimal("1.00"), "v": "other file"})
+    run(catalog, config, b2)
+    dropped = rel.evolve(0x2000, drop=["x"])
+    dropped = TextRel(dropped.version, dropped.types)
+    b3 = stream.batch("b3")
+    with b3.txn() as t:
+        t.update(dropped, {"id": 2, "v": "touched"})  # rewrites only the second file
+    run(catalog, config, b3)
+    b4 = stream.batch("b4")
+    with b4.txn() as t:
+        t.update(dropped, {"id": 1, "v": "nan row, later"})
+    (r,) = run(catalog, config, b4).tables
+    assert (r.updated, r.not_found) == (1, 0)
+    data = scan(mirror(catalog, config, "dropping"), duck)
+    assert data.column("v").to_pylist() == ["nan row, later", "touched"]
+    assert texts_of(data) == [{}, {}]

@@ -300,3 +300,17 @@ def test_empty_inputs_pass(quality_config: Config, gx_context: QualityContext) -
     assert mirror_report.success, mirror_report.summary()
     nothing_report = validate_stream(quality_config, {}, {}, context=gx_context)
     assert nothing_report.success and nothing_report.tables == []
+
+
+def test_a_table_rewrite_passes_the_stream_suite(quality_config: Config,
+                                                  gx_context: QualityContext) -> None:
+    """ALTER TABLE rewrites and REFRESH: the W marker (_seq -1, no identity) and R rows."""
+    changes = [
+        Change("I", BIG + 500, BIG + 100, {"id": 1, "note": "a"}),
+        Change("W", BIG + 500, BIG + 200, seq=-1),
+        Change("R", BIG + 500, BIG + 200, {"id": 1, "note": "a"}),
+        Change("R", BIG + 500, BIG + 201, {"id": 2, "note": "b"}),
+        Change("U", BIG + 500, BIG + 300, {"id": 2, "note": "b2"}),
+    ]
+    report = _stream_one(quality_config, gx_context, changes)
+    assert report.success, report.summary()
