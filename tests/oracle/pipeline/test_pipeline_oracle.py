@@ -119,6 +119,32 @@ def test_materialized_view_refreshes(pg: LocalPostgres, database: str, tmp_path:
     check(pg, run)
 
 
+def test_table_rewrites_with_toast_and_partitions(pg: LocalPostgres, database: str,
+                                                  tmp_path: Path, spark: Any) -> None:
+    """ALTER TABLE rewrites whose new values no change carries: a volatile default over
+    TOASTed rows (then a key change leaving the TOASTed value unchanged), and a USING
+    expression rewriting every leaf of a partitioned table."""
+    steps = [
+        ("a", "CREATE TABLE docs (id int PRIMARY KEY, body text)"),
+        ("a", "ALTER TABLE docs ALTER body SET STORAGE EXTERNAL"),
+        ("a", "INSERT INTO docs SELECT g, repeat(md5(g::text), 3000) FROM generate_series(1, 5) g"),
+        ("a", "ALTER TABLE docs ADD COLUMN r float8 DEFAULT random()"),
+        ("a", "UPDATE docs SET id = 100 WHERE id = 1"),
+        ("a", "CREATE TABLE parts (id int, k int, v text, PRIMARY KEY (id, k)) "
+              "PARTITION BY RANGE (k)"),
+        ("a", "CREATE TABLE parts_lo PARTITION OF parts FOR VALUES FROM (0) TO (10)"),
+        ("a", "CREATE TABLE parts_hi PARTITION OF parts FOR VALUES FROM (10) TO (20)"),
+        ("a", "INSERT INTO parts SELECT g, g, 'value ' || g FROM generate_series(1, 19) g"),
+        ("a", "BEGIN"),
+        ("a", "UPDATE parts SET v = 'before the rewrite' WHERE id = 3"),
+        ("a", "ALTER TABLE parts ALTER COLUMN v TYPE varchar(40) USING upper(v)"),
+        ("a", "INSERT INTO parts VALUES (20, 5, 'after the rewrite')"),
+        ("a", "COMMIT"),
+    ]
+    run = run_workload(pg, database, steps, spark, tmp_path)
+    check(pg, run)
+
+
 def test_pgbench(pg: LocalPostgres, database: str, tmp_path: Path, spark: Any) -> None:
     """pgbench's initialization (COPY FREEZE, VACUUM, keys added afterwards) and its
     TPC-B-like transactions from two clients, then a serial key added by a table rewrite."""
