@@ -43,7 +43,6 @@ from tests.oracle.pipeline import render
 BATCHES = 3
 #: reorder-buffer memory per Spark partition: every transaction with a few rows spills
 WORK_MEM = 4096
-SEGMENT = 1024 * 1024
 
 
 @dataclass
