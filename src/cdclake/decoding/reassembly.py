@@ -93,6 +93,7 @@ class Replayer:
         self.filter = filter
         #: (commit LSN, LSNs of its DDL messages) of the transaction being committed
         self._own_ddl: tuple[int, frozenset[int]] = (0, frozenset())
+        self._kept: dict[int, tuple[RelationVersion, bool]] = {}
 
     # -- dictionary ------------------------------------------------------------------------
 
@@ -200,7 +201,13 @@ class Replayer:
         return v
 
     def _wanted(self, v: RelationVersion) -> bool:
-        return self.filter is None or self.filter.keeps_table(v.schema, v.name)
+        """Gate 3, decided once per relation version (this runs for every change)."""
+        if self.filter is None or not self.filter.tables:
+            return True
+        kept = self._kept.get(id(v))
+        if kept is None or kept[0] is not v:
+            kept = self._kept[id(v)] = (v, self.filter.keeps_table(v.schema, v.name))
+        return kept[1]
 
     def _rewrite_row(self, info: TxnInfo, heap: RelationVersion, action: int, ch: Change,
                      toast: ToastMap,

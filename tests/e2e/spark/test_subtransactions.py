@@ -24,7 +24,6 @@ import pytest
 
 from cdclake.archive import open_store
 from cdclake.archive.layout import Layout
-from cdclake.catalog.install import install
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.local.postgres import LocalPostgres
@@ -32,7 +31,7 @@ from cdclake.spark.job import BatchResult, decode_batch
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import parse_lsn
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
-from tests.e2e.spark.workload import Archived, archive_current, archived
+from tests.e2e.spark.workload import Archived, archive_current, archived, start
 
 pytestmark = pytest.mark.e2e
 
@@ -118,12 +117,7 @@ class Workload:
 
 def run_workload(pg: LocalPostgres, database: str, directory: Path) -> Workload:
     """Run everything, read the slot, and copy the archived segments into ``directory``."""
-    first = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", database)[0][0]
-    pg.sql("SELECT pg_switch_wal()", database)
-    pg.sql("CHECKPOINT", database)  # a running-xacts record early in the first segment
-    install(pg.dsn(database))
-    for sql in SETUP:
-        pg.sql(sql, database)
+    first = start(pg, database, SETUP)
     slot = f"subxacts_{database}"
     slot_lsn = parse_lsn(pg.sql(
         "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'test_decoding')",

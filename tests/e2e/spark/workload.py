@@ -43,14 +43,21 @@ class Archived:
     segments: list[str]
 
 
-def run(pg: LocalPostgres, database: str, directory: Path) -> Archived:
-    """Run the workload and copy its archived segments into ``directory``."""
+def start(pg: LocalPostgres, database: str, setup: list[str]) -> str:
+    """Begin a fresh segment, install cdclake, run ``setup``; the segment the switch ended
+    (:func:`archived` copies from the one after it)."""
     first = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", database)[0][0]
     pg.sql("SELECT pg_switch_wal()", database)
     pg.sql("CHECKPOINT", database)  # a running-xacts record early in the first segment
     install(pg.dsn(database))
-    for sql in SETUP:
+    for sql in setup:
         pg.sql(sql, database)
+    return str(first)
+
+
+def run(pg: LocalPostgres, database: str, directory: Path) -> Archived:
+    """Run the workload and copy its archived segments into ``directory``."""
+    first = start(pg, database, SETUP)
     long = pg.connect(database)
     other = pg.connect(database)
     try:

