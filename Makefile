@@ -33,6 +33,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python bench/waldump.py
 	$(VENV)/bin/python bench/decode.py
+	$(VENV)/bin/python bench/snapshot.py
 
 clean:
 	rm -rf $(VENV) .cdclake .pytest_cache

@@ -1,5 +1,5 @@
-"""Airflow DAG ``cdclake_ingest``: ship → decode → validate stream → merge → validate tables →
-report, one batch per run.
+"""Airflow DAG ``cdclake_ingest``: ship → snapshot → decode → validate stream → merge → validate
+tables → report, one batch per run.
 
 Thin on purpose: every task is one call into :mod:`cdclake.pipeline` with the configuration
 (``CDCLAKE_*`` / ``CDCLAKE_CONFIG``) and the run's params; all logic, and what makes each
@@ -44,6 +44,10 @@ def _args(params: dict[str, Any] | None) -> tuple[Config, pipeline.RunParams]:
         "tables": Param([], type="array", items={"type": "string"},
                         description="schema.table to merge now; empty: all (the others "
                                     "catch up on the next run)"),
+        "snapshot_tables": Param([], type="array", items={"type": "string"},
+                                 description="schema.table to snapshot again (their mirrors "
+                                             "are replaced by the source's current rows); "
+                                             "tables without a mirror are snapshotted anyway"),
         "dry_run": Param(False, type="boolean",
                          description="plan and check only: upload, write and commit nothing"),
     },
@@ -52,6 +56,10 @@ def cdclake_ingest() -> None:
     @task
     def ship(params: dict[str, Any] | None = None) -> dict[str, Any]:
         return pipeline.ship(*_args(params))
+
+    @task
+    def snapshot(params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return pipeline.snapshot(*_args(params))
 
     @task
     def decode(params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -75,11 +83,12 @@ def cdclake_ingest() -> None:
                run_id: str | None = None) -> dict[str, Any]:
         return pipeline.report(*_args(params), results, run_id=run_id)
 
-    shipped, decoded, checked, merged = ship(), decode(), validate_stream(), merge()
+    shipped, copied, decoded = ship(), snapshot(), decode()
+    checked, merged = validate_stream(), merge()
     validated = validate_tables(merged)
-    shipped >> decoded >> checked >> merged
-    report({"ship": shipped, "decode": decoded, "validate_stream": checked, "merge": merged,
-            "validate_tables": validated})
+    shipped >> copied >> decoded >> checked >> merged
+    report({"ship": shipped, "snapshot": copied, "decode": decoded, "validate_stream": checked,
+            "merge": merged, "validate_tables": validated})
 
 
 cdclake_ingest()

@@ -175,6 +175,22 @@ LANGUAGE sql VOLATILE SET search_path = pg_catalog AS $fn$
 SELECT pg_logical_emit_message(true, 'cdclake.ddl', payload::text)
 $fn$;
 
+-- The install horizon: every transaction id below it was assigned before the install's full
+-- dictionary message was written (it is read in a statement after that message), so only such
+-- a transaction can have changes the stream, which starts at that message, never saw. The
+-- initial snapshot waits until none of them is running (cdclake.catalog.snapshot).
+CREATE OR REPLACE FUNCTION cdclake.record_install_horizon() RETURNS xid8
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $fn$
+DECLARE
+  horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
+BEGIN
+  EXECUTE format('CREATE OR REPLACE FUNCTION cdclake.install_horizon() RETURNS xid8 '
+                 'LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS %L',
+                 format('SELECT %L::xid8', horizon));
+  RETURN horizon;
+END
+$fn$;
+
 -- A relation and everything that inherits from it (partitions, inheritance children), whose
 -- columns an ALTER TABLE on it changes too.
 CREATE OR REPLACE FUNCTION cdclake.with_descendants(rels oid[]) RETURNS oid[]

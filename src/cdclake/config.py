@@ -18,6 +18,9 @@ from typing import Any
 
 from cdclake.errors import ConfigError
 
+#: values of ``snapshot_mode``
+SNAPSHOT_MODES = ("initial", "never")
+
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|kB|KB|K|MB|M|GB|G|TB)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1024, "k": 1024, "mb": 1024**2, "m": 1024**2, "gb": 1024**3,
           "g": 1024**3, "tb": 1024**4}
@@ -73,6 +76,15 @@ class Config:
     namespace: str = "cdc"
     #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.
     tables: list[str] = field(default_factory=list)
+    #: CDCLAKE_SNAPSHOT_MODE: ``initial`` — a run first copies the current rows of every table
+    #: in scope that has no mirror yet (an initial snapshot); ``never`` — mirrors hold only what
+    #: the change stream brings.
+    snapshot_mode: str = "initial"
+    #: CDCLAKE_SNAPSHOT_CHUNK_SIZE: table bytes (heap blocks) one snapshot copy task reads.
+    snapshot_chunk_size: int = 64 * 1024 * 1024
+    #: CDCLAKE_SNAPSHOT_WAIT: seconds the snapshot waits for transactions older than the
+    #: install to end before it gives up.
+    snapshot_wait: float = 300.0
     #: CDCLAKE_SCHEDULE: Airflow schedule of the ingest DAG.
     schedule: str = "*/10 * * * *"
 
@@ -125,8 +137,25 @@ class Config:
 def _coerce(cls: type, name: str, value: Any) -> Any:
     if name in ("home", "archive_dir", "spill_dir"):
         return Path(value).expanduser().resolve()
-    if name == "work_mem":
-        return parse_size(value)
+    if name in ("work_mem", "snapshot_chunk_size"):
+        size = parse_size(value)
+        if size < 1:
+            raise ConfigError(f"{name} must be positive, got {value!r}")
+        return size
+    if name == "snapshot_mode":
+        if value not in SNAPSHOT_MODES:
+            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}, got "
+                              f"{value!r}")
+        return value
+    if name == "snapshot_wait":
+        try:
+            seconds = float(value)
+        except ValueError as exc:
+            raise ConfigError(f"snapshot_wait must be a number of seconds, got {value!r}") \
+                from exc
+        if seconds < 0:
+            raise ConfigError("snapshot_wait must not be negative")
+        return seconds
     if name == "spark_partitions":
         try:
             n = int(value)

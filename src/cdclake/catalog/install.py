@@ -64,6 +64,8 @@ def install(dsn: str) -> InstallReport:
             lsn, n, db_oid = conn.execute(
                 "SELECT cdclake.emit(d)::text, jsonb_array_length(d->'relations'), "
                 "(d->>'db_oid')::oid FROM cdclake.dictionary_json() d").fetchone()
+            # a statement of its own: its snapshot is taken after the message was written
+            conn.execute("SELECT cdclake.record_install_horizon()")
     return InstallReport(dbname, int(db_oid), version, parse_lsn(lsn), int(n))
 
 

@@ -73,15 +73,28 @@ class DecodeStats:
     emitted: int = 0
     aborted: int = 0
     skipped_before_start: int = 0
+    #: changes not queued because their record precedes ``Decoder.skip_before``
+    cut_before_start: int = 0
     last_lsn: int = 0
     by_rmgr: dict[int, int] = field(default_factory=dict)
 
 
 class Decoder:
-    """Feeds one database's records into a ReorderBuffer and replays commits."""
+    """Feeds one database's records into a ReorderBuffer and replays commits.
+
+    ``skip_before`` (0: off) starts a stream at the full dictionary ``cdclake source install``
+    wrote, at that LSN (the dictionary-start mode of a new stream with no start LSN): no change
+    whose record precedes it is queued (heap and multi-inserts, updates, deletes, speculative
+    confirms and aborts, TOAST chunks, TRUNCATE, transactional messages), because no
+    dictionary describes the tables they touch. Everything else is read as always: the
+    pg_class tracker, subtransaction assignments and the ``cdclake.ddl`` events of
+    transactions committing after the start, which shape the dictionary. ``start_lsn`` should
+    be the same LSN, and the first record read must not be after it.
+    """
 
     def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
-                 start_lsn: int, version: int, tracker: CatalogTracker | None = None) -> None:
+                 start_lsn: int, version: int, tracker: CatalogTracker | None = None,
+                 skip_before: int = 0) -> None:
         self.db_oid = db_oid
         self.rb = buffer
         self.replay = replay
@@ -89,10 +102,18 @@ class Decoder:
         self.start_lsn = start_lsn
         self.version = version
         self.tracker = tracker
+        self.skip_before = skip_before
         self.stats = DecodeStats()
         #: xids running at the first RUNNING_XACTS record read; they may have changes before
-        #: the first WAL we read, so emitting one of them would risk an incomplete transaction
-        self.maybe_incomplete: set[int] | None = None
+        #: the first WAL we read, so emitting one of them would risk an incomplete transaction.
+        #: In the dictionary-start mode nothing is suspect (empty from the start, and carried
+        #: so to later batches): a transaction with changes before the first WAL read began
+        #: before the install, so those changes precede ``skip_before`` and are cut anyway, as
+        #: are the earlier changes of every transaction open across the install. The lake never
+        #: needs them: the initial snapshot waits until every transaction older than the
+        #: install has ended, so it holds their effects, and the merge hands over from it by
+        #: transaction visibility.
+        self.maybe_incomplete: set[int] | None = set() if skip_before else None
         #: the WAL read starts at a shutdown checkpoint: nothing can be running before it
         self.clean_start = False
         #: the handler of each rmgr id (the rmgr table's ``decode``), built once
@@ -198,6 +219,9 @@ class Decoder:
         flags = mi.flags
         if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
             return
+        if rec.lsn < self.skip_before:
+            self.stats.cut_before_start += len(mi.tuples)
+            return
         if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
             return
         last = len(mi.tuples) - 1
@@ -211,6 +235,9 @@ class Decoder:
         self.stats.changes += len(mi.tuples)
 
     def _queue(self, rec: XLogRecord, change: Change) -> None:
+        if rec.lsn < self.skip_before:
+            self.stats.cut_before_start += 1
+            return
         self.rb.queue(rec.xid, change)
         self.stats.changes += 1
 
@@ -221,10 +248,12 @@ class Decoder:
         if m.db_id != self.db_oid or not self.filter.origin_ok(rec.origin):
             return
         if m.transactional:
-            # Queued with the record's end LSN, as PostgreSQL does.
-            self.rb.queue(rec.xid, Change(MESSAGE, rec.end_lsn, 0, None, None, None, False,
-                                          rec.origin, Message(m.prefix, m.message, True)))
-            if m.prefix == DDL_PREFIX:
+            if rec.lsn < self.skip_before:
+                self.stats.cut_before_start += 1
+            else:  # queued with the record's end LSN, as PostgreSQL does
+                self.rb.queue(rec.xid, Change(MESSAGE, rec.end_lsn, 0, None, None, None, False,
+                                              rec.origin, Message(m.prefix, m.message, True)))
+            if m.prefix == DDL_PREFIX:  # catalog bookkeeping: kept whatever its LSN
                 self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, m.message))
         elif rec.lsn >= self.start_lsn:
             self.replay.message(rec.end_lsn, m.prefix, m.message)
@@ -293,6 +322,8 @@ class Decoder:
         self.rb.discard(xid, f.subxacts)
 
     def _check_complete(self, xid: int, subxids: tuple[int, ...], lsn: int) -> None:
+        """Refuse to emit a transaction that may have changes before the first WAL read
+        (never in the dictionary-start mode: see ``maybe_incomplete``)."""
         suspects = self.maybe_incomplete
         if suspects is None:
             if self.clean_start:

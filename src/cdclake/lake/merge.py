@@ -1,12 +1,14 @@
 """Merging a decoded batch into the Iceberg mirrors: one Iceberg transaction per table.
 
-Per table: read its summary LSN and drop the changes already applied; read the data files
-holding rows the rest can touch (:mod:`cdclake.lake.region`); replay the changes on those
-files' rows in source order (:mod:`cdclake.lake.apply`); then, in one transaction, remove those
-files, evolve the schema and append what the replay left — every snapshot of it carrying the
-batch's last commit LSN in its summary. A TRUNCATE or table rewrite in the batch replaces
-every file instead; an enum label renamed in the source (:mod:`cdclake.lake.labels`) makes the
-replay read every file, and the labels the rows now have are kept in the table's properties.
+Per table: read its summary LSN and drop the changes already applied (and, for a mirror an
+initial snapshot filled, those of transactions the snapshot saw: :mod:`cdclake.lake.visibility`);
+read the data files holding rows the rest can touch (:mod:`cdclake.lake.region`); replay the
+changes on those files' rows in source order (:mod:`cdclake.lake.apply`); then, in one
+transaction, remove those files, evolve the schema and append what the replay left — every
+snapshot of it carrying the batch's last commit LSN in its summary. A TRUNCATE or table
+rewrite in the batch replaces every file instead; an enum label renamed in the source
+(:mod:`cdclake.lake.labels`) makes the replay read every file, and the labels the rows now
+have are kept in the table's properties.
 
 pyiceberg's ``Table.upsert`` is not used: it needs one row per key in its input (so the net
 effect must be computed first anyway), cannot delete, cannot match REPLICA IDENTITY FULL rows
@@ -53,6 +55,7 @@ from cdclake.lake.schema import (
 )
 from cdclake.lake.tables import commit_with_retry, ensure_table, mirror_identifier
 from cdclake.lake.values import PgText, plain_values
+from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import (
     committed_lsn,
     merged_end_lsn,
@@ -72,6 +75,8 @@ class TableReport:
     mirror: str  #: Iceberg ``namespace.name``
     changes: int  #: change rows for this table in the batch
     skipped_applied: int = 0  #: change rows already applied by an earlier run (commit LSN <=)
+    #: change rows of transactions the mirror's initial snapshot saw (already in its rows)
+    skipped_snapshot: int = 0
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
@@ -190,11 +195,16 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
                 report: TableReport, max_filter_keys: int) -> TableReport:
     name = prepared.source.table
     stored = committed_lsn(table, config.stream)
-    pending = [c for c in prepared.changes if stored is None or c.commit_lsn > stored]
+    unseen = [c for c in prepared.changes if stored is None or c.commit_lsn > stored]
+    # a mirror filled by an initial snapshot already holds what the snapshot saw
+    facts = facts_of(table.properties, name)
+    pending = unseen if facts is None else [
+        c for c in unseen if not facts.in_snapshot(c.commit_lsn, c.xid)]
     _reset(report)
     report.previous_lsn = stored
     report.commit_lsn = stored
-    report.skipped_applied = len(prepared.changes) - len(pending)
+    report.skipped_applied = len(prepared.changes) - len(unseen)
+    report.skipped_snapshot = len(unseen) - len(pending)
     snap = table.current_snapshot()
     report.snapshot_id = snap.snapshot_id if snap else None
     if not pending:

@@ -57,6 +57,15 @@ def changelog_identifier(config: Config, schema: str, table: str) -> tuple[str, 
     return (ns, f"{name}__changelog")
 
 
+def find_mirror(catalog: Catalog, config: Config, schema: str, table: str,
+                oid: int) -> tuple[str, str] | None:
+    """The existing mirror of ``schema.table`` (by name, or by oid after a rename), if any."""
+    ident = mirror_identifier(config, schema, table)
+    if catalog.table_exists(ident):
+        return ident
+    return _find_by_oid(catalog, config.namespace, config.stream, oid, "mirror")
+
+
 def ensure_table(catalog: Catalog, identifier: tuple[str, str], schema: Schema, *,
                  stream: str, source_table: str, source_oid: int, kind: str) -> Table:
     """The table for this source table, found by name or by oid, or newly created."""

@@ -1,4 +1,4 @@
-"""One ingest run: ship → decode → validate stream → merge → validate tables → report.
+"""One ingest run: ship → snapshot → decode → validate stream → merge → validate tables → report.
 
 The steps live in :mod:`cdclake.pipeline.steps`, each a function of the Config and the run's
 :class:`RunParams` returning a JSON-able dict; the Airflow DAG (``dags/cdclake_ingest.py``)
@@ -10,7 +10,14 @@ stays cheap.
 
 from __future__ import annotations
 
-from cdclake.pipeline.cli import add_run_arguments, add_status_arguments, run_run, run_status
+from cdclake.pipeline.cli import (
+    add_run_arguments,
+    add_snapshot_arguments,
+    add_status_arguments,
+    run_run,
+    run_snapshot,
+    run_status,
+)
 from cdclake.pipeline.params import RunParams
 from cdclake.pipeline.steps import (
     STEPS,
@@ -19,6 +26,7 @@ from cdclake.pipeline.steps import (
     report,
     run_once,
     ship,
+    snapshot,
     validate_stream,
     validate_tables,
 )
@@ -27,14 +35,17 @@ __all__ = [
     "STEPS",
     "RunParams",
     "add_run_arguments",
+    "add_snapshot_arguments",
     "add_status_arguments",
     "decode",
     "merge",
     "report",
     "run_once",
     "run_run",
+    "run_snapshot",
     "run_status",
     "ship",
+    "snapshot",
     "validate_stream",
     "validate_tables",
 ]

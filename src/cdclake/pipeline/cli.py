@@ -1,4 +1,5 @@
-"""``cdclake run`` and ``cdclake status``: the pipeline from a shell or cron, no Airflow.
+"""``cdclake run``, ``cdclake snapshot`` and ``cdclake status``: the pipeline from a shell or
+cron, no Airflow.
 
 ``run`` calls the same step functions the DAG's tasks call, in the same order, so a run from
 the shell and a DAG run leave the store and the lake in the same state.
@@ -42,7 +43,12 @@ def run_run(args: argparse.Namespace, config: Config) -> int:
         if not args.json:
             print(f"{name}: {describe(name, result)}", file=sys.stderr)
 
-    result = run_once(config, params, run_id=args.run_id, on_step=progress)
+    def snapshot_progress(line: str) -> None:
+        if not args.json:
+            print(line, file=sys.stderr)
+
+    result = run_once(config, params, run_id=args.run_id, on_step=progress,
+                      on_progress=snapshot_progress)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
     else:
@@ -59,6 +65,13 @@ def describe(step: str, r: dict[str, Any]) -> str:
     """One line per step for people watching a run."""
     if step == "ship":
         return r.get("summary") or r.get("reason", "")
+    if step == "snapshot":
+        if r.get("skipped"):
+            return r["reason"]
+        if not r["tables"]:
+            return "every table in scope has a mirror"
+        return (f"{len(r['tables'])} table(s), {r['rows']} row(s) copied at "
+                f"{r['snapshot']['lsn']} ({r['rows_per_second']} rows/s)")
     if step == "decode":
         if r.get("batch") is None:
             return "nothing new in the archive"
@@ -73,6 +86,35 @@ def describe(step: str, r: dict[str, Any]) -> str:
     if step == "validate_tables":
         return r.get("reason") or f"{len(r['tables'])} mirror(s) checked"
     return ""
+
+
+def add_snapshot_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tables", default="",
+                   help="comma-separated schema.table to snapshot again (default: every "
+                        "table in scope)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run_snapshot(args: argparse.Namespace, config: Config) -> int:
+    """Replace mirrors by a fresh initial snapshot; the next run's merge hands over."""
+    from cdclake.pipeline.params import table_list
+    from cdclake.spark.snapshot import snapshot_tables
+
+    tables = table_list(args.tables)
+    RunParams(snapshot_tables=tables).check()
+    result = snapshot_tables(config, replace=tables, replace_all=not tables, missing=False,
+                             progress=lambda line: print(line, file=sys.stderr))
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    elif not result["tables"]:
+        print("no table to snapshot")
+    else:
+        for t in result["tables"]:
+            print(f"{t['table']} -> {t['mirror']}: {t['rows']} row(s) in {t['chunks']} "
+                  f"chunk(s), Iceberg snapshot {t['snapshot_id']}")
+        print(f"snapshot at LSN {result['snapshot']['lsn']}: {result['rows']} row(s) in "
+              f"{result['seconds']} s ({result['rows_per_second']} rows/s)")
+    return 0
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:

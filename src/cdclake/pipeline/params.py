@@ -30,6 +30,8 @@ class RunParams:
     tables: tuple[str, ...] = field(default_factory=tuple)
     #: plan and check, but upload, decode-write and commit nothing
     dry_run: bool = False
+    #: take the initial snapshot of these ``schema.table`` again, replacing their mirrors
+    snapshot_tables: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> RunParams:
@@ -38,12 +40,10 @@ class RunParams:
         data = dict(data or {})
         end = data.get("end_lsn")
         until = data.get("until_segment") or None
-        tables = data.get("tables") or ()
-        if isinstance(tables, str):
-            tables = [t for t in (s.strip() for s in tables.split(",")) if t]
         params = cls(start_lsn=_lsn(data.get("start_lsn"), "start_lsn"),
                      end_lsn=_lsn(end, "end_lsn"), until_segment=until,
-                     tables=tuple(str(t) for t in tables), dry_run=_bool(data.get("dry_run")))
+                     tables=table_list(data.get("tables")), dry_run=_bool(data.get("dry_run")),
+                     snapshot_tables=table_list(data.get("snapshot_tables")))
         params.check()
         return params
 
@@ -56,7 +56,7 @@ class RunParams:
                 and self.end_lsn < self.start_lsn):
             raise ConfigError(f"end_lsn {format_lsn(self.end_lsn)} is before start_lsn "
                               f"{format_lsn(self.start_lsn)}")
-        for t in self.tables:
+        for t in (*self.tables, *self.snapshot_tables):
             if t.count(".") != 1 or not all(t.split(".")):
                 raise ConfigError(f"table {t!r}: give tables as schema.table")
 
@@ -66,7 +66,17 @@ class RunParams:
             value = getattr(self, name)
             out[name] = None if value is None else format_lsn(value)
         out["tables"] = list(self.tables)
+        out["snapshot_tables"] = list(self.snapshot_tables)
         return out
+
+
+def table_list(value: Any) -> tuple[str, ...]:
+    """Tables as a list or a comma-separated string (empty: none)."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    return tuple(t for t in (str(x).strip() for x in value) if t)
 
 
 def _lsn(value: Any, name: str) -> int | None:

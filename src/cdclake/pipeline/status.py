@@ -104,6 +104,8 @@ def format_status(data: dict[str, Any]) -> str:
         lines.append(f"lake: namespace {lake['namespace']}, merged up to "
                      f"{lake['merged_end_lsn']}")
         for source, m in sorted(lake["mirrors"].items()):
+            copied = (f", initial snapshot at {m['initial_snapshot_lsn']}"
+                      if m.get("initial_snapshot_lsn") else "")
             lines.append(f"  {source} -> {m['mirror']}: {m['rows']} row(s), commit LSN "
-                         f"{m['commit_lsn']}")
+                         f"{m['commit_lsn']}{copied}")
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""The six steps of one ingest run: ship → decode → validate stream → merge → validate tables
-→ report.
+"""The steps of one ingest run: ship → snapshot → decode → validate stream → merge → validate
+tables → report.
 
 Each step takes the :class:`~cdclake.config.Config` and the run's
 :class:`~cdclake.pipeline.params.RunParams` and returns a JSON-able dict, so the Airflow DAG
@@ -8,7 +8,9 @@ sequence (:func:`run_once`). None of them keeps state of its own: what remains t
 is recomputed from the store and the lake every time (:mod:`cdclake.pipeline.batches`), which
 is what makes every task safe to retry or to run again alone:
 
-- ship skips what the manifest lists; decode resumes from the stream's progress state;
+- ship skips what the manifest lists; the initial snapshot copies only tables without a
+  mirror (a table whose snapshot never committed has none); decode resumes from the stream's
+  progress state;
 - validate stream and merge work on *every* decoded batch not yet merged in full — not just
   the one this run decoded — so a batch whose merge failed is merged by the next run even when
   that run decodes nothing new;
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STEPS = ("ship", "decode", "validate_stream", "merge", "validate_tables", "report")
+STEPS = ("ship", "snapshot", "decode", "validate_stream", "merge", "validate_tables", "report")
 
 
 def _layout(config: Config) -> Layout:
@@ -86,7 +88,30 @@ def ship(config: Config, params: RunParams | None = None) -> dict[str, Any]:
             "summary": report.summary(), "dry_run": params.dry_run}
 
 
-# -- 2. decode --------------------------------------------------------------------------------
+# -- 2. initial snapshot ----------------------------------------------------------------------
+
+
+def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = None,
+             catalog: Catalog | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Copy the current rows of the tables in scope that have no mirror yet
+    (``snapshot_mode=initial``) and replace the mirrors of ``params.snapshot_tables`` by a
+    fresh copy, all in one snapshot (:mod:`cdclake.spark.snapshot`). The merge then hands over
+    from each snapshot to the change stream by transaction visibility."""
+    params = params or RunParams()
+    forced = params.snapshot_tables
+    if not forced and config.snapshot_mode == "never":
+        return {"skipped": True, "reason": "snapshot_mode is never", "tables": []}
+    if params.dry_run:
+        return {"skipped": True, "reason": "dry run: nothing is copied", "tables": [],
+                "dry_run": True}
+    from cdclake.spark.snapshot import snapshot_tables
+
+    return snapshot_tables(config, replace=forced, missing=config.snapshot_mode == "initial",
+                           spark=spark, catalog=catalog or _catalog(config), progress=progress)
+
+
+# -- 3. decode --------------------------------------------------------------------------------
 
 
 def decode(config: Config, params: RunParams | None = None, *,
@@ -95,7 +120,10 @@ def decode(config: Config, params: RunParams | None = None, *,
 
     ``end_lsn`` is rounded up to the segment holding it (batches end on segment boundaries).
     ``start_lsn`` shapes only the stream's first batch; afterwards the decoder continues from
-    its saved progress, and the result says the LSN was not applied. Returns
+    its saved progress, and the result says the LSN was not applied. Without it the stream
+    starts at the first full dictionary ``cdclake source install`` wrote into the first batch's
+    WAL (changes recorded before it are dropped); a first batch without one fails, telling
+    the operator to run the install or give a start LSN. Returns
     ``{"batch": None}`` when the archive holds nothing new; batches decoded earlier but not
     merged yet are still picked up by the later steps.
     """
@@ -138,7 +166,7 @@ def until_segment_for(config: Config, end_lsn: int | None,
                default=None)
 
 
-# -- 3. validate the change stream ------------------------------------------------------------
+# -- 4. validate the change stream ------------------------------------------------------------
 
 
 def validate_stream(config: Config, params: RunParams | None = None, *,
@@ -206,7 +234,7 @@ def _matches(selected: tuple[str, ...] | list[str], name: str,
     return bool(names & set(selected))
 
 
-# -- 4. merge ----------------------------------------------------------------------------------
+# -- 5. merge ----------------------------------------------------------------------------------
 
 
 def merge(config: Config, params: RunParams | None = None, *,
@@ -280,7 +308,7 @@ def _merge_json(report: MergeReport) -> dict[str, Any]:
     return out
 
 
-# -- 5. validate the mirror tables -----------------------------------------------------------
+# -- 6. validate the mirror tables -----------------------------------------------------------
 
 
 def validate_tables(config: Config, params: RunParams | None = None,
@@ -347,7 +375,7 @@ def latest_relations(config: Config, store: ObjectStore, layout: Layout,
     return out
 
 
-# -- 6. report --------------------------------------------------------------------------------
+# -- 7. report --------------------------------------------------------------------------------
 
 
 def report(config: Config, params: RunParams | None = None,
@@ -384,6 +412,7 @@ def mirror_status(config: Config, catalog: Catalog,
                   tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Every mirror of this stream (or of ``tables``): commit LSN, snapshot and row count."""
     from cdclake.lake.tables import SOURCE_TABLE, STREAM
+    from cdclake.lake.visibility import facts_of
     from cdclake.lake.watermark import committed_lsn
 
     out: dict[str, dict[str, Any]] = {}
@@ -399,9 +428,11 @@ def mirror_status(config: Config, catalog: Catalog,
             continue
         snap = table.current_snapshot()
         summary = snap.summary.additional_properties if snap and snap.summary else {}
+        facts = facts_of(props, source)
         out[source] = {"mirror": ".".join(ident), "commit_lsn": _lsn(committed_lsn(
             table, config.stream)), "snapshot_id": snap.snapshot_id if snap else None,
-            "rows": int(summary.get("total-records", 0))}
+            "rows": int(summary.get("total-records", 0)),
+            "initial_snapshot_lsn": _lsn(facts.lsn) if facts else None}
     return out
 
 
@@ -417,8 +448,10 @@ def safe_run_id(run_id: str | None) -> str:
 
 def run_once(config: Config, params: RunParams | None = None, *, run_id: str | None = None,
              spark: Any = None,
-             on_step: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """``cdclake run``: the six steps in order, in this process, as the DAG runs them.
+             on_step: Callable[[str, dict[str, Any]], None] | None = None,
+             on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``cdclake run``: the steps in order, in this process, as the DAG runs them
+    (``on_progress`` gets the snapshot's progress lines).
 
     A failing step stops the run; the report is still written, with the error, so the
     operator finds what happened where the successful runs are. Returns the report.
@@ -435,6 +468,8 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
 
     try:
         step("ship", lambda: ship(config, params))
+        step("snapshot", lambda: snapshot(config, params, spark=spark, catalog=catalog,
+                                          progress=on_progress))
         step("decode", lambda: decode(config, params, spark=spark))
         step("validate_stream", lambda: validate_stream(config, params, catalog=catalog))
         merged = step("merge", lambda: merge(config, params, catalog=catalog))

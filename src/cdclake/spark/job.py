@@ -9,12 +9,18 @@ reassembly of :mod:`cdclake.decoding`; the driver orders the emitted rows by com
 writes the stream. Open transactions go to ``spill/<batch>/`` and come back in
 the next batch; ``state/progress.json`` says where that batch starts.
 
+A new stream given no start LSN starts at the first full dictionary ``cdclake source install``
+wrote into the WAL of its database: the tasks report where they saw one, the first batch
+emits the transactions committing from there on and drops every change recorded before it
+(its tables were described by nothing); a first batch without one is refused.
+
 Usage: ``python -m cdclake.spark.job [--until SEGMENT]`` decodes one batch with the
 configuration from the environment (``CDCLAKE_*``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -69,6 +75,7 @@ def spark_session(config: Config) -> SparkSession:
     return (SparkSession.builder.master(config.spark_master)
             .appName(f"cdclake-decode-{config.stream}")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # cdclake logs its own progress
             .config("spark.default.parallelism", str(config.spark_partitions))
             .getOrCreate())
 
@@ -82,9 +89,13 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     after a crash before progress is saved rewrites the same batch.
 
     The keyword-only ``start_lsn`` (emit transactions committing at or after it), ``db_oid``
-    (else looked up over ``config.source_dsn``) and ``dictionary`` (else empty: the WAL must
-    hold the full dictionary ``cdclake source install`` emits) only matter for the first
-    batch; later batches take them from the saved state.
+    (else looked up over ``config.source_dsn``) and ``dictionary`` only matter for the first
+    batch; later batches take them from the saved state. Given neither a start LSN nor a
+    dictionary, the stream starts at the first full dictionary ``cdclake source install``
+    wrote in the first batch's WAL (the message record's LSN, saved as the stream's
+    ``start_lsn``): transactions committing before it are not emitted, changes recorded before
+    it are dropped (from transactions open across the install too), and a first batch that
+    holds no such message raises :class:`~cdclake.errors.DecodingError` with nothing saved.
     """
     store = open_store(config)
     layout = Layout()
@@ -100,7 +111,7 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
         state = _Inherited.first(config, start_lsn, db_oid, dictionary)
     spark = spark or spark_session(config)
     _clear(store, layout.spill_prefix(plan.name))  # left by an attempt that did not finish
-    results, next_lsn, version = _run(spark, config, store, layout, plan, state)
+    results, next_lsn, version, state = _run(spark, config, store, layout, plan, state)
     return _finish(config, store, layout, plan, progress, state, results, next_lsn, version)
 
 
@@ -115,6 +126,9 @@ class _Inherited:
     open_txns: list[OpenTxn]
     confirmed_lsn: int
     version: int
+    #: a new stream without a start LSN: the first batch starts at the first full dictionary
+    #: of its WAL (``start_lsn`` is 0 until :func:`_dictionary_start` finds it)
+    from_dictionary: bool = False
 
     @classmethod
     def of_progress(cls, store: ObjectStore, p: Progress) -> _Inherited:
@@ -136,13 +150,17 @@ class _Inherited:
             from cdclake.decoding.cli import database_oid
 
             db_oid = database_oid(config.source_dsn)
+        if start_lsn is None and dictionary is None:
+            return cls(db_oid, 0, Dictionary().to_json(), None, [], 0, 0, from_dictionary=True)
         d = dictionary if dictionary is not None else Dictionary()
         return cls(db_oid, start_lsn or 0, d.to_json(), None, [], 0, 0)
 
 
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
-         plan: BatchPlan, state: _Inherited) -> tuple[list[PartitionResult], int, int]:
-    """The Spark part: parse, collect routing facts, shuffle, decode per partition."""
+         plan: BatchPlan, state: _Inherited
+         ) -> tuple[list[PartitionResult], int, int, _Inherited]:
+    """The Spark part: parse, collect routing facts, shuffle, decode per partition; the
+    state with the first batch's start LSN resolved."""
     from pyspark import StorageLevel
 
     sc = spark.sparkContext
@@ -160,6 +178,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
             raise WalCorruptError(f"batch {plan.name} mixes WAL of PostgreSQL versions "
                                   f"{sorted(versions)}")
         version = versions.pop() if versions else 0
+        if state.from_dictionary:
+            state = _dictionary_start(plan, summaries, state)
         next_lsn = summaries[-1].end_of_wal or plan.read_from
         n = config.spark_partitions
         pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
@@ -172,7 +192,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
             tables=frozenset(config.tables), rows_per_part=ROWS_PER_PART,
             dictionary=state.dictionary, decoder=state.decoder, open_txns=state.open_txns,
             store=store, layout=layout,
-            spill_dir=str(config.spill_dir) if config.spill_dir else None)
+            spill_dir=str(config.spill_dir) if config.spill_dir else None,
+            skip_before=state.start_lsn if state.from_dictionary else 0)
         # the shuffle key is an int (partition, then LSN): sorted as is; pyspark's stubs
         # reject int as an orderable key type
         routed = parsed.flatMap(lambda p: route(p, rmap.value))
@@ -183,7 +204,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         rmap.destroy()
     finally:
         parsed.unpersist()
-    return sorted(results, key=lambda r: r.index), next_lsn, version
+    return sorted(results, key=lambda r: r.index), next_lsn, version, state
 
 
 @dataclass(frozen=True)
@@ -195,11 +216,31 @@ class _Summary:
     last_lsn: int | None
     end_of_wal: int
     end_reason: str
+    dictionary_lsn: int | None
 
 
 def _summary(p: ParsedSegment) -> _Summary:
     return _Summary(p.segno, p.version, p.first_lsn, p.first_prev, p.last_lsn, p.end_of_wal,
-                    p.end_reason)
+                    p.end_reason, p.dictionary_lsn)
+
+
+def _dictionary_start(plan: BatchPlan, summaries: list[_Summary],
+                      state: _Inherited) -> _Inherited:
+    """The first batch's state starting at the first full dictionary its tasks saw.
+
+    Before that message the WAL has no description of the database's tables, so a new stream
+    cannot decode anything there; refused (nothing saved yet) when the batch holds none.
+    """
+    found = [s.dictionary_lsn for s in summaries if s.dictionary_lsn is not None]
+    if not found:
+        segments = plan.segments
+        where = segments[0] if len(segments) == 1 else f"{segments[0]}..{segments[-1]}"
+        raise DecodingError(
+            f"batch {plan.name}: segments {where} hold no full dictionary of database "
+            f"{state.db_oid} (the message `cdclake source install` writes), so a new stream "
+            "has nowhere to start; run `cdclake source install` on the source and decode WAL "
+            "that includes it, or give --start-lsn")
+    return dataclasses.replace(state, start_lsn=min(found))
 
 
 def _check_joins(plan: BatchPlan, summaries: list[_Summary]) -> None:

@@ -115,6 +115,9 @@ class PartitionContext:
     store: ObjectStore
     layout: Layout
     spill_dir: str | None  #: local parent for spill files; None = the system temp dir
+    #: a new stream started at the install's full dictionary: no change recorded before this
+    #: LSN is queued (:class:`~cdclake.decoding.decode.Decoder`); 0 with an explicit start LSN
+    skip_before: int = 0
 
 
 @dataclass
@@ -150,7 +153,8 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     replay = OwnedReplay(Replayer(dictionary, collector, None, flt), index, ctx.partitions)
     decoder = Decoder(db_oid=ctx.db_oid, buffer=buffer, replay=replay,
                       filter=flt, start_lsn=ctx.start_lsn,
-                      version=ctx.version, tracker=PgClassTracker(dictionary))
+                      version=ctx.version, tracker=PgClassTracker(dictionary),
+                      skip_before=ctx.skip_before)
     if ctx.decoder is not None:
         ctx.decoder.apply(decoder)
     restore_open(buffer, ctx.open_txns, replay.owns, ctx.store, spill_dir)
@@ -166,6 +170,7 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
         dictionary=json.dumps(dictionary.to_json(), sort_keys=True),
         decoder=DecoderState.of(decoder), records=n,
         stats={"changes": st.changes, "aborted": st.aborted,
+               "cut_before_start": st.cut_before_start,
                "spilled_txns": buffer.spilled_txns, "spilled_changes": buffer.spilled_changes,
                "peak_memory": max(buffer.peak_size, buffer.size)})
     buffer.discard_all()

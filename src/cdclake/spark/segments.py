@@ -5,20 +5,24 @@ a record that straddles the boundary, the head of the next one (the reader fetch
 segments lazily, only when a record continues there). Tasks return only the records decoding
 uses, already classified for the shuffle by the rmgr table (:func:`cdclake.decoding.rmgrs.route`,
 see :mod:`cdclake.spark.routing`), plus the facts the driver needs to check that consecutive
-tasks join up (prev-links) and where WAL ended.
+tasks join up (prev-links) and where WAL ended, and where the first full dictionary
+``cdclake source install`` wrote lies (a new stream without a start LSN starts there).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
+from cdclake.decoding.decode import DDL_PREFIX
 from cdclake.decoding.rmgrs import TXN, route
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import XLogReader
-from cdclake.wal.record import XLogRecord
+from cdclake.wal.record import RM_LOGICALMSG_ID, XLogRecord
+from cdclake.wal.rmgr import logicalmsg
 
 
 class StoreWindow:
@@ -74,6 +78,9 @@ class ParsedSegment:
     last_lsn: int | None = None
     end_of_wal: int = 0  #: where the next record starts (past ``end`` if one straddles)
     end_reason: str = ""
+    #: the first full-dictionary ``cdclake.ddl`` message of the database starting in the
+    #: segment (its record's LSN), if any
+    dictionary_lsn: int | None = None
     #: (routing class of :mod:`cdclake.decoding.rmgrs`, record)
     records: list[tuple[int, XLogRecord]] = field(default_factory=list)
 
@@ -95,6 +102,27 @@ def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
     return rec
 
 
+def is_dictionary_message(rec: XLogRecord, db_oid: int) -> bool:
+    """Whether ``rec`` is a full dictionary of database ``db_oid``: the transactional
+    ``cdclake.ddl`` message whose JSON says ``"kind": "dictionary"``, which
+    ``cdclake source install`` emits (``cdclake.emit(cdclake.dictionary_json())``).
+
+    Cheap for every other record: the rmgr id, then the message header and prefix; only the
+    few ``cdclake.ddl`` messages of the database are parsed as JSON. A payload that is not
+    JSON is not a dictionary here (the decoder reports it when it applies the message).
+    """
+    if rec.rmid != RM_LOGICALMSG_ID or rec.info & 0xF0 != logicalmsg.XLOG_LOGICAL_MESSAGE:
+        return False
+    m = logicalmsg.parse(rec)
+    if m.db_id != db_oid or not m.transactional or m.prefix != DDL_PREFIX:
+        return False
+    try:
+        payload = json.loads(m.message)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("kind") == "dictionary"
+
+
 def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
                   db_oid: int) -> ParsedSegment:
     """Read the records starting in the task's range and keep the ones decoding needs."""
@@ -106,6 +134,8 @@ def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment
         if first:
             out.first_lsn, out.first_prev = rec.lsn, rec.prev
         out.last_lsn = rec.lsn
+        if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid):
+            out.dictionary_lsn = rec.lsn
         for kind, kept in route(rec, db_oid, first=first and task.keep_first):
             out.records.append((kind, freeze(kept, drop_images=kind == TXN)))
         first = False

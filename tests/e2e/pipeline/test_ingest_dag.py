@@ -127,8 +127,10 @@ def test_dag_folder_imports_and_declares_the_pipeline(airflow_home: Path) -> Non
     dag = bag.dags["cdclake_ingest"]
     assert dag.max_active_runs == 1
     assert dag.schedule == Config().schedule == "*/10 * * * *"
-    assert set(dag.params.keys()) == {"start_lsn", "end_lsn", "until_segment", "tables", "dry_run"}
-    order = ["ship", "decode", "validate_stream", "merge", "validate_tables", "report"]
+    assert set(dag.params.keys()) == {"start_lsn", "end_lsn", "until_segment", "tables",
+                                      "snapshot_tables", "dry_run"}
+    order = ["ship", "snapshot", "decode", "validate_stream", "merge", "validate_tables",
+             "report"]
     assert {t.task_id for t in dag.tasks} == set(order)
     for before, after in itertools.pairwise(order):
         assert before in dag.get_task(after).upstream_task_ids

@@ -104,7 +104,7 @@ def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spa
         run.expected = project_slot(oracle(pg, _Cap(database, slot)))
     finally:
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (slot,))
-    segments = _copy_segments(pg.archive_dir, archive, first)
+    segments = copy_segments(pg.archive_dir, archive, first)
     steps.ship(config)
     store = open_store(config)
     for until in _cuts(segments, batches):
@@ -140,13 +140,15 @@ def _run_steps(pg: LocalPostgres, database: str, steps_: Sequence[Step]) -> None
             conn.close()
 
 
-def _copy_segments(source: Path, target: Path, first: str) -> list[str]:
-    """The cluster's archived segments from ``first`` on (its archive holds every test's)."""
-    target.mkdir(parents=True)
+def copy_segments(source: Path, target: Path, first: str) -> list[str]:
+    """The cluster's archived segments from ``first`` on (its archive holds every test's),
+    copied to ``target`` if not there yet; all their names."""
+    target.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in source.iterdir()
                    if len(p.name) == 24 and p.name[8:] >= first[8:])
     for name in names:
-        shutil.copy2(source / name, target / name)
+        if not (target / name).exists():
+            shutil.copy2(source / name, target / name)
     return names
 
 

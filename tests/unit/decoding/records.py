@@ -1,5 +1,6 @@
-"""Synthetic WAL records (layouts of access/heapam_xlog.h, access/xact.h) and a recording
-decoder, for tests of the rmgr table and of routing that need no server."""
+"""Synthetic WAL records (layouts of access/heapam_xlog.h, access/xact.h,
+replication/message.h, storage/standbydefs.h) and a recording decoder, for tests of the rmgr
+table, routing and the decoder that need no server."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from cdclake.decoding.decode import Decoder
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.wal.record import (
+    RM_HEAP2_ID,
     RM_HEAP_ID,
+    RM_LOGICALMSG_ID,
+    RM_STANDBY_ID,
     RM_XACT_ID,
     BlockRef,
     RelFileLocator,
     XLogRecord,
 )
-from cdclake.wal.rmgr import heap, xact
+from cdclake.wal.rmgr import heap, heap2, standby, xact
 
 DB = 5
 USER_REL = 20000
@@ -67,6 +71,38 @@ def prepare_record(lsn: int, xid: int, subxacts: tuple[int, ...], gid: str = "g"
 def assignment(lsn: int, xtop: int, subxacts: tuple[int, ...]) -> XLogRecord:
     md = struct.pack(f"<Ii{len(subxacts)}I", xtop, len(subxacts), *subxacts)
     return XLogRecord(lsn, lsn + 8, 0, xtop, RM_XACT_ID, xact.XLOG_XACT_ASSIGNMENT, 64, [], md)
+
+
+def message(lsn: int, xid: int, prefix: str, content: bytes, *,
+            transactional: bool = True) -> XLogRecord:
+    """xl_logical_message: dbId, transactional, prefix_size, message_size, prefix, message."""
+    p = prefix.encode() + b"\0"
+    md = struct.pack("<IB3xQQ", DB, transactional, len(p), len(content)) + p + content
+    return XLogRecord(lsn, lsn + 8, 0, xid, RM_LOGICALMSG_ID, 0x00, 64, [], md)
+
+
+def multi_insert(lsn: int, xid: int, n: int) -> XLogRecord:
+    """A COPY's multi-insert of ``n`` one-column tuples on a fresh page."""
+    md = struct.pack("<BxH", heap.XLH_INSERT_CONTAINS_NEW_TUPLE | heap.XLH_INSERT_LAST_IN_MULTI,
+                     n)
+    data = b""
+    for i in range(n):
+        data += (b"\0" if len(data) % 2 else b"") + struct.pack("<HHHB", 4, 1, 0, 24)
+        data += struct.pack("<i", i)
+    return XLogRecord(lsn, lsn + 8, 0, xid, RM_HEAP2_ID,
+                      heap2.XLOG_HEAP2_MULTI_INSERT | heap.XLOG_HEAP_INIT_PAGE, 64,
+                      [BlockRef(0, RelFileLocator(1663, DB, USER_REL), 0, 0, 0, data=data)], md)
+
+
+def truncate(lsn: int, xid: int) -> XLogRecord:
+    md = struct.pack("<IIB3xI", DB, 1, 0, USER_REL)
+    return XLogRecord(lsn, lsn + 8, 0, xid, RM_HEAP_ID, heap.XLOG_HEAP_TRUNCATE, 64, [], md)
+
+
+def running_xacts(lsn: int, xids: tuple[int, ...]) -> XLogRecord:
+    md = struct.pack(f"<iiB3xIII{len(xids)}I", len(xids), 0, 0, 100, min(xids), 9, *xids)
+    return XLogRecord(lsn, lsn + 8, 0, 0, RM_STANDBY_ID, standby.XLOG_RUNNING_XACTS, 64, [],
+                      md)
 
 
 @dataclass

@@ -170,9 +170,7 @@ class ArrowChanges:
         layout = self.layouts.get(rel)
         key = key_columns(rel, layout)
         types = self.layouts.types_at(rel)
-        fields = [pa.field(lc.column.name, lc.codec.arrow_type,
-                           metadata=stream.enum_metadata(enum_labels(lc.column.type_oid, types)))
-                  for lc in layout.live]
+        fields = column_fields(layout, types)
         old_key_type = stream.old_key_type(
             [pa.field(lc.column.name, lc.codec.arrow_type) for lc in key])
         schema = pa.schema(fields + stream.system_fields(old_key_type))
@@ -219,6 +217,14 @@ class ArrowChanges:
                                   [(buf.rel, buf.paths, buf.rows) for buf in self._order])
         write_manifest(self.fs, self.root, manifest)
         return manifest
+
+
+def column_fields(layout: RowLayout, types: Mapping[int, TypeInfo]) -> list[pa.Field]:
+    """A relation version's data columns as the change stream types them (an enum column's
+    field names its labels): also the type mapping of the initial snapshot's copy."""
+    return [pa.field(lc.column.name, lc.codec.arrow_type,
+                     metadata=stream.enum_metadata(enum_labels(lc.column.type_oid, types)))
+            for lc in layout.live]
 
 
 def write_part(fs: pafs.FileSystem, root: str, rel: RelationVersion, index: int,

@@ -1,0 +1,358 @@
+"""The initial snapshot's chunk copy against the change stream, on PostgreSQL 15 and 18.
+
+Every type and edge value of the oracle's catalog goes into one table twice over: as rows
+inserted after ``cdclake source install`` — decoded from the archived WAL and merged into an
+Iceberg mirror — and as the same rows copied from an exported snapshot by
+:func:`cdclake.spark.snapshotcopy.copy_chunk`. The copied data file must hold exactly the
+mirror's cells: typed values, NULLs, and ``_cdc_pg_text`` texts. A second test splits a table
+of a few thousand rows (TOASTed values included) into three block ranges while other sessions
+change it: together the chunks hold the snapshot's rows, each once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import pickle
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from psycopg import sql
+from pyarrow import fs as pafs
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.table import TableProperties
+
+from cdclake.catalog.capture import capture
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.install import install
+from cdclake.config import Config
+from cdclake.decoding.plugins.arrow import ArrowChanges, column_fields
+from cdclake.decoding.rows import LayoutCache
+from cdclake.decoding.session import DecodeOptions, decode
+from cdclake.errors import LakeError, SourceError
+from cdclake.lake.batch import read_batch
+from cdclake.lake.catalog import open_catalog
+from cdclake.lake.copyrows import SESSION_SETTINGS
+from cdclake.lake.labels import stored_labels
+from cdclake.lake.merge import merge_batch, mirror_identifier
+from cdclake.lake.schema import (
+    CDC_COMMIT_LSN,
+    CDC_COMMIT_TS,
+    CDC_PG_TEXT,
+    iceberg_schema,
+    iceberg_type,
+)
+from cdclake.lake.snapshot import snapshot_labels
+from cdclake.lake.values import plain_values
+from cdclake.local.postgres import LocalPostgres
+from cdclake.spark import snapshotcopy
+from cdclake.spark.snapshotcopy import ChunkResult, ChunkTask, copy_chunk, types_to_json
+from cdclake.wal.source import DirectorySource
+from tests.oracle.decoding.harness import archive_all, prepare
+from tests.oracle.features import server_supports
+from tests.oracle.tuples.types_catalog import NEEDS, SETUP, TYPES, VERSIONED
+
+pytestmark = pytest.mark.e2e
+
+#: types whose change-stream Arrow type the lake has no Iceberg type for (the merge refuses
+#: the table): xid8 is uint64. Checked below, so mapping one later fails here as a reminder.
+LAKE_UNMAPPED = {"xid8": pa.uint64()}
+COMMIT_LSN = 0x7_0000_0028
+COMMIT_TS_US = 1_717_236_000_000_001
+
+
+def _types(pg: LocalPostgres, conn: Any) -> list[tuple[str, list[str]]]:
+    types = [(t, v) for t, v in TYPES if t not in LAKE_UNMAPPED]
+    types += [(t, v) for version, t, v in VERSIONED if pg.version >= version]
+    types += [(t, v) for t, v, probe in NEEDS if server_supports(conn, probe)]
+    return types
+
+
+def _snapshot(pg: LocalPostgres, database: str) -> tuple[Any, str]:
+    """A connection holding an exported snapshot open (the driver's role), and its id."""
+    conn = pg.connect(database)
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    return conn, conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+
+
+def _task(pg: LocalPostgres, database: str, rel: Any, types: Any, schema: Any, snapshot: str,
+          location: str, *, index: int = 0, first: int = 0, end: int | None = None,
+          **kwargs: Any) -> ChunkTask:
+    return ChunkTask(
+        table=f"{rel.schema}.{rel.name}", oid=rel.oid, index=index, first_block=first,
+        end_block=end, dsn=kwargs.pop("dsn", pg.dsn(database)), snapshot_id=snapshot,
+        relation=rel.to_json(), types=types_to_json(rel, types),
+        schema_json=schema.model_dump_json(), commit_lsn=COMMIT_LSN, commit_ts_us=COMMIT_TS_US,
+        location=location, **kwargs)
+
+
+def _cells(data: pa.Table, names: list[str]) -> dict[int, dict[str, Any]]:
+    """rid -> column -> ("value", typed value as the merge holds it) / ("text", exact text)."""
+    cols = {n: plain_values(data.column(n)) for n in names}
+    texts = data.column(CDC_PG_TEXT).to_pylist()
+    out: dict[int, dict[str, Any]] = {}
+    for i in range(data.num_rows):
+        row = {n: ("value", _norm(cols[n][i])) for n in names}
+        row[CDC_PG_TEXT] = sorted(texts[i]) if texts[i] is not None else None
+        out[cols["rid"][i]] = row
+    return out
+
+
+def _norm(v: Any) -> Any:
+    """NaN equal to NaN, -0.0 apart from 0.0 (float values compare by their bits)."""
+    if isinstance(v, float):
+        return ("float", "nan" if math.isnan(v) else v.hex())
+    if isinstance(v, list):
+        return [_norm(x) for x in v]
+    return v
+
+
+def _read_mirror(table: Any) -> tuple[pa.Table, Any]:
+    """The mirror's data files as pyiceberg wrote them (one schema: nothing evolved), and
+    their Parquet schema."""
+    io = table.io
+    parts = []
+    for task in table.scan().plan_files():
+        with io.new_input(task.file.file_path).open() as f:
+            parquet = pq.ParquetFile(f)
+            schema = parquet.schema
+            parts.append(parquet.read())
+    return pa.concat_tables(parts), schema
+
+
+def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, database: str,
+                                                      tmp_path: Path) -> None:
+    for arrow in LAKE_UNMAPPED.values():
+        with pytest.raises(LakeError, match="no Iceberg mapping"):
+            iceberg_type(arrow, table="t", column="c")
+    with pg.connect(database) as conn:
+        for stmt in SETUP:
+            conn.execute(stmt)
+        types = _types(pg, conn)
+        cols = [sql.SQL("rid int PRIMARY KEY"), sql.SQL("gone int")]
+        cols += [sql.SQL("{} {}").format(sql.Identifier(f"c{i}"), sql.SQL(t))
+                 for i, (t, _) in enumerate(types)]
+        if pg.version >= 18:  # virtual generated: the WAL logs NULL, the mirror holds NULL
+            cols.append(sql.SQL("gv int GENERATED ALWAYS AS (rid * 2) VIRTUAL"))
+        conn.execute(sql.SQL("CREATE TABLE snap ({})").format(sql.SQL(", ").join(cols)))
+        conn.execute("ALTER TABLE snap DROP COLUMN gone")  # a dropped slot among the columns
+    cap = prepare(pg, database)  # install, and a slot: its running-xacts record starts decoding
+    pg.sql("SELECT pg_drop_replication_slot(%s)", database, (cap.slot,))
+    with pg.connect(database) as conn:
+        nrows = max(len(v) for _, v in types) + 1  # the last row: every column NULL
+        for r in range(nrows):
+            values = [sql.SQL(str(r))] + [
+                sql.SQL(f"({v[r]})::{t}") if r < len(v) else sql.SQL("NULL")
+                for t, v in types]
+            names = [sql.Identifier("rid")] + [sql.Identifier(f"c{i}")
+                                               for i in range(len(types))]
+            conn.execute(sql.SQL("INSERT INTO snap ({}) VALUES ({})").format(
+                sql.SQL(", ").join(names), sql.SQL(", ").join(values)))
+    end = archive_all(pg, database)
+
+    dictionary = Dictionary()
+    plugins: list[ArrowChanges] = []
+
+    def make(d: Dictionary, _version: int) -> ArrowChanges:
+        plugins.append(ArrowChanges(pafs.LocalFileSystem(), str(tmp_path / "changes" / "b1"),
+                                    "b1", d.types, rows_per_part=10))
+        return plugins[-1]
+
+    options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn,
+                            read_from=cap.read_from, end_lsn=end, spill_dir=tmp_path / "spill")
+    decode(DirectorySource(pg.archive_dir), dictionary, options, make)
+    plugins[0].close(cap.start_lsn, end)
+    batch = read_batch(tmp_path / "changes", "b1")
+    config = Config(home=tmp_path / "home", stream="snap")
+    catalog = open_catalog(config)
+    merge_batch(catalog, config, batch)
+    mirror = catalog.load_table(mirror_identifier(config, "public", "snap"))
+    [entry] = [t for t in batch if t.table == "public.snap"]
+    rel = entry.latest
+    assert any(c.dropped for c in rel.columns)
+
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        # changes after the export are not in the snapshot
+        pg.sql("UPDATE snap SET c0 = NOT c0 WHERE rid = 0", database)
+        pg.sql("DELETE FROM snap WHERE rid = 1", database)
+        location = f"file://{tmp_path}/home/warehouse/data/snap-1-public.snap-0.parquet"
+        task = _task(pg, database, rel, dictionary.types, mirror.schema(), snapshot, location,
+                     batch_rows=7)
+        assert pickle.loads(pickle.dumps(task)) == task  # Spark ships it to the workers
+        result = copy_chunk(task)
+    finally:
+        holder.close()
+
+    assert result.rows == nrows and result.attempts == 1
+    assert result.path == location and result.bytes > 0
+    ours = pq.read_table(location.removeprefix("file://"))
+    merged, merged_parquet = _read_mirror(mirror)
+    names = [f.name for f in mirror.schema().fields if not f.name.startswith("_cdc_")]
+    # the same Parquet layout as the files pyiceberg writes for the mirror, field ids included
+    ours_parquet = pq.ParquetFile(location.removeprefix("file://")).schema
+    assert ours_parquet.equals(merged_parquet), (str(ours_parquet), str(merged_parquet))
+    for f in mirror.schema().fields:
+        assert ours.schema.field(f.name).metadata[b"PARQUET:field_id"] == \
+            str(f.field_id).encode()
+    got, want = _cells(ours, names), _cells(merged, names)
+    assert sorted(got) == sorted(want) == list(range(nrows))
+    for rid in want:
+        for name in [*names, CDC_PG_TEXT]:
+            assert got[rid][name] == want[rid][name], (rid, name, got[rid][name],
+                                                       want[rid][name])
+    assert any(row[CDC_PG_TEXT] for row in want.values())  # untypeable values were covered
+    assert set(ours.column(CDC_COMMIT_LSN).to_pylist()) == {COMMIT_LSN}
+    assert _storage_set(ours.column(CDC_COMMIT_TS)) == {COMMIT_TS_US}
+    if pg.version >= 18:
+        assert ours.column("gv").null_count == nrows
+    # the enum labels the copied rows carry are those the merge recorded for the stream's
+    layout = LayoutCache(dictionary.types).get(rel)
+    fields = column_fields(layout, LayoutCache(dictionary.types).types_at(rel))
+    ours_labels = snapshot_labels(rel, fields)
+    assert ours_labels == stored_labels(mirror.properties) and ours_labels
+
+    # the merge switched the same columns to counts-only metrics for the same values; with
+    # them, pyiceberg can build the DataFile the driver will add
+    prefix = f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}."
+    merged_counts = sorted(k.removeprefix(prefix) for k, v in mirror.properties.items()
+                           if k.startswith(prefix) and v == "counts")
+    assert result.counts_only == merged_counts and merged_counts
+    data_file = parquet_file_to_data_file(load_file_io({}, location), mirror.metadata,
+                                          location)
+    assert data_file.record_count == nrows
+
+
+def _storage_set(col: pa.ChunkedArray) -> set[int]:
+    return set(col.cast(pa.int64()).to_pylist())
+
+
+# -- chunks ------------------------------------------------------------------------------------
+
+
+BIG = "(SELECT string_agg(md5(i::text || g::text), '') FROM generate_series(1, 120) g)"
+
+
+def _setup_big(pg: LocalPostgres, database: str) -> tuple[Any, Any, Any]:
+    with pg.connect(database) as conn:
+        conn.execute("CREATE TABLE big (id int PRIMARY KEY, v text, payload text, arr int[], "
+                     "d date)")
+        conn.execute("ALTER TABLE big ALTER COLUMN payload SET STORAGE EXTERNAL")
+        conn.execute(f"""INSERT INTO big SELECT i, 'row ' || i,
+                           CASE WHEN i % 10 = 0 THEN {BIG} END,
+                           ARRAY[i, -i], date '2000-01-01' + i
+                         FROM generate_series(1, 3000) i""")
+        conn.execute("VACUUM ANALYZE big")
+    install(pg.dsn(database))
+    lsn, dictionary = capture(pg.dsn(database))
+    oid = pg.sql("SELECT 'big'::regclass::oid", database)[0][0]
+    rel = dictionary.relation_for_oid(oid, lsn)
+    assert rel is not None
+    live = LayoutCache(dictionary.types).get(rel).live
+    schema = iceberg_schema(rel, pa.schema([pa.field(lc.column.name, lc.codec.arrow_type)
+                                            for lc in live]))
+    return rel, dictionary.types, schema
+
+
+def _source_rows(conn: Any) -> Counter[tuple[Any, ...]]:
+    for s in SESSION_SETTINGS:
+        conn.execute(s)
+    return Counter(conn.execute("SELECT id, v, payload, arr::text, d::text FROM big")
+                   .fetchall())
+
+
+def _file_rows(path: str) -> list[tuple[Any, ...]]:
+    data = pq.read_table(path)
+    arr = data.column("arr").to_pylist()
+    days = data.column("d").cast(pa.int32()).to_pylist()
+    out = []
+    for i, (rid, v, payload) in enumerate(zip(data.column("id").to_pylist(),
+                                              data.column("v").to_pylist(),
+                                              data.column("payload").to_pylist(), strict=True)):
+        text = "{" + ",".join(str(x) for x in arr[i]) + "}"
+        out.append((rid, v, payload, text, days[i]))
+    return out
+
+
+def test_three_chunks_hold_each_snapshot_row_once(pg: LocalPostgres, database: str,
+                                                  tmp_path: Path) -> None:
+    rel, types, schema = _setup_big(pg, database)
+    pages = pg.sql("SELECT pg_relation_size('big') / current_setting('block_size')::int",
+                   database)[0][0]
+    toasted = pg.sql("SELECT pg_relation_size(reltoastrelid) FROM pg_class "
+                     "WHERE relname = 'big'", database)[0][0]
+    assert pages >= 6 and toasted > 0
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        expected = _source_rows(holder)  # the snapshot's rows, read in the snapshot
+        # after the export: new versions of rows (in other blocks), deletes, inserts
+        pg.sql("UPDATE big SET v = v || ' changed' WHERE id % 7 = 0", database)
+        pg.sql("DELETE FROM big WHERE id % 11 = 0", database)
+        pg.sql("INSERT INTO big SELECT i, 'late', NULL, NULL, NULL "
+               "FROM generate_series(3001, 3100) i", database)
+        bounds = [0, pages // 3, 2 * pages // 3, None]
+        results: list[ChunkResult] = []
+        for index in range(3):
+            location = f"file://{tmp_path}/data/snap-big-{index}.parquet"
+            results.append(copy_chunk(_task(
+                pg, database, rel, types, schema, snapshot, location, index=index,
+                first=bounds[index], end=bounds[index + 1], batch_rows=500)))
+    finally:
+        holder.close()
+    got: Counter[tuple[Any, ...]] = Counter()
+    for r in results:
+        rows = _file_rows(r.path.removeprefix("file://"))
+        assert len(rows) == r.rows > 0
+        got.update(rows)
+    want = Counter({(rid, v, payload, arr, _days(d)): n
+                    for (rid, v, payload, arr, d), n in expected.items()})
+    assert got == want
+    assert sum(r.rows for r in results) == 3000
+    assert all(n == 1 for n in got.values())
+    assert max(len(p or "") for _, _, p, _, _ in got) == 120 * 32  # the TOASTed values
+
+
+def _days(d: str) -> int:
+    y, m, day = (int(x) for x in d.split("-"))
+    return (dt.date(y, m, day) - dt.date(1970, 1, 1)).days
+
+
+def test_empty_chunk_writes_a_valid_empty_file(pg: LocalPostgres, database: str,
+                                               tmp_path: Path) -> None:
+    rel, types, schema = _setup_big(pg, database)
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        location = f"file://{tmp_path}/data/empty.parquet"
+        result = copy_chunk(_task(pg, database, rel, types, schema, snapshot, location,
+                                  first=1_000_000, end=None))
+    finally:
+        holder.close()
+    assert result.rows == 0 and result.counts_only == []
+    data = pq.read_table(location.removeprefix("file://"))
+    assert data.num_rows == 0
+    assert [f.name for f in data.schema] == [f.name for f in schema.fields]
+
+
+def test_failure_names_the_chunk_never_the_password(pg: LocalPostgres, database: str,
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshotcopy, "RETRY_BACKOFF_S", 0.0)
+    rel, types, schema = _setup_big(pg, database)
+    location = f"file://{tmp_path}/data/failed.parquet"
+    dsn = pg.dsn(database) + " password=s3cr3t-Pw"  # trust auth: accepted, and ignored
+    task = _task(pg, database, rel, types, schema, "00000003-0000001B-1", location,
+                 index=4, first=10, end=20, attempts=2, dsn=dsn)
+    with pytest.raises(SourceError) as info:
+        copy_chunk(task)
+    msg = str(info.value)
+    assert "s3cr3t" not in msg and "\n" not in msg
+    assert re.search(r"public\.big chunk 4 \(blocks 10\.\.20\).* 2 attempt", msg), msg
+    assert f"127.0.0.1:{pg.port}/{database}" in msg
+    assert "snapshot" in msg  # the server's reason: the snapshot does not exist
+    assert not Path(location.removeprefix("file://")).exists()
