@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +38,14 @@ from typing import Any
 from decode import WIDE_DDL, WIDE_LOAD
 
 from cdclake.catalog.install import install
-from cdclake.catalog.snapshot import export_snapshot
+from cdclake.catalog.snapshot import export_snapshot, followed_tables
 from cdclake.config import Config, parse_size
 from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres
 from cdclake.spark import snapshot as spark_snapshot
 from cdclake.spark.job import spark_session
 from cdclake.spark.snapshot import _plan, snapshot_tables
-from cdclake.spark.snapshotcopy import copy_chunk
+from cdclake.spark.snapshotcopy import ChunkTask, copy_chunk
 
 #: pgbench_accounts' shape: three integers and a blank-padded char(84)
 NARROW_DDL = """
@@ -135,12 +137,42 @@ def measure(pg: LocalPostgres, db: str, base: Path, spark: Any, tables: Sequence
     return Row(name, copied, copy_seconds, snapshot_seconds, chunks), result
 
 
+@contextmanager
+def chunk_tasks(pg: LocalPostgres, db: str, base: Path, table: str, chunk_size: int,
+                run: str) -> Iterator[list[ChunkTask]]:
+    """The copy tasks of ``table`` as a snapshot call plans them (files never committed)."""
+    config = config_for(pg, db, base / f"{run}-{table}", [table], chunk_size)
+    oids = [t.oid for t in followed_tables(config.source_dsn) if t.name == table]
+    with export_snapshot(config.source_dsn, oids) as held:
+        _, tasks, _ = _plan(open_catalog(config), config, held, held.tables([table]), run)
+        yield tasks
+
+
+def peak_rss(pg: LocalPostgres, db: str, base: Path, table: str) -> None:
+    """The executor's peak RSS copying a quarter of ``table`` and all of it, each as ONE
+    chunk in a forked process of its own: streaming keeps it flat."""
+    blocks = pg.sql(f"SELECT pg_relation_size('{table}') / 8192", db)[0][0]
+    for label, size in (("a quarter of", max(1, blocks // 4)), ("all of", blocks + 1)):
+        with chunk_tasks(pg, db, base, table, size * 8192, f"rss{size}") as tasks:
+            pid = os.fork()
+            if pid == 0:  # the child: copy the first chunk, nothing else
+                try:
+                    copy_chunk(tasks[0])
+                finally:
+                    os._exit(0)
+            _, status, usage = os.wait4(pid, 0)
+            if status:
+                raise SystemExit(f"the copy of {table} failed in the child ({status})")
+            rows = pg.sql(f"SELECT count(*) FROM {table} WHERE ctid < '({size},0)'::tid",
+                          db)[0][0]
+            print(f"peak RSS copying {label} {table} ({rows:,} rows, one chunk): "
+                  f"{usage.ru_maxrss / 1024:,.0f} MiB")
+
+
 def profile(pg: LocalPostgres, db: str, base: Path, table: str, chunk_size: int) -> None:
     """Each chunk of ``table`` copied by copy_chunk in this process (the executor's work,
     without Spark), under cProfile; the files are written, never committed."""
-    config = config_for(pg, db, base / f"profile-{table}", [table], chunk_size)
-    with export_snapshot(config.source_dsn) as held:
-        _, tasks, _ = _plan(open_catalog(config), config, held, held.tables([table]), "prof")
+    with chunk_tasks(pg, db, base, table, chunk_size, "prof") as tasks:
         plain, results = best(1, lambda: [copy_chunk(t) for t in tasks])
         prof = cProfile.Profile()
         t0 = time.perf_counter()
@@ -200,6 +232,8 @@ def main() -> None:
             print(row.line(), flush=True)
         fixed, _ = best(args.repeat, lambda: snapshot(pg, db, base, spark, [EMPTY], chunk_size))
         print(f"\nA snapshot call of an empty table (one chunk, no row): {fixed:.2f} s")
+        for table in TABLES:
+            peak_rss(pg, db, base, table)
         if args.profile:
             prof = cProfile.Profile()
             prof.runcall(snapshot, pg, db, base, spark, [EMPTY], chunk_size)

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "source": ("cdclake.catalog.install", "set up the source database (source install)"),
     "wal-push": ("cdclake.archive.push", "archive_command: push one WAL file to the store"),
     "ship": ("cdclake.archive.ship", "upload new segments from an archive directory"),
-    "run": ("cdclake.pipeline", "run one batch: ship, decode, validate, merge, report"),
+    "run": ("cdclake.pipeline", "run one batch: ship, snapshot, decode, validate, merge, report"),
     "snapshot": ("cdclake.pipeline", "copy tables' current rows into their mirrors again"),
     "status": ("cdclake.pipeline", "show the stream's progress and the archive's state"),
     "demo": ("cdclake.demo", "start local services, run a workload and the DAG, compare"),

@@ -84,11 +84,7 @@ def followed_tables(dsn: str) -> list[FollowedTable]:
     """The followed tables with rows, by a plain catalog read (no snapshot is held)."""
     import psycopg
 
-    try:
-        conn = psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise SourceError(f"initial snapshot: cannot connect to the source: "
-                          f"{_first_line(exc)}") from exc
+    conn = _connect(dsn)
     try:
         with conn:
             _install_horizon(conn)
@@ -141,11 +137,7 @@ def export_snapshot(dsn: str, oids: Sequence[int], *, wait_seconds: float = 300.
     the snapshot is then taken again."""
     import psycopg
 
-    try:
-        conn = psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise SourceError(f"initial snapshot: cannot connect to the source: "
-                          f"{_first_line(exc)}") from exc
+    conn = _connect(dsn)
     try:
         horizon = _install_horizon(conn)
         deadline = time.monotonic() + wait_seconds
@@ -201,6 +193,16 @@ def _lock(conn: Any, oids: Sequence[int]) -> list[str]:
         "SELECT c.oid::regclass::text FROM pg_class c "
         "WHERE c.oid = ANY(%s) AND c.relfilenode <> pg_relation_filenode(c.oid)",
         (list(oids),)).fetchall()]
+
+
+def _connect(dsn: str) -> Any:
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        raise SourceError(f"initial snapshot: cannot connect to the source: "
+                          f"{_first_line(exc)}") from exc
 
 
 def _install_horizon(conn: Any) -> int:

@@ -202,7 +202,8 @@ def _update(state: MirrorState, ch: Change, counts: Counts) -> None:
                 f"table {state.table}: UPDATE at LSN {format_lsn(ch.lsn)} (commit "
                 f"{format_lsn(ch.commit_lsn)}) left TOASTed columns "
                 f"{[a for a in ch.unchanged]} (attnums) unchanged, but the row is not in the "
-                "mirror to take their values from; take an initial snapshot of the table first")
+                f"mirror to take their values from; snapshot the table again: cdclake snapshot "
+                f"--tables {state.table}")
         for a in ch.unchanged:
             new[a] = column_value(source, a, ch.version.defaults, state.table)
     if old_row is None:

@@ -103,7 +103,7 @@ def _check_owner(table: Table, identifier: tuple[str, str], stream: str, source_
         raise LakeError(
             f"Iceberg table {name} mirrors relation oid {props[SOURCE_OID]}, but {source_table} "
             f"is now oid {source_oid}: the source table was dropped and created again. Drop or "
-            "rename the old mirror, then re-run the merge (and snapshot the new table)")
+            f"rename the old mirror, then run again (its initial snapshot fills the new one)")
 
 
 def _find_by_oid(catalog: Catalog, namespace: str, stream: str, oid: int,
