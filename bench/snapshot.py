@@ -17,7 +17,7 @@ Reported: rows/s of each and the ratio snapshot/COPY (goal: >= 1.0 with both cor
 prints where the executor's time goes, and the driver's side of the empty-table call.
 
     .venv/bin/python bench/snapshot.py [--version 15|18] [--rows N] [--chunk-size 64MB]
-        [--progress-every SECONDS] [--profile]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ from cdclake.catalog.snapshot import export_snapshot, followed_tables
 from cdclake.config import Config, parse_size
 from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres
-from cdclake.spark import snapshot as spark_snapshot
+from cdclake.snapshot.chunks import ChunkTask, copy_chunk
+from cdclake.snapshot.driver import _plan, snapshot_tables
 from cdclake.spark.job import spark_session
-from cdclake.spark.snapshot import _plan, snapshot_tables
-from cdclake.spark.snapshotcopy import ChunkTask, copy_chunk
 
 #: pgbench_accounts' shape: three integers and a blank-padded char(84)
 NARROW_DDL = """
@@ -195,16 +194,10 @@ def main() -> None:
     ap.add_argument("--chunk-size", default=str(Config().snapshot_chunk_size),
                     help="CDCLAKE_SNAPSHOT_CHUNK_SIZE (bytes of heap per copy task; 64MB "
                          "by default)")
-    ap.add_argument("--progress-every", type=float, default=None,
-                    help="seconds between the driver's progress checks while chunks are copied "
-                         f"(cdclake.spark.snapshot.PROGRESS_EVERY, "
-                         f"{spark_snapshot.PROGRESS_EVERY} s by default)")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile each table's chunks copied in this process")
     args = ap.parse_args()
     chunk_size = parse_size(args.chunk_size)
-    if args.progress_every is not None:
-        spark_snapshot.PROGRESS_EVERY = args.progress_every
     base = Path(tempfile.mkdtemp(prefix="cdclake-bench-"))
     base.chmod(0o755)  # the server runs as postgres and must reach its data directory
     pg = LocalPostgres.create(args.version, base / "pg").start()
@@ -218,8 +211,8 @@ def main() -> None:
                        "WHERE c.relname IN ('accounts', 'wide') ORDER BY 1", db)
         print(f"PostgreSQL {args.version}, {args.rows:,} rows per table "
               f"({', '.join(f'{n} {s}' for n, s in sizes)}), loaded in "
-              f"{time.perf_counter() - t0:.1f} s; chunk size {chunk_size:,} bytes; progress "
-              f"checked every {spark_snapshot.PROGRESS_EVERY} s; best of {args.repeat}")
+              f"{time.perf_counter() - t0:.1f} s; chunk size {chunk_size:,} bytes; best of "
+              f"{args.repeat}")
         t0 = time.perf_counter()
         spark = spark_session(config_for(pg, db, base / "unused", TABLES, chunk_size))
         spark.sparkContext.parallelize([0], 1).count()  # the JVM and a Python worker are up

@@ -1,4 +1,4 @@
-"""Rows of ``COPY ... TO STDOUT`` (text format) as a mirror data file's Arrow table.
+"""Rows of ``COPY ... TO STDOUT`` as a mirror data file's Arrow table.
 
 The initial snapshot copies each table's rows with COPY instead of decoding them from WAL, yet
 a row must land in the mirror exactly as the change stream would have put it there: the same
@@ -15,6 +15,18 @@ COPY prints each value with the type's output function under the session's setti
 codecs parse PostgreSQL's output under one fixed set of them (:data:`SESSION_SETTINGS`), which
 the copying session must apply first.
 
+Two ways in, one result. :meth:`CopyRows.to_arrow` takes rows of text values (COPY's text
+format, parsed by psycopg) and sends every value through its codec: the general path, exact by
+construction, and slow. :meth:`CopyRows.from_strings` takes the columns of COPY's CSV format as
+Arrow string arrays (parsed by :meth:`CopyRows.csv_reader`, in C++) and converts a column with
+Arrow compute kernels when its codec's text form maps exactly onto an Arrow cast — integers,
+floats, booleans, dates, times, timestamps, constrained numerics, uuids, bytea, integer arrays
+and every type whose codec keeps the text as is (:func:`vectorized`) — guarded by a regular
+expression over the whole column that admits only the plain forms the cast reads as the codec
+does. Anything else (a guard miss: BC dates, ±infinity, NaN, years past 9999, a
+multi-dimensional array ...; a type without a kernel) takes the codec value by value, so both
+ways give the same Arrow values, NULL plus ``_cdc_pg_text`` included.
+
 A virtual generated column (PostgreSQL 18) has no storage: the WAL logs it as NULL, so the
 change stream — and therefore the mirror — holds NULL for it. COPY would compute it, so it is
 left out of the select list and written as NULL here too.
@@ -22,11 +34,13 @@ left out of the select list and written as NULL here too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import binascii
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
@@ -43,9 +57,11 @@ from cdclake.lake.schema import (
     mirror_fields,
     promoted,
 )
+from cdclake.tuples import codecs, datetimes, numeric, scalars
+from cdclake.tuples.codecs import Codec
 from cdclake.tuples.untypeable import NotTypeable
 
-__all__ = ["SESSION_SETTINGS", "CopyRows", "counts_only_columns", "quote_ident"]
+__all__ = ["SESSION_SETTINGS", "CopyRows", "counts_only_columns", "quote_ident", "vectorized"]
 
 #: The settings under which PostgreSQL prints what the codecs' ``value_from_text`` parses and
 #: their ``text`` reproduces (cdclake.tuples.codecs): ISO dates with " BC", postgres interval
@@ -63,6 +79,10 @@ SESSION_SETTINGS: tuple[str, ...] = (
 
 _VIRTUAL = "v"
 _PG_TEXT_TYPE = pa.map_(pa.string(), pa.string())
+
+#: a column's Arrow string array (COPY CSV values, null for NULL) -> the same values in the
+#: codec's Arrow type, or None when the column is not in the plain form the kernels read
+Vectorized = Callable[[pa.Array], "pa.Array | None"]
 
 
 def quote_ident(name: str) -> str:
@@ -123,6 +143,8 @@ class CopyRows:
                 raise LakeError(f"mirror of {self.table}: column {f.name} is neither a data "
                                 "column nor a system column cdclake writes")
         self._mirror_types = [arrow_type(f.field_type) for f in schema.fields]
+        self._vectorized: list[Vectorized | None] = [vectorized(lc.codec)
+                                                     for lc in self.selected]
 
     # -- SQL ---------------------------------------------------------------------------------
 
@@ -138,9 +160,11 @@ class CopyRows:
             return "NULL"
         return ", ".join(quote_ident(lc.column.name) for lc in self.selected)
 
-    def copy_statement(self, first_block: int = 0, end_block: int | None = None) -> str:
+    def copy_statement(self, first_block: int = 0, end_block: int | None = None, *,
+                       csv: bool = False) -> str:
         """``COPY (SELECT ... FROM ONLY t WHERE ctid in [first_block, end_block)) TO STDOUT``:
-        a TID range scan (PostgreSQL 14+) over the chunk's heap blocks."""
+        a TID range scan (PostgreSQL 14+) over the chunk's heap blocks; text format, or CSV
+        (for :meth:`csv_reader`) with ``csv``."""
         first = int(first_block)
         if first < 0 or (end_block is not None and int(end_block) < first):
             raise LakeError(f"{self.table}: bad block range {first_block}..{end_block}")
@@ -148,13 +172,33 @@ class CopyRows:
         if end_block is not None:
             where += f" AND ctid < '({int(end_block)},0)'::tid"
         return (f"COPY (SELECT {self.select_list()} FROM ONLY {self.qualified()} "
-                f"WHERE {where}) TO STDOUT")
+                f"WHERE {where}) TO STDOUT" + (" WITH (FORMAT csv)" if csv else ""))
+
+    def csv_reader(self, source: Any, block_size: int) -> pcsv.CSVStreamingReader:
+        """Record batches of string columns (:meth:`select_list` order) from ``source``, a
+        file-like object with ``read`` over the output of ``copy_statement(csv=True)``; one
+        batch per ``block_size`` bytes of it.
+
+        PostgreSQL's CSV: NULL is an unquoted empty field, an empty string ``""``; a value with
+        a comma, quote, CR or LF is quoted (quotes doubled), so rows may span lines; a row
+        whose only value is NULL is an empty line (kept: it is a row). Nothing is inferred:
+        every column is a string. A row longer than ``block_size`` raises ArrowInvalid
+        ("straddling object ...") — the caller reads such a chunk the general way instead.
+        """
+        names = [f"c{i}" for i in range(len(self.selected) or 1)]
+        return pcsv.open_csv(
+            source,
+            read_options=pcsv.ReadOptions(column_names=names, block_size=int(block_size)),
+            parse_options=pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+            convert_options=pcsv.ConvertOptions(
+                column_types={n: pa.string() for n in names}, null_values=[""],
+                strings_can_be_null=True, quoted_strings_can_be_null=False))
 
     # -- rows --------------------------------------------------------------------------------
 
     def to_arrow(self, rows: Sequence[Sequence[str | None]]) -> pa.Table:
         """The rows (COPY text values, None for NULL, in :meth:`select_list` order) laid out
-        in :attr:`file_schema`."""
+        in :attr:`file_schema`; every value through its codec."""
         n = len(rows)
         width = len(self.selected) or 1
         for row in rows:
@@ -163,9 +207,38 @@ class CopyRows:
                                 f"{width} columns were selected")
         texts_by_column = list(zip(*rows, strict=True)) if n and self.selected else \
             [()] * len(self.selected)
-        texts: list[dict[str, str] | None] = [None] * n
+        texts: dict[int, dict[str, str]] = {}
         typed = [self._column(lc, list(col), texts)
                  for lc, col in zip(self.selected, texts_by_column, strict=True)]
+        return self._table(typed, texts, n)
+
+    def from_strings(self, columns: Sequence[pa.Array | pa.ChunkedArray]) -> pa.Table:
+        """The same as :meth:`to_arrow`, from one string array per selected column (COPY CSV
+        values, null for NULL, :meth:`select_list` order; a batch of :meth:`csv_reader`):
+        a column whose codec has a :func:`vectorized` form goes through Arrow kernels when all
+        its values are in the plain form they read, else value by value through the codec."""
+        width = len(self.selected) or 1
+        if len(columns) != width:
+            raise LakeError(f"{self.table}: COPY gave {len(columns)} columns where {width} "
+                            "were selected")
+        n = len(columns[0])
+        texts: dict[int, dict[str, str]] = {}
+        typed = []
+        for lc, fast, column in zip(self.selected, self._vectorized, columns, strict=False):
+            strings = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+            if len(strings) != n or strings.type != pa.string():
+                raise LakeError(f"{self.table}: column {lc.column.name} of a COPY batch is "
+                                f"{len(strings)} {strings.type} values, not {n} strings")
+            arr = _try(fast, strings) if fast is not None else None
+            if arr is None:
+                arr = self._column(lc, strings.to_pylist(), texts)
+            typed.append(arr)
+        return self._table(typed, texts, n)
+
+    def _table(self, typed: list[pa.Array], texts: dict[int, dict[str, str]],
+               n: int) -> pa.Table:
+        """The typed columns (stream types, :attr:`selected` order) and the rows' untypeable
+        texts (row index -> attnum -> text) laid out in :attr:`file_schema`."""
         arrays = []
         for (kind, idx), f, mtype in zip(self._plan, self.file_schema, self._mirror_types,
                                          strict=True):
@@ -178,17 +251,20 @@ class CopyRows:
                 arr = pa.repeat(pa.scalar(self.commit_lsn, mtype), n)
             elif kind == CDC_COMMIT_TS:
                 arr = pa.repeat(pa.scalar(self.commit_ts_us, mtype), n)
+            elif texts:
+                arr = pa.array([texts.get(i) for i in range(n)], type=_PG_TEXT_TYPE)
             else:
-                arr = pa.array(texts, type=_PG_TEXT_TYPE)
+                arr = pa.nulls(n, _PG_TEXT_TYPE)
             arrays.append(_to_file_type(arr, f.type))
-        if n and any(texts) and CDC_PG_TEXT not in self.file_schema.names:
+        if n and texts and CDC_PG_TEXT not in self.file_schema.names:
             raise LakeError(f"mirror of {self.table}: values without a typed representation "
                             f"need the {CDC_PG_TEXT} column, which the table lacks")
         return pa.Table.from_arrays(arrays, schema=self.file_schema)
 
     def _column(self, lc: LiveColumn, col: list[str | None],
-                texts: list[dict[str, str] | None]) -> pa.Array:
-        """One column's values in the change stream's Arrow type (the codec's)."""
+                texts: dict[int, dict[str, str]]) -> pa.Array:
+        """One column's values in the change stream's Arrow type (the codec's), value by
+        value; a value without one is NULL, its text kept in ``texts`` (row -> attnum)."""
         parse = lc.codec.value_from_text
         try:
             values: list[Any] = [None if s is None else parse(s) for s in col]
@@ -203,10 +279,7 @@ class CopyRows:
                     values.append(parse(s))
                 except NotTypeable:
                     values.append(None)
-                    row = texts[i]
-                    if row is None:
-                        row = texts[i] = {}
-                    row[key] = s
+                    texts.setdefault(i, {})[key] = s
         try:
             return pa.array(values, type=lc.codec.arrow_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
@@ -237,3 +310,203 @@ def counts_only_columns(table: pa.Table) -> list[str]:
     past 9999, ±infinity): the driver sets ``write.metadata.metrics.column.<name>=counts``
     for them before building DataFiles (see :mod:`cdclake.lake.metrics`)."""
     return [name for name in table.column_names if needs_counts_only(table.column(name))]
+
+
+# -- vectorized conversions ------------------------------------------------------------------
+#
+# Each reads exactly the output of one codec's ``value_from_text`` parser, and only the plain
+# form of it: the guard (an RE2 expression that every non-null value of the column must match)
+# admits text on which the Arrow kernel and the parser agree, value for value; the rest of the
+# parser's domain (±infinity, NaN, BC, years past 9999, 24:00:00, bounds, dimensions, ...)
+# misses the guard and the column goes value by value. A kernel error (an integer beyond its
+# type, a decimal beyond its precision) does the same: the codec then decides, as it always did.
+
+_INT = r"-?[0-9]+"
+_INT_RE = f"^{_INT}$"
+#: the shortest-exact output of float4out/float8out (extra_float_digits 1), NaN/Infinity not:
+#: Arrow's string -> float32/float64 is correctly rounded (round half even), as the codecs are
+_FLOAT_RE = r"^-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?$"
+_BOOL_RE = r"^[tf]$"
+#: ISO dates of years 1..9999 AD (date_out pads to 4 digits; BC, infinity and 5-digit
+#: years miss)
+_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_TIME = r"[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+_DATE_RE = f"^{_DATE}$"
+_TIMESTAMP_RE = f"^{_DATE} {_TIME}$"
+#: TimeZone UTC: timestamptz_out always ends in +00
+_TIMESTAMPTZ_RE = f"^{_DATE} {_TIME}\\+00$"
+#: 00:00:00 .. 23:59:59.999999 (24:00:00 has no Arrow time: NotTypeable, value by value)
+_TIME_RE = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?$"
+_DECIMAL_RE = r"^-?[0-9]+(\.[0-9]+)?$"
+_HEX = "[0-9a-f]"
+_UUID_RE = f"^{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}$"
+_BYTEA_RE = f"^\\\\x({_HEX}{_HEX})*$"
+#: a one-dimensional integer array with lower bound 1 (no "[lb:ub]=" prefix), NULLs allowed
+_INT_LIST_RE = f"^\\{{(({_INT}|NULL)(,({_INT}|NULL))*)?\\}}$"
+
+
+def vectorized(codec: Codec) -> Vectorized | None:
+    """The Arrow-kernel form of ``codec.value_from_text`` over a column, or None.
+
+    Chosen by the parser the codec wraps (and its Arrow type), never by the type's name: a
+    domain over int4 reads like int4, and a parser without a kernel here has no fast form.
+    """
+    parser = getattr(codec.value_from_text, "__wrapped__", None)
+    t = codec.arrow_type
+    if parser is codecs._identity:
+        return _as_is if t == pa.string() else None
+    if parser is int and pa.types.is_integer(t):
+        return _guarded_cast(_INT_RE, t)
+    if parser is float and t == pa.float64():
+        return _guarded_cast(_FLOAT_RE, t)
+    if parser is codecs._float4_from_text and t == pa.float32():
+        return _guarded_cast(_FLOAT_RE, t)
+    if parser is scalars.bool_from_text and t == pa.bool_():
+        return _bool
+    if parser is datetimes.date_value_from_text and t == pa.date32():
+        return _guarded_cast(_DATE_RE, t)
+    if parser is datetimes.time_value_from_text and t == pa.time64("us"):
+        return _time
+    if parser is datetimes.timestamp_value_from_text and t == pa.timestamp("us"):
+        return _guarded_cast(_TIMESTAMP_RE, t)
+    if parser is datetimes.timestamp_value_from_text and t == pa.timestamp("us", tz="UTC"):
+        return _timestamptz
+    if parser is numeric.decimal_from_text and pa.types.is_decimal128(t):
+        return _guarded_cast(_DECIMAL_RE, t)
+    if parser is scalars.uuid_from_text and t == pa.binary(16):
+        return _uuid
+    if parser is scalars.bytea_from_text and t == pa.binary():
+        return _bytea
+    if pa.types.is_list(t) and pa.types.is_integer(t.value_type) \
+            and _array_element_parser(parser) == (int, ","):
+        return _int_list(t)
+    return None
+
+
+def _array_element_parser(parser: object) -> tuple[object, object] | None:
+    """(element parser, delimiter) of an array codec's ``value_from_text``
+    (cdclake.tuples.codecs ``_Builder.array``), read from its closure; None for any other."""
+    code = getattr(parser, "__code__", None)
+    closure = getattr(parser, "__closure__", None)
+    if code is None or closure is None \
+            or code.co_qualname != "_Builder.array.<locals>.from_text":
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True))
+    return cells.get("efrom"), cells.get("delim")
+
+
+def _try(fast: Vectorized, strings: pa.Array) -> pa.Array | None:
+    """``fast(strings)``, None when the kernel refuses a value: the codec decides then."""
+    try:
+        return fast(strings)
+    except (pa.ArrowException, ValueError):
+        return None
+
+
+def _plain(strings: pa.Array, pattern: str) -> bool:
+    """Every non-null value matches ``pattern`` (a column of NULLs does)."""
+    if strings.null_count == len(strings):
+        return True
+    return bool(pc.all(pc.match_substring_regex(strings, pattern), min_count=0).as_py())
+
+
+def _as_is(strings: pa.Array) -> pa.Array:
+    return strings
+
+
+def _guarded_cast(pattern: str, target: pa.DataType) -> Vectorized:
+    def convert(strings: pa.Array) -> pa.Array | None:
+        if not _plain(strings, pattern):
+            return None
+        return pc.cast(strings, target, safe=True)
+
+    return convert
+
+
+def _bool(strings: pa.Array) -> pa.Array | None:
+    if not _plain(strings, _BOOL_RE):
+        return None
+    return pc.equal(strings, "t")
+
+
+def _timestamptz(strings: pa.Array) -> pa.Array | None:
+    if not _plain(strings, _TIMESTAMPTZ_RE):
+        return None
+    naive = pc.cast(pc.utf8_slice_codeunits(strings, 0, -3), pa.timestamp("us"), safe=True)
+    # the text is UTC: the same µs since 1970, now marked as UTC (a change of metadata)
+    return naive.cast(pa.timestamp("us", tz="UTC"))
+
+
+def _time(strings: pa.Array) -> pa.Array | None:
+    if not _plain(strings, _TIME_RE):
+        return None
+    at_epoch = pc.cast(pc.binary_join_element_wise("1970-01-01 ", strings, ""),
+                       pa.timestamp("us"), safe=True)
+    return at_epoch.cast(pa.int64()).cast(pa.time64("us"))
+
+
+def _offsets(strings: pa.Array) -> pa.Array:
+    """The int32 value offsets of a (possibly sliced) string array, ``len + 1`` of them."""
+    return pa.Array.from_buffers(pa.int32(), len(strings) + 1, [None, strings.buffers()[1]],
+                                 offset=strings.offset)
+
+
+def _unhex(hexes: pa.Array) -> tuple[bytes, pa.Array]:
+    """The bytes of a string array of hex digits (no nulls), and its offsets from 0."""
+    offsets = _offsets(hexes)
+    first = offsets[0].as_py()
+    last = offsets[-1].as_py()
+    data = hexes.buffers()[2]
+    raw = binascii.unhexlify(memoryview(data)[first:last]) if last > first else b""
+    return raw, pc.subtract(offsets, pa.scalar(first, pa.int32()))
+
+
+def _with_nulls(strings: pa.Array, arr: pa.Array) -> pa.Array:
+    if not strings.null_count:
+        return arr
+    return pc.if_else(pc.is_valid(strings), arr, pa.scalar(None, arr.type))
+
+
+def _uuid(strings: pa.Array) -> pa.Array | None:
+    if not _plain(strings, _UUID_RE):
+        return None
+    hexes = pc.replace_substring(strings, "-", "").fill_null("0" * 32)
+    raw, _ = _unhex(hexes)
+    arr = pa.Array.from_buffers(pa.binary(16), len(strings), [None, pa.py_buffer(raw)])
+    return _with_nulls(strings, arr)
+
+
+def _bytea(strings: pa.Array) -> pa.Array | None:
+    if not _plain(strings, _BYTEA_RE):
+        return None
+    hexes = pc.utf8_slice_codeunits(strings, 2).fill_null("")
+    raw, offsets = _unhex(hexes)
+    half = pc.shift_right(offsets, pa.scalar(1, pa.int32()))  # every value has even length
+    if half.offset:  # a kernel handing back a slice: its buffer would not start at row 0
+        return None
+    arr = pa.Array.from_buffers(pa.binary(), len(strings),
+                                [None, half.buffers()[1], pa.py_buffer(raw)])
+    return _with_nulls(strings, arr)
+
+
+def _int_list(list_type: pa.DataType) -> Vectorized:
+    element = list_type.value_type
+
+    def convert(strings: pa.Array) -> pa.Array | None:
+        if not _plain(strings, _INT_LIST_RE):
+            return None
+        inner = pc.utf8_slice_codeunits(strings.fill_null("{}"), 1, -1)  # "1,NULL,3" or ""
+        parts = pc.split_pattern(inner, ",")
+        # "" splits into [""]: that is the empty array; no element of a longer one is ""
+        lengths = pc.if_else(pc.equal(inner, ""), pa.scalar(0, pa.int32()),
+                             pc.list_value_length(parts))
+        flat = pc.list_flatten(parts)
+        flat = flat.filter(pc.not_equal(flat, ""))
+        flat = pc.if_else(pc.equal(flat, "NULL"), pa.scalar(None, pa.string()), flat)
+        values = pc.cast(flat, element, safe=True)
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()),
+                                    pc.cumulative_sum(lengths).cast(pa.int32())])
+        mask = pc.is_null(strings) if strings.null_count else None
+        return pa.ListArray.from_arrays(offsets, values, type=list_type, mask=mask)
+
+    return convert

@@ -1,6 +1,6 @@
 """The handoff from a table's initial snapshot to its change stream, by transaction visibility.
 
-A mirror filled by an initial snapshot (:mod:`cdclake.spark.snapshot`) holds exactly the rows
+A mirror filled by an initial snapshot (:mod:`cdclake.snapshot.driver`) holds exactly the rows
 the source's MVCC snapshot saw. A transaction's changes are already in it if and only if the
 transaction is visible in that snapshot; so the merge skips the changes of visible
 transactions and applies every other one in commit order — with no replication slot and no

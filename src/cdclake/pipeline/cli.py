@@ -98,7 +98,7 @@ def add_snapshot_arguments(p: argparse.ArgumentParser) -> None:
 def run_snapshot(args: argparse.Namespace, config: Config) -> int:
     """Replace mirrors by a fresh initial snapshot; the next run's merge hands over."""
     from cdclake.pipeline.params import table_list
-    from cdclake.spark.snapshot import snapshot_tables
+    from cdclake.snapshot.driver import snapshot_tables
 
     tables = table_list(args.tables)
     RunParams(snapshot_tables=tables).check()

@@ -96,7 +96,7 @@ def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = No
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Copy the current rows of the tables in scope that have no mirror yet
     (``snapshot_mode=initial``) and replace the mirrors of ``params.snapshot_tables`` by a
-    fresh copy, all in one snapshot (:mod:`cdclake.spark.snapshot`). The merge then hands over
+    fresh copy, all in one snapshot (:mod:`cdclake.snapshot.driver`). The merge then hands over
     from each snapshot to the change stream by transaction visibility."""
     params = params or RunParams()
     forced = params.snapshot_tables
@@ -105,7 +105,7 @@ def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = No
     if params.dry_run:
         return {"skipped": True, "reason": "dry run: nothing is copied", "tables": [],
                 "dry_run": True}
-    from cdclake.spark.snapshot import snapshot_tables
+    from cdclake.snapshot.driver import snapshot_tables
 
     return snapshot_tables(config, replace=forced, missing=config.snapshot_mode == "initial",
                            spark=spark, catalog=catalog or _catalog(config), progress=progress)

@@ -3,14 +3,17 @@
 Every type and edge value of the oracle's catalog goes into one table twice over: as rows
 inserted after ``cdclake source install`` — decoded from the archived WAL and merged into an
 Iceberg mirror — and as the same rows copied from an exported snapshot by
-:func:`cdclake.spark.snapshotcopy.copy_chunk`. The copied data file must hold exactly the
-mirror's cells: typed values, NULLs, and ``_cdc_pg_text`` texts. A second test splits a table
-of a few thousand rows (TOASTed values included) into three block ranges while other sessions
-change it: together the chunks hold the snapshot's rows, each once.
+:func:`cdclake.snapshot.chunks.copy_chunk`, both ways it reads COPY: CSV with Arrow kernels
+(the default) and text value by value. The copied data file must hold exactly the mirror's
+cells: typed values, NULLs, and ``_cdc_pg_text`` texts. A second test splits a table of a few
+thousand rows (TOASTed values included) into three block ranges while other sessions change
+it: together the chunks hold the snapshot's rows, each once. A TOASTed value longer than the
+CSV parser's block sends its chunk down the text path, from scratch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import pickle
@@ -38,7 +41,7 @@ from cdclake.decoding.session import DecodeOptions, decode
 from cdclake.errors import LakeError, SourceError
 from cdclake.lake.batch import read_batch
 from cdclake.lake.catalog import open_catalog
-from cdclake.lake.copyrows import SESSION_SETTINGS
+from cdclake.lake.copyrows import SESSION_SETTINGS, CopyRows
 from cdclake.lake.labels import stored_labels
 from cdclake.lake.merge import merge_batch, mirror_identifier
 from cdclake.lake.schema import (
@@ -51,8 +54,8 @@ from cdclake.lake.schema import (
 from cdclake.lake.snapshot import snapshot_labels
 from cdclake.lake.values import plain_values
 from cdclake.local.postgres import LocalPostgres
-from cdclake.spark import snapshotcopy
-from cdclake.spark.snapshotcopy import ChunkResult, ChunkTask, copy_chunk, types_to_json
+from cdclake.snapshot import chunks
+from cdclake.snapshot.chunks import ChunkResult, ChunkTask, copy_chunk, types_to_json
 from cdclake.wal.source import DirectorySource
 from tests.oracle.decoding.harness import archive_all, prepare
 from tests.oracle.features import server_supports
@@ -187,10 +190,14 @@ def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, databas
                      batch_rows=7)
         assert pickle.loads(pickle.dumps(task)) == task  # Spark ships it to the workers
         result = copy_chunk(task)
+        text_location = location.replace(".parquet", "-text.parquet")
+        text_result = copy_chunk(dataclasses.replace(task, location=text_location,
+                                                     csv_block_bytes=0))
     finally:
         holder.close()
 
     assert result.rows == nrows and result.attempts == 1
+    assert not result.text_path and text_result.text_path  # CSV and kernels; text by value
     assert result.path == location and result.bytes > 0
     ours = pq.read_table(location.removeprefix("file://"))
     merged, merged_parquet = _read_mirror(mirror)
@@ -202,11 +209,15 @@ def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, databas
         assert ours.schema.field(f.name).metadata[b"PARQUET:field_id"] == \
             str(f.field_id).encode()
     got, want = _cells(ours, names), _cells(merged, names)
-    assert sorted(got) == sorted(want) == list(range(nrows))
+    by_text = _cells(pq.read_table(text_location.removeprefix("file://")), names)
+    assert sorted(got) == sorted(want) == sorted(by_text) == list(range(nrows))
     for rid in want:
         for name in [*names, CDC_PG_TEXT]:
             assert got[rid][name] == want[rid][name], (rid, name, got[rid][name],
                                                        want[rid][name])
+            assert by_text[rid][name] == want[rid][name], (rid, name, by_text[rid][name],
+                                                           want[rid][name])
+    assert text_result.counts_only == result.counts_only
     assert any(row[CDC_PG_TEXT] for row in want.values())  # untypeable values were covered
     assert set(ours.column(CDC_COMMIT_LSN).to_pylist()) == {COMMIT_LSN}
     assert _storage_set(ours.column(CDC_COMMIT_TS)) == {COMMIT_TS_US}
@@ -249,9 +260,15 @@ def _setup_big(pg: LocalPostgres, database: str) -> tuple[Any, Any, Any]:
                            ARRAY[i, -i], date '2000-01-01' + i
                          FROM generate_series(1, 3000) i""")
         conn.execute("VACUUM ANALYZE big")
+    return _installed(pg, database, "big")
+
+
+def _installed(pg: LocalPostgres, database: str, table: str) -> tuple[Any, Any, Any]:
+    """Install, capture the dictionary: (relation version, types, mirror schema) of
+    ``table``."""
     install(pg.dsn(database))
     lsn, dictionary = capture(pg.dsn(database))
-    oid = pg.sql("SELECT 'big'::regclass::oid", database)[0][0]
+    oid = pg.sql(f"SELECT '{table}'::regclass::oid", database)[0][0]
     rel = dictionary.relation_for_oid(oid, lsn)
     assert rel is not None
     live = LayoutCache(dictionary.types).get(rel).live
@@ -323,6 +340,85 @@ def _days(d: str) -> int:
     return (dt.date(y, m, day) - dt.date(1970, 1, 1)).days
 
 
+def test_value_longer_than_a_csv_block_takes_the_text_path(
+        pg: LocalPostgres, database: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TOASTed values of 3,840 bytes against a CSV block of 2,048: the parser stops at the
+    first (after writing the rows before it); the chunk is copied again through the text
+    format into the same file, which then holds every row once — the same file the CSV path
+    writes with blocks that hold the rows."""
+    rel, types, schema = _setup_big(pg, database)
+    converted: list[int] = []  # rows of each CSV batch converted
+    from_strings = CopyRows.from_strings
+
+    def counting(self: CopyRows, columns: Any) -> pa.Table:
+        converted.append(len(columns[0]))
+        return from_strings(self, columns)
+
+    monkeypatch.setattr(CopyRows, "from_strings", counting)
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        expected = _source_rows(holder)
+        files = {}
+        for block in (2048, chunks.CSV_BLOCK_BYTES, 4096 + 1024):
+            converted.clear()
+            location = f"file://{tmp_path}/data/block-{block}.parquet"
+            result = copy_chunk(_task(pg, database, rel, types, schema, snapshot, location,
+                                      batch_rows=500, csv_block_bytes=block))
+            assert result.rows == 3000 and result.attempts == 1
+            assert result.text_path == (block == 2048), block
+            # the CSV attempt converted rows before the long one; the text path redid them all
+            assert 0 < sum(converted) < 3000 if block == 2048 else sum(converted) == 3000
+            files[block] = _file_rows(location.removeprefix("file://"))
+    finally:
+        holder.close()
+    want = Counter({(rid, v, payload, arr, _days(d)): n
+                    for (rid, v, payload, arr, d), n in expected.items()})
+    for block, rows in files.items():
+        assert Counter(rows) == want, block
+    assert files[2048] == files[chunks.CSV_BLOCK_BYTES]  # in heap order, both ways
+
+
+#: texts CSV must quote, or tell from NULL, and a few the text format escapes
+TRICKY = ["", "\\.", '"', '""', ",", "\n", "\r", "\r\n", "a\nb", "a,b\r\nc\"d",
+          "\\N", "NULL", " lead", "trail ", "\t", "\\", "\x01", "é𝄞", "\\.\n"]
+
+
+@pytest.mark.parametrize("table", ["tricky1", "tricky3"])
+def test_csv_quoting_round_trips(pg: LocalPostgres, database: str, tmp_path: Path,
+                                 table: str) -> None:
+    """Text values COPY's CSV must quote (commas, quotes, CR and LF inside values), the empty
+    string against NULL, and — in a one-column table — the lines CSV treats specially: a
+    NULL-only row is an empty line, ``\\.`` alone is quoted. The CSV path writes what the
+    text path writes, and both what the table holds."""
+    cols = "t text" if table == "tricky1" else "id int, t text, v varchar(20)"
+    with pg.connect(database) as conn:
+        conn.execute(f"CREATE TABLE {table} ({cols})")
+        with conn.cursor() as cur:
+            for i, value in enumerate([*TRICKY, None, None]):
+                row = (value,) if table == "tricky1" else (i, value, value and value[:20])
+                marks = ", ".join(["%s"] * len(row))
+                cur.execute(f"INSERT INTO {table} VALUES ({marks})", row)
+    rel, types, schema = _installed(pg, database, table)
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        want = Counter(holder.execute(f"SELECT * FROM {table}").fetchall())
+        results = {}
+        for block in (chunks.CSV_BLOCK_BYTES, 0):
+            location = f"file://{tmp_path}/data/{table}-{block}.parquet"
+            results[block] = copy_chunk(_task(pg, database, rel, types, schema, snapshot,
+                                              location, batch_rows=4, csv_block_bytes=block))
+    finally:
+        holder.close()
+    assert not results[chunks.CSV_BLOCK_BYTES].text_path and results[0].text_path
+    for result in results.values():
+        data = pq.read_table(result.path.removeprefix("file://"))
+        names = [c.column.name for c in LayoutCache(types).get(rel).live]
+        got = Counter(zip(*(data.column(n).to_pylist() for n in names), strict=True))
+        assert got == want
+        assert result.rows == len(TRICKY) + 2
+
+
 def test_empty_chunk_writes_a_valid_empty_file(pg: LocalPostgres, database: str,
                                                tmp_path: Path) -> None:
     rel, types, schema = _setup_big(pg, database)
@@ -342,7 +438,7 @@ def test_empty_chunk_writes_a_valid_empty_file(pg: LocalPostgres, database: str,
 def test_failure_names_the_chunk_never_the_password(pg: LocalPostgres, database: str,
                                                     tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(snapshotcopy, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(chunks, "RETRY_BACKOFF_S", 0.0)
     rel, types, schema = _setup_big(pg, database)
     location = f"file://{tmp_path}/data/failed.parquet"
     dsn = pg.dsn(database) + " password=s3cr3t-Pw"  # trust auth: accepted, and ignored

@@ -4,7 +4,7 @@ from one exported snapshot, and hand over to the change stream exactly.
 The driver holds the snapshot transaction (:func:`cdclake.catalog.snapshot.export_snapshot`),
 plans each table as chunks of heap blocks (``ctid`` ranges: tables without a key split as
 well as any), stages each mirror's schema (:func:`cdclake.lake.snapshot.open_mirror`) and runs
-one Spark task per chunk (:func:`cdclake.spark.snapshotcopy.copy_chunk`): the executor joins
+one Spark task per chunk (:func:`cdclake.snapshot.chunks.copy_chunk`): the executor joins
 the snapshot, streams the chunk through COPY into one Parquet data file in the mirror's
 location and returns its path and counts — rows never pass through the driver. Then each
 table is committed in one Iceberg transaction that replaces the mirror's files and records the
@@ -46,8 +46,8 @@ from cdclake.lake.catalog import catalog_properties, open_catalog
 from cdclake.lake.snapshot import MirrorSnapshot, open_mirror
 from cdclake.lake.tables import find_mirror
 from cdclake.lake.visibility import SnapshotFacts
+from cdclake.snapshot.chunks import ChunkResult, ChunkTask, copy_chunk, types_to_json
 from cdclake.spark.progress import load_progress
-from cdclake.spark.snapshotcopy import ChunkResult, ChunkTask, copy_chunk, types_to_json
 from cdclake.wal.lsn import format_lsn
 
 if TYPE_CHECKING:

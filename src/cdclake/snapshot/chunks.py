@@ -4,9 +4,16 @@ The driver exports a snapshot (``pg_export_snapshot()``, its transaction held op
 each table as chunks of heap blocks; a worker joins that snapshot (``SET TRANSACTION
 SNAPSHOT``, as ``pg_dump -j`` does), so every chunk sees the same committed state, copies its
 blocks with a TID range scan and streams the rows — converted by
-:class:`cdclake.lake.copyrows.CopyRows` in batches of ``batch_rows`` — into ONE Parquet file
-laid out as the mirror's schema with its field ids, ready for pyiceberg's
+:class:`cdclake.lake.copyrows.CopyRows` in batches of at most ``batch_rows`` — into ONE
+Parquet file laid out as the mirror's schema with its field ids, ready for pyiceberg's
 ``parquet_file_to_data_file``. A chunk is never held in memory whole.
+
+The rows come as COPY's CSV output, read block by block (``csv_block_bytes``) by pyarrow's CSV
+parser into string columns, which CopyRows converts with Arrow kernels where the codec's text
+maps exactly onto them (value by value through the codec elsewhere). A row longer than a block
+(a huge TOASTed value) stops the CSV parser: the chunk is then copied again from scratch, the
+same file overwritten, through COPY's text format and psycopg's row parser — the general path,
+also taken with ``csv_block_bytes = 0``; the result's ``text_path`` says which one ran.
 
 An empty chunk still writes a valid Parquet file with zero rows, so every task has exactly one
 file and the driver's bookkeeping is uniform; the driver skips (and may delete) files whose
@@ -21,12 +28,14 @@ the DSN's password. Everything a task carries is plain data, so Spark can pickle
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
@@ -46,6 +55,8 @@ APPLICATION_NAME = "cdclake-snapshot"
 #: pyiceberg's default data file codec (write.parquet.compression-codec); decimals are
 #: stored as pyiceberg stores them too (int32/int64 up to 18 digits, as the Iceberg spec allows)
 COMPRESSION = "zstd"
+#: bytes of COPY CSV output the parser takes at a time: a row must fit in one
+CSV_BLOCK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,8 @@ class ChunkTask:
     io_properties: dict[str, str] = field(default_factory=dict)  #: pyiceberg FileIO properties
     batch_rows: int = 50_000
     attempts: int = 3
+    #: CSV parser block (a longer row sends the chunk down the text path); 0: text path only
+    csv_block_bytes: int = CSV_BLOCK_BYTES
 
     def blocks(self) -> str:
         end = "end" if self.end_block is None else str(self.end_block)
@@ -89,6 +102,8 @@ class ChunkResult:
     #: columns whose values pyiceberg cannot bound: set their metrics mode to counts
     counts_only: list[str]
     attempts: int  #: how many attempts it took
+    #: copied through COPY's text format: a row longer than a CSV block, or CSV turned off
+    text_path: bool = False
 
 
 # -- the types a relation decodes with, as JSON -------------------------------------------------
@@ -132,7 +147,7 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
     attempts = max(1, task.attempts)
     for attempt in range(1, attempts + 1):
         try:
-            rows, counts_only = _copy_once(task, converter, io)
+            rows, counts_only, text_path = _copy_once(task, converter, io)
             size = len(io.new_input(task.location))
         except (psycopg.Error, OSError) as exc:
             _discard(io, task.location)
@@ -148,14 +163,31 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
             _discard(io, task.location)
             raise
         return ChunkResult(task.table, task.oid, task.index, task.location, rows, size,
-                           time.monotonic() - started, sorted(counts_only), attempt)
+                           time.monotonic() - started, sorted(counts_only), attempt,
+                           text_path)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _copy_once(task: ChunkTask, converter: CopyRows, io: FileIO) -> tuple[int, set[str]]:
+class _RowTooLong(Exception):
+    """A CSV row longer than the parser's block: the chunk must take the text path."""
+
+
+def _copy_once(task: ChunkTask, converter: CopyRows,
+               io: FileIO) -> tuple[int, set[str], bool]:
+    """(rows, counts-only columns, whether the text path ran) of one attempt."""
+    if task.csv_block_bytes > 0:
+        try:
+            return (*_copy(task, converter, io, csv=True), False)
+        except _RowTooLong:
+            pass  # from scratch, the file overwritten: nothing of the CSV attempt is kept
+    return (*_copy(task, converter, io, csv=False), True)
+
+
+def _copy(task: ChunkTask, converter: CopyRows, io: FileIO, *,
+          csv: bool) -> tuple[int, set[str]]:
     counts_only: set[str] = set()
     total = 0
-    statement = converter.copy_statement(task.first_block, task.end_block)
+    statement = converter.copy_statement(task.first_block, task.end_block, csv=csv)
     with psycopg.connect(task.dsn, autocommit=False,
                          application_name=APPLICATION_NAME) as conn:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -172,25 +204,139 @@ def _copy_once(task: ChunkTask, converter: CopyRows, io: FileIO) -> tuple[int, s
                     pq.ParquetWriter(out, converter.file_schema, compression=COMPRESSION,
                                      store_decimal_as_integer=True) as writer, \
                     cur.copy(statement) as copy:
-                batch: list[tuple[Any, ...]] = []
-                for row in copy.rows():
-                    batch.append(row)
-                    if len(batch) >= task.batch_rows:
-                        total += _write(converter, batch, writer, counts_only)
-                        batch = []
-                if batch:
-                    total += _write(converter, batch, writer, counts_only)
+                if csv:
+                    total = _read_csv(task, converter, copy, writer, counts_only)
+                else:
+                    total = _read_text(task, converter, copy, writer, counts_only)
         conn.rollback()
     return total, counts_only
 
 
-def _write(converter: CopyRows, rows: list[tuple[Any, ...]], writer: pq.ParquetWriter,
-           counts_only: set[str]) -> int:
+def _read_text(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
+               writer: pq.ParquetWriter, counts_only: set[str]) -> int:
+    total = 0
+    batch: list[tuple[Any, ...]] = []
+    for row in copy.rows():
+        batch.append(row)
+        if len(batch) >= task.batch_rows:
+            total += _write_rows(converter, batch, writer, counts_only)
+            batch = []
+    if batch:
+        total += _write_rows(converter, batch, writer, counts_only)
+    return total
+
+
+def _read_csv(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
+              writer: pq.ParquetWriter, counts_only: set[str]) -> int:
+    total = 0
+    step = max(1, task.batch_rows)
+    with _CopyStream(copy) as stream:
+        if stream.empty():  # the CSV reader refuses an input without a byte
+            return 0
+        reader = _parsing(converter, lambda: converter.csv_reader(stream,
+                                                                  task.csv_block_bytes))
+        batches: Iterator[pa.RecordBatch] = iter(reader)
+        while (batch := _parsing(converter, lambda: next(batches, None))) is not None:
+            for start in range(0, batch.num_rows, step):
+                data = converter.from_strings(batch.slice(start, step).columns)
+                total += _write_table(data, writer, counts_only)
+    return total
+
+
+def _parsing(converter: CopyRows, fn: Callable[[], Any]) -> Any:
+    """``fn()`` of the CSV reader: a row longer than its block -> _RowTooLong, any other
+    parse failure -> one LakeError (PostgreSQL's CSV output is not what it was taken for).
+    A read failure (psycopg.Error) comes through as itself, for the retry."""
+    try:
+        return fn()
+    except pa.ArrowInvalid as exc:
+        if "straddling" in str(exc):
+            raise _RowTooLong(str(exc)) from exc
+        raise LakeError(f"{converter.table}: COPY CSV output does not parse: "
+                        f"{' '.join(str(exc).split())}") from exc
+
+
+class _CopyStream:
+    """A read-only file over COPY TO's data messages (one per row), for pyarrow's CSV reader.
+
+    pyarrow calls ``read`` on a thread of its own, reading the next block while the caller
+    converts the last one, so the Copy belongs to that thread until :meth:`close`, which waits
+    for a read in flight and ends reading (EOF from then on): only after it may the caller's
+    thread leave the copy block (which, after an error, cancels and drains the COPY).
+    """
+
+    def __init__(self, copy: psycopg.Copy) -> None:
+        self._copy = copy
+        self._lock = threading.Lock()
+        # bytes read, not yet handed out; a bytearray: keeping psycopg's buffers (one per
+        # row, allocated by libpq) until a block is full costs several times the read itself
+        self._buffer = bytearray()
+        self._eof = False
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, n: int) -> None:
+        buffer = self._buffer
+        read = self._copy.read
+        while len(buffer) < n and not self._eof:
+            data = read()
+            if data:
+                buffer += data
+            else:
+                self._eof = True
+
+    def empty(self) -> bool:
+        """No byte at all (a chunk without rows)."""
+        with self._lock:
+            self._fill(1)
+            return not self._buffer
+
+    def read(self, n: int = -1) -> bytes | bytearray:
+        """Exactly ``n`` bytes (fewer only at the end). The buffer handed out is never
+        touched again (pyarrow may keep it without a copy)."""
+        with self._lock:
+            if self._closed:
+                return b""
+            want = n if n >= 0 else 1 << 62
+            self._fill(want)
+            out = self._buffer
+            if len(out) > want:  # the rest (less than a row) starts the next block
+                self._buffer = out[want:]
+                del out[want:]
+            else:
+                self._buffer = bytearray()
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._buffer = bytearray()
+
+    def __enter__(self) -> _CopyStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_rows(converter: CopyRows, rows: list[tuple[Any, ...]], writer: pq.ParquetWriter,
+                counts_only: set[str]) -> int:
     bad = next((v for v in rows[0] if v is not None and not isinstance(v, str)), None)
     if bad is not None:
         raise LakeError(f"{converter.table}: COPY returned {type(bad).__name__} values where "
                         "text was expected")
-    data = converter.to_arrow(rows)
+    return _write_table(converter.to_arrow(rows), writer, counts_only)
+
+
+def _write_table(data: pa.Table, writer: pq.ParquetWriter, counts_only: set[str]) -> int:
+    if not data.num_rows:
+        return 0
     counts_only.update(counts_only_columns(data))
     writer.write_table(data)
     return data.num_rows
