@@ -353,13 +353,13 @@ def vectorized(codec: Codec) -> Vectorized | None:
     """
     parser = getattr(codec.value_from_text, "__wrapped__", None)
     t = codec.arrow_type
-    if parser is codecs._identity:
+    if parser is codecs.as_is:
         return _as_is if t == pa.string() else None
     if parser is int and pa.types.is_integer(t):
         return _guarded_cast(_INT_RE, t)
     if parser is float and t == pa.float64():
         return _guarded_cast(_FLOAT_RE, t)
-    if parser is codecs._float4_from_text and t == pa.float32():
+    if parser is codecs.float4_from_text and t == pa.float32():
         return _guarded_cast(_FLOAT_RE, t)
     if parser is scalars.bool_from_text and t == pa.bool_():
         return _bool
@@ -378,21 +378,9 @@ def vectorized(codec: Codec) -> Vectorized | None:
     if parser is scalars.bytea_from_text and t == pa.binary():
         return _bytea
     if pa.types.is_list(t) and pa.types.is_integer(t.value_type) \
-            and _array_element_parser(parser) == (int, ","):
+            and getattr(parser, "element", None) == (int, ","):
         return _int_list(t)
     return None
-
-
-def _array_element_parser(parser: object) -> tuple[object, object] | None:
-    """(element parser, delimiter) of an array codec's ``value_from_text``
-    (cdclake.tuples.codecs ``_Builder.array``), read from its closure; None for any other."""
-    code = getattr(parser, "__code__", None)
-    closure = getattr(parser, "__closure__", None)
-    if code is None or closure is None \
-            or code.co_qualname != "_Builder.array.<locals>.from_text":
-        return None
-    cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True))
-    return cells.get("efrom"), cells.get("delim")
 
 
 def _try(fast: Vectorized, strings: pa.Array) -> pa.Array | None:

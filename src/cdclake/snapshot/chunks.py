@@ -16,8 +16,8 @@ same file overwritten, through COPY's text format and psycopg's row parser — t
 also taken with ``csv_block_bytes = 0``; the result's ``text_path`` says which one ran.
 
 An empty chunk still writes a valid Parquet file with zero rows, so every task has exactly one
-file and the driver's bookkeeping is uniform; the driver skips (and may delete) files whose
-result says ``rows == 0`` instead of adding them to the table.
+file and the driver's bookkeeping is uniform (an empty table's mirror gets one empty file, and
+so a committed snapshot).
 
 A failure to read (psycopg.Error) or write (OSError) is retried ``attempts`` times with a
 short backoff; the partial file is deleted each time. The last failure raises one line naming

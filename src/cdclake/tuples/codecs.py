@@ -52,7 +52,8 @@ MAX_DECIMAL_PRECISION = 38
 FORMAT_ERRORS = (ValueError, struct.error, IndexError, KeyError, OverflowError)
 
 
-def _identity(s: str) -> str:
+def as_is(s: str) -> str:
+    """The ``value_from_text`` of a type whose value is its text (text, json, interval, ...)."""
     return s
 
 
@@ -80,7 +81,7 @@ class Codec:
         self.value: ValueFn = _guard(value if value is not None else text,
                                      f"{type_name} value in {where}")
         self.value_from_text: FromTextFn = _guard(
-            value_from_text if value_from_text is not None else _identity,
+            value_from_text if value_from_text is not None else as_is,
             f"{type_name} text in {where}")
 
     def __repr__(self) -> str:
@@ -114,14 +115,14 @@ class _Parts:
         self.arrow_type = arrow_type
         self.text = text
         self.value = value if value is not None else text
-        self.from_text = from_text if from_text is not None else _identity
+        self.from_text = from_text if from_text is not None else as_is
 
 
 def _string(text: TextFn) -> _Parts:
     return _Parts(pa.string(), text)
 
 
-def _float4_from_text(s: str) -> float:
+def float4_from_text(s: str) -> float:
     """The float32 nearest to the decimal ``s`` (exactly, not via a double)."""
     d = float(s)
     if math.isnan(d) or math.isinf(d) or d == 0.0:
@@ -186,7 +187,7 @@ _SIMPLE: dict[str, Callable[[], _Parts]] = {
     "xidout": lambda: _Parts(pa.int64(), scalars.uint4_text, scalars.uint4_value, int),
     "cidout": lambda: _Parts(pa.int64(), scalars.uint4_text, scalars.uint4_value, int),
     "xid8out": lambda: _Parts(pa.uint64(), scalars.uint8_text, scalars.uint8_value, int),
-    "float4out": lambda: _Parts(pa.float32(), _float4_text, _f4, _float4_from_text),
+    "float4out": lambda: _Parts(pa.float32(), _float4_text, _f4, float4_from_text),
     "float8out": lambda: _Parts(pa.float64(), _float8_text, _f8, float),
     "textout": lambda: _string(scalars.utf8_text),
     "varcharout": lambda: _string(scalars.utf8_text),
@@ -325,6 +326,8 @@ class _Builder:
         def from_text(s: str) -> list[object]:
             return [None if x is None else efrom(x) for x in arrays.parse_literal(s, delim)]
 
+        # what a reader of many such texts at once needs to know (lake.copyrows)
+        from_text.element = (efrom, delim)  # type: ignore[attr-defined]
         return _Parts(pa.list_(elem.arrow_type), text, value, from_text)
 
     def vector(self, info: TypeInfo) -> _Parts:
