@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from decode import WIDE_DDL, WIDE_LOAD
 
 from cdclake.catalog.install import install
@@ -153,19 +154,25 @@ def peak_rss(pg: LocalPostgres, db: str, base: Path, table: str) -> None:
     blocks = pg.sql(f"SELECT pg_relation_size('{table}') / 8192", db)[0][0]
     for label, size in (("a quarter of", max(1, blocks // 4)), ("all of", blocks + 1)):
         with chunk_tasks(pg, db, base, table, size * 8192, f"rss{size}") as tasks:
+            read, write = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child: copy the first chunk, nothing else
                 try:
                     copy_chunk(tasks[0])
+                    os.write(write, str(pa.default_memory_pool().max_memory()).encode())
                 finally:
                     os._exit(0)
+            os.close(write)
+            with os.fdopen(read) as pipe:
+                arrow_peak = int(pipe.read() or 0)
             _, status, usage = os.wait4(pid, 0)
             if status:
                 raise SystemExit(f"the copy of {table} failed in the child ({status})")
             rows = pg.sql(f"SELECT count(*) FROM {table} WHERE ctid < '({size},0)'::tid",
                           db)[0][0]
             print(f"peak RSS copying {label} {table} ({rows:,} rows, one chunk): "
-                  f"{usage.ru_maxrss / 1024:,.0f} MiB")
+                  f"{usage.ru_maxrss / 1024:,.0f} MiB (Arrow's memory pool at most "
+                  f"{arrow_peak / 2**20:,.0f} MiB)")
 
 
 def profile(pg: LocalPostgres, db: str, base: Path, table: str, chunk_size: int) -> None:

@@ -184,11 +184,15 @@ class CopyRows:
         whose only value is NULL is an empty line (kept: it is a row). Nothing is inferred:
         every column is a string. A row longer than ``block_size`` raises ArrowInvalid
         ("straddling object ...") — the caller reads such a chunk the general way instead.
+        Blocks are read on demand, not ahead on a thread: memory stays at a block or two
+        however long the chunk (readahead held up to eight blocks when reading outran the
+        conversion).
         """
         names = [f"c{i}" for i in range(len(self.selected) or 1)]
         return pcsv.open_csv(
             source,
-            read_options=pcsv.ReadOptions(column_names=names, block_size=int(block_size)),
+            read_options=pcsv.ReadOptions(column_names=names, block_size=int(block_size),
+                                        use_threads=False),
             parse_options=pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
             convert_options=pcsv.ConvertOptions(
                 column_types={n: pa.string() for n in names}, null_values=[""],
