@@ -259,10 +259,10 @@ def _parsing(converter: CopyRows, fn: Callable[[], Any]) -> Any:
 class _CopyStream:
     """A read-only file over COPY TO's data messages (one per row), for pyarrow's CSV reader.
 
-    pyarrow calls ``read`` on a thread of its own, reading the next block while the caller
-    converts the last one, so the Copy belongs to that thread until :meth:`close`, which waits
-    for a read in flight and ends reading (EOF from then on): only after it may the caller's
-    thread leave the copy block (which, after an error, cancels and drains the COPY).
+    The CSV reader reads blocks on demand (``use_threads=False``), but pyarrow may still call
+    ``read`` from a thread of its own, so reads hold a lock and :meth:`close` waits for a read
+    in flight and ends reading (EOF from then on): only after it may the caller's thread leave
+    the copy block (which, after an error, cancels and drains the COPY).
     """
 
     def __init__(self, copy: psycopg.Copy) -> None:
