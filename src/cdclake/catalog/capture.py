@@ -43,6 +43,20 @@ def capture(dsn: str) -> tuple[int, Dictionary]:
     return at, d
 
 
+def database_oid(dsn: str) -> int:
+    """The source database's OID: it selects which records of the WAL are decoded."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
+    except psycopg.Error as exc:
+        raise SourceError(f"cannot connect to the source ({dsn}): {exc}") from exc
+    assert row is not None
+    return int(row[0])
+
+
 def sql_resolver(dsn: str, dictionary: Dictionary) -> Callable[[RelFileLocator, int],
                                                                 RelationVersion | None]:
     """Map a relfilenode the WAL did not explain to its owner via SQL, if it still exists."""

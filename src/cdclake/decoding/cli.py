@@ -16,12 +16,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TextIO
 
-from cdclake.catalog.capture import sql_resolver
+from cdclake.catalog.capture import database_oid, sql_resolver
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.config import Config, parse_size
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
-from cdclake.errors import ConfigError, SourceError
+from cdclake.errors import ConfigError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.source import DirectorySource
 
@@ -48,19 +48,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a saved dictionary (JSON) to start from instead of an empty one")
     p.add_argument("--output", default="-", help="output file, or - for stdout")
     p.add_argument("--stats", action="store_true", help="print run statistics to stderr")
-
-
-def database_oid(dsn: str) -> int:
-    import psycopg
-
-    try:
-        with psycopg.connect(dsn) as conn:
-            row = conn.execute(
-                "SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
-    except psycopg.Error as exc:
-        raise SourceError(f"cannot connect to the source ({dsn}): {exc}") from exc
-    assert row is not None
-    return int(row[0])
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.catalog.walclass import PgClassTracker
 from cdclake.decoding.decode import CatalogTracker, Decoder, DecodeStats
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reassembly import OutputPlugin, Replayer, Resolver
 from cdclake.decoding.reorder import ReorderBuffer, clean_spill_dir
+from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import SegmentSource
 

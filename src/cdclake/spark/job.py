@@ -147,7 +147,7 @@ class _Inherited:
             if not config.source_dsn:
                 raise ConfigError("the first batch needs the source database's OID: set "
                                   "CDCLAKE_SOURCE_DSN (or pass db_oid)")
-            from cdclake.decoding.cli import database_oid
+            from cdclake.catalog.capture import database_oid
 
             db_oid = database_oid(config.source_dsn)
         if start_lsn is None and dictionary is None:

@@ -23,7 +23,6 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RelationVersion, TypeInfo
-from cdclake.catalog.walclass import PgClassTracker
 from cdclake.decoding import stream
 from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.decode import Decoder
@@ -31,6 +30,7 @@ from cdclake.decoding.filter import Filter
 from cdclake.decoding.plugins.arrow import ArrowChanges
 from cdclake.decoding.reassembly import Replayer
 from cdclake.decoding.reorder import ReorderBuffer, clean_spill_dir
+from cdclake.decoding.walclass import PgClassTracker
 from cdclake.spark.routing import owner
 from cdclake.spark.txnstate import DecoderState, OpenTxn, restore_open, save_open
 from cdclake.wal.record import XLogRecord

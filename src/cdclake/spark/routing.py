@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from cdclake.catalog.walclass import PG_CLASS_OID
 from cdclake.decoding.rmgrs import TXN, memberships
+from cdclake.decoding.walclass import PG_CLASS_OID
 from cdclake.spark.segments import ParsedSegment
 from cdclake.wal.record import RM_RELMAP_ID, XLogRecord
 from cdclake.wal.rmgr import relmap

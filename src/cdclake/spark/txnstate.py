@@ -22,10 +22,10 @@ from typing import Any
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
-from cdclake.catalog.walclass import PgClassRow
 from cdclake.decoding.decode import Decoder
 from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.decoding.spill import MAGIC, encode_change, spill_file_name
+from cdclake.decoding.walclass import PgClassRow
 from cdclake.errors import SpillError
 
 #: key of restored spill files in TXN.spill_files: before every segment number, so changes

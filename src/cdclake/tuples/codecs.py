@@ -25,7 +25,6 @@ from fractions import Fraction
 
 import pyarrow as pa
 
-from cdclake.catalog.model import TypeInfo
 from cdclake.errors import TupleDecodeError, UnsupportedTypeError
 from cdclake.tuples import (
     arrays,
@@ -39,6 +38,7 @@ from cdclake.tuples import (
     scalars,
     textsearch,
 )
+from cdclake.tuples.desc import TypeInfo
 
 TextFn = Callable[[bytes], str]
 ValueFn = Callable[[bytes], object]

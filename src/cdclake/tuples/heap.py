@@ -1,7 +1,7 @@
 """Heap tuple deforming: a logged tuple's bytes -> one raw datum per pg_attribute slot.
 
 This is ``heap_deform_tuple`` (access/common/heaptuple.c) without a TupleDesc: the dictionary's
-:class:`~cdclake.catalog.model.Column` rows carry the attlen/attalign that drive the walk.
+:class:`~cdclake.tuples.desc.Column` rows carry the attlen/attalign that drive the walk.
 Dropped columns are walked too (old tuples still hold their bytes) but yield None, so the
 result lines up with ``RelationVersion.columns`` by index.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cdclake.catalog.model import Column
 from cdclake.errors import TupleDecodeError
+from cdclake.tuples.desc import Column
 from cdclake.wal.record import SIZEOF_HEAP_TUPLE_HEADER, WalTuple
 
 HEAP_HASNULL = 0x0001

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import lz4.block
 
+from cdclake import pglz
 from cdclake.errors import TupleDecodeError
-from cdclake.tuples import pglz
 from cdclake.wal.record import WalTuple
 
 VARTAG_INDIRECT = 1

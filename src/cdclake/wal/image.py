@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from cdclake import pglz
 from cdclake.errors import WalCorruptError
-from cdclake.tuples import pglz
 from cdclake.wal.record import (
     BKPIMAGE_COMPRESS_LZ4,
     BKPIMAGE_COMPRESS_PGLZ,

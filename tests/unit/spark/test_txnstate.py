@@ -6,10 +6,10 @@ from pathlib import Path
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
-from cdclake.catalog.walclass import PgClassRow
 from cdclake.decoding.changes import INSERT, Change
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.spill import encode_change
+from cdclake.decoding.walclass import PgClassRow
 from cdclake.spark.txnstate import OpenTxn, restore_open, save_open
 from cdclake.wal.record import RelFileLocator, WalTuple
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdclake import pglz
 from cdclake.errors import TupleDecodeError
-from cdclake.tuples import pglz
 from cdclake.tuples.codecs import codec_for
 from cdclake.tuples.varlena import (
     ToastPointer,
