@@ -21,7 +21,7 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from cdclake.catalog.model import RELKIND_TOAST, RelationVersion, type_from_json
+from cdclake.catalog.model import RelationVersion, type_from_json
 from cdclake.catalog.types import TypeCatalog
 from cdclake.errors import DecodingError
 from cdclake.wal.lsn import format_lsn
@@ -96,11 +96,6 @@ class Dictionary:
             return True
         since = self._toast.get(loc)
         return since is not None and since <= lsn
-
-    def is_toast(self, spc: int, relfilenode: int, lsn: int) -> bool:
-        loc = (spc, relfilenode)
-        since = self._toast.get(loc)
-        return (since is not None and since <= lsn) or self._catalogs.get(loc) == RELKIND_TOAST
 
     def versions(self) -> list[RelationVersion]:
         return sorted((v for vs in self._by_oid.values() for v in vs),

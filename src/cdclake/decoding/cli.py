@@ -19,8 +19,9 @@ from typing import TextIO
 from cdclake.catalog.capture import database_oid, sql_resolver
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.config import Config, parse_size
+from cdclake.decoding.context import DecodeOptions
 from cdclake.decoding.plugins.test_decoding import TestDecoding
-from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
+from cdclake.decoding.session import DecodeResult, decode
 from cdclake.errors import ConfigError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.source import DirectorySource

@@ -1,6 +1,6 @@
 """Decode: WAL records -> reorder-buffer changes and transaction events (PostgreSQL's decode.c).
 
-The cheapest filtering gates run here, before anything is buffered (seed 000 §12.4.1):
+The cheapest filtering gates run here, before anything is buffered, as in PostgreSQL:
 gate 1 drops records of other databases from the block reference alone, before the record is
 parsed; gate 2 drops changes with a replication origin when ``origin=none``; gate 4 drops
 changes to relations known to be catalogs or TOAST deletions. Whatever cannot be decided yet
@@ -13,7 +13,7 @@ also tells the Spark shuffle which records these handlers read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from cdclake.decoding import rmgrs
@@ -35,11 +35,13 @@ from cdclake.decoding.changes import (
 )
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
-from cdclake.errors import DecodingError
+from cdclake.decoding.startup import Startup
 from cdclake.tuples.varlena import toast_chunk
-from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
+
+#: pg_control.h: the XLOG record a clean shutdown writes; nothing runs before it
+XLOG_CHECKPOINT_SHUTDOWN = 0x00
 
 #: prefix of the WAL messages `cdclake source install` makes the source emit on DDL
 DDL_PREFIX = "cdclake.ddl"
@@ -76,7 +78,6 @@ class DecodeStats:
     #: changes not queued because their record precedes ``Decoder.skip_before``
     cut_before_start: int = 0
     last_lsn: int = 0
-    by_rmgr: dict[int, int] = field(default_factory=dict)
 
 
 class Decoder:
@@ -94,7 +95,7 @@ class Decoder:
 
     def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
                  start_lsn: int, version: int, tracker: CatalogTracker | None = None,
-                 skip_before: int = 0) -> None:
+                 skip_before: int = 0, startup: Startup | None = None) -> None:
         self.db_oid = db_oid
         self.rb = buffer
         self.replay = replay
@@ -104,18 +105,15 @@ class Decoder:
         self.tracker = tracker
         self.skip_before = skip_before
         self.stats = DecodeStats()
-        #: xids running at the first RUNNING_XACTS record read; they may have changes before
-        #: the first WAL we read, so emitting one of them would risk an incomplete transaction.
-        #: In the dictionary-start mode nothing is suspect (empty from the start, and carried
-        #: so to later batches): a transaction with changes before the first WAL read began
-        #: before the install, so those changes precede ``skip_before`` and are cut anyway, as
-        #: are the earlier changes of every transaction open across the install. The lake never
-        #: needs them: the initial snapshot waits until every transaction older than the
-        #: install has ended, so it holds their effects, and the merge hands over from it by
-        #: transaction visibility.
-        self.maybe_incomplete: set[int] | None = set() if skip_before else None
-        #: the WAL read starts at a shutdown checkpoint: nothing can be running before it
-        self.clean_start = False
+        #: when a committing transaction is provably whole (:mod:`cdclake.decoding.startup`);
+        #: a continued decoder gets the previous batch's. In the dictionary-start mode nothing
+        #: is suspect: a transaction with changes before the first WAL read began before the
+        #: install, so those changes precede ``skip_before`` and are cut anyway, as are the
+        #: earlier changes of every transaction open across the install. The lake never needs
+        #: them: the initial snapshot waits until every transaction older than the install has
+        #: ended, so it holds their effects, and the merge hands over from it by transaction
+        #: visibility.
+        self.startup = startup or (Startup.at_dictionary() if skip_before else Startup())
         #: the handler of each rmgr id (the rmgr table's ``decode``), built once
         self._dispatch = rmgrs.dispatch(self)
 
@@ -135,8 +133,7 @@ class Decoder:
 
     def _xlog(self, rec: XLogRecord) -> None:
         if self.stats.records == 1:
-            # A shutdown checkpoint first: nothing was running, every transaction is whole.
-            self.clean_start = (rec.info & 0xF0) == 0x00
+            self.startup.first_record((rec.info & 0xF0) == XLOG_CHECKPOINT_SHUTDOWN)
 
     def _relmap(self, rec: XLogRecord) -> None:
         if self.tracker is None:
@@ -262,8 +259,7 @@ class Decoder:
         if rec.info & 0xF0 != standby.XLOG_RUNNING_XACTS:
             return
         rx = standby.parse(rec)
-        if self.maybe_incomplete is None:
-            self.maybe_incomplete = set() if self.clean_start else {*rx.xids, *rx.subxids}
+        self.startup.running_xacts((*rx.xids, *rx.subxids))
         self.rb.abort_old(rx.oldest_running_xid)
 
     # -- transactions --------------------------------------------------------------------------
@@ -316,24 +312,7 @@ class Decoder:
         if rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
             self.stats.skipped_before_start += 1
         else:
-            self._check_complete(xid, f.subxacts, rec.lsn)
+            self.startup.check(xid, f.subxacts, rec.lsn)
             self.replay.replay(info, self.rb.merged_changes(members))
             self.stats.emitted += 1
         self.rb.discard(xid, f.subxacts)
-
-    def _check_complete(self, xid: int, subxids: tuple[int, ...], lsn: int) -> None:
-        """Refuse to emit a transaction that may have changes before the first WAL read
-        (never in the dictionary-start mode: see ``maybe_incomplete``)."""
-        suspects = self.maybe_incomplete
-        if suspects is None:
-            if self.clean_start:
-                return
-            raise DecodingError(
-                f"transaction {xid} commits at {format_lsn(lsn)} but no running-xacts record "
-                "was read before it, so it may have changes before the first WAL read; "
-                "decode from an earlier segment (one before the start LSN's checkpoint)")
-        if xid in suspects or any(s in suspects for s in subxids):
-            raise DecodingError(
-                f"transaction {xid} commits at {format_lsn(lsn)} but was already running at "
-                "the first running-xacts record read, so some of its changes may precede the "
-                "first WAL read; decode from an earlier segment")

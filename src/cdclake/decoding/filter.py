@@ -35,7 +35,8 @@ class Filter:
             return d.is_catalog(loc.spc, loc.rel, lsn)
         if not v.is_user_table:
             return True
-        return bool(self.tables) and f"{v.schema}.{v.name}" not in self.tables
+        return not self.keeps_table(v.schema, v.name)
 
     def keeps_table(self, schema: str, name: str) -> bool:
+        """Gate 3 by name: also what commit processing asks of relations decided late."""
         return not self.tables or f"{schema}.{name}" in self.tables

@@ -1,11 +1,12 @@
 """The ReorderBuffer: changes collected per transaction until its commit decides their fate.
 
-Seeds 000/001: ``by_txn`` maps an xid to its TXN (first LSN, changes in LSN order, size,
-spill state). Every queued change is counted against ``work_mem``; past it the heaviest
-(sub)transaction is serialized to spill files and its memory released, so memory stays bounded
-by work_mem however large a transaction grows. At commit the top-level transaction and the
-subtransactions its commit record names are merged back into one LSN-ordered stream, reading
-spilled changes back lazily (seed 003).
+As in PostgreSQL's reorderbuffer.c, ``by_txn`` maps an xid to its TXN (first LSN, changes in
+LSN order, size, spill state). Every queued change is counted against ``work_mem``; past it
+the heaviest (sub)transaction is serialized to spill files and its memory released, so memory
+stays bounded by work_mem however large a transaction grows. At commit the top-level
+transaction and the subtransactions its commit record names are merged back into one
+LSN-ordered stream, reading spilled changes back lazily (commit processing:
+:mod:`cdclake.decoding.reassembly`).
 """
 
 from __future__ import annotations
@@ -88,9 +89,6 @@ class ReorderBuffer:
         self.spilled_bytes = 0
 
     # -- transactions --------------------------------------------------------------------------
-
-    def get(self, xid: int) -> TXN | None:
-        return self.by_txn.get(xid)
 
     def txn(self, xid: int, lsn: int) -> TXN:
         t = self.by_txn.get(xid)
@@ -201,11 +199,6 @@ class ReorderBuffer:
         for x in dropped:
             self.discard(x)
         return dropped
-
-    def restart_lsn(self) -> int | None:
-        """Oldest first LSN of a buffered transaction: where a restart must re-read from."""
-        firsts = [t.first_lsn for t in self.by_txn.values()]
-        return min(firsts) if firsts else None
 
 
 def clean_spill_dir(spill_dir: Path) -> int:

@@ -1,6 +1,6 @@
 """The Spark decode job: one batch of archived segments -> ``changes/<batch>/``.
 
-Stages (ARCHITECTURE.md, "On Spark"): tasks parse segments in parallel (each also reads the
+Stages (docs/architecture.md, the data flow): tasks parse segments in parallel (each also reads the
 head of the next segment for a straddling record, and classifies records with the rmgr table
 of :mod:`cdclake.decoding.rmgrs`); the driver collects the subtransaction memberships; records
 are shuffled by top-level xid into ``spark_partitions`` partitions (the records every
@@ -35,13 +35,14 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.config import Config
+from cdclake.decoding.carry import OpenTxn, open_memberships
+from cdclake.decoding.startup import Startup
 from cdclake.errors import ConfigError, DecodingError, StoreError, WalCorruptError
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route, segment_facts
 from cdclake.spark.segments import ParsedSegment, parse_segment
-from cdclake.spark.txnstate import DecoderState, OpenTxn, open_memberships
 from cdclake.spark.writer import write_stream
 from cdclake.wal.lsn import format_lsn
 
@@ -122,7 +123,7 @@ class _Inherited:
     db_oid: int
     start_lsn: int
     dictionary: dict[str, Any]
-    decoder: DecoderState | None
+    startup: Startup | None
     open_txns: list[OpenTxn]
     confirmed_lsn: int
     version: int
@@ -137,7 +138,7 @@ class _Inherited:
         except Exception as exc:
             raise StoreError(f"cannot read the dictionary {store.url(p.dictionary_key)} that "
                              f"batch {p.batch} left: {exc}") from exc
-        return cls(p.db_oid, p.start_lsn, dictionary, p.decoder, p.open_txns, p.confirmed_lsn,
+        return cls(p.db_oid, p.start_lsn, dictionary, p.startup, p.open_txns, p.confirmed_lsn,
                    p.version)
 
     @classmethod
@@ -190,7 +191,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
             partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
             version=version, segment_size=size, work_mem=config.work_mem,
             tables=frozenset(config.tables), rows_per_part=ROWS_PER_PART,
-            dictionary=state.dictionary, decoder=state.decoder, open_txns=state.open_txns,
+            dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
             store=store, layout=layout,
             spill_dir=str(config.spill_dir) if config.spill_dir else None,
             skip_before=state.start_lsn if state.from_dictionary else 0)
@@ -265,8 +266,8 @@ def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
             next_lsn: int, version: int) -> BatchResult:
     """Check the partitions agree, write the stream, then the state (progress last)."""
     dictionaries = {r.dictionary for r in results}
-    decoders = {r.decoder for r in results}
-    if len(dictionaries) != 1 or len(decoders) != 1:
+    startups = {json.dumps(r.startup.to_json()) for r in results}
+    if len(dictionaries) != 1 or len(startups) != 1:
         raise DecodingError(f"batch {plan.name}: reorder-buffer partitions ended with "
                             "different dictionaries or decoder states; a record every "
                             "partition needs was not broadcast (a cdclake bug)")
@@ -284,7 +285,7 @@ def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
         seq=plan.seq, batch=plan.name, next_lsn=next_lsn, last_segment=plan.segments[-1],
         confirmed_lsn=confirmed, restart_lsn=restart, start_lsn=state.start_lsn,
         db_oid=state.db_oid, version=version, segment_size=plan.segment_size,
-        dictionary_key=dictionary_key, decoder=decoders.pop(), open_txns=open_txns))
+        dictionary_key=dictionary_key, startup=results[0].startup, open_txns=open_txns))
     if progress is not None:  # the previous batch's open transactions are now ours
         _clear(store, layout.spill_prefix(progress.batch))
     stats: dict[str, int] = {}

@@ -1,83 +1,53 @@
 """Stages 2-6 in one Spark partition: decode, buffer, reassemble and collect owned rows.
 
-Every partition runs the same code as a local decode (:mod:`cdclake.decoding.session`) over
-the records routed to it in LSN order: its own transactions' changes plus the broadcast
-records, so each keeps the same dictionary. Only transactions it owns are replayed; their rows
-are collected per relation version (the Arrow plugin's row building, without writing files)
-and returned to the driver, which orders them by commit LSN and writes the batch.
+Every partition builds its decoding context as a local decode does
+(:func:`cdclake.decoding.context.create_decoding_context`) and feeds it the records routed to
+it in LSN order: its own transactions' changes plus the broadcast records, so each keeps the
+same dictionary. Only transactions it owns are emitted; the Arrow plugin's row builder hands
+their rows, per relation version, to a sink that keeps them for the task result, and the
+driver orders them by commit LSN and writes the batch. What the partition adds is moving
+bytes: the previous batch's open transactions from the store, this batch's to it.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyarrow import fs as pafs
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.catalog.model import RelationVersion, TypeInfo
+from cdclake.catalog.model import RelationVersion
 from cdclake.decoding import stream
-from cdclake.decoding.changes import TxnInfo
-from cdclake.decoding.decode import Decoder
-from cdclake.decoding.filter import Filter
-from cdclake.decoding.plugins.arrow import ArrowChanges
-from cdclake.decoding.reassembly import Replayer
-from cdclake.decoding.reorder import ReorderBuffer, clean_spill_dir
-from cdclake.decoding.walclass import PgClassTracker
+from cdclake.decoding.carry import OpenTxn
+from cdclake.decoding.context import DecodeOptions, create_decoding_context
+from cdclake.decoding.plugins.arrow import ArrowRows
+from cdclake.decoding.startup import Startup
 from cdclake.spark.routing import owner
-from cdclake.spark.txnstate import DecoderState, OpenTxn, restore_open, save_open
 from cdclake.wal.record import XLogRecord
 
 #: (commit LSN, LSN, seq) of a row: the stream's order
 RowKey = tuple[int, int, int]
 
 
-class OwnedReplay:
-    """The decoder's Replay for one partition: catalog changes always, emission if owned."""
+class KeptParts:
+    """A row sink keeping each relation version's parts as Arrow tables for the task result."""
 
-    def __init__(self, replayer: Replayer, index: int, partitions: int) -> None:
-        self.replayer = replayer
-        self.index = index
-        self.partitions = partitions
-        self.last_commit = 0
-
-    def owns(self, xid: int) -> bool:
-        return owner(xid, self.partitions) == self.index
-
-    def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None:
-        self.replayer.apply_catalog(events, info)
-
-    def replay(self, info: TxnInfo, changes: object) -> None:
-        if self.owns(info.xid):
-            self.replayer.replay(info, changes)  # type: ignore[arg-type]
-            self.last_commit = max(self.last_commit, info.final_lsn)
-
-    def message(self, lsn: int, prefix: str, content: bytes) -> None:
-        if self.index == 0:  # non-transactional: once, not once per partition
-            self.replayer.message(lsn, prefix, content)
-
-
-class RowCollector(ArrowChanges):
-    """The Arrow plugin, keeping each full buffer as an Arrow table instead of a file."""
-
-    def __init__(self, types: Mapping[int, TypeInfo], rows_per_part: int) -> None:
-        super().__init__(pafs.LocalFileSystem(), "", "", types, rows_per_part=rows_per_part)
+    def __init__(self) -> None:
         self._tables: dict[int, tuple[RelationVersion, list[pa.Table]]] = {}
 
-    def _write_part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
+    def part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
         self._tables.setdefault(id(rel), (rel, []))[1].append(table)
         return f"part-{index}"
 
     def versions(self) -> list[VersionRows]:
-        for buf in self._order:
-            self._flush(buf)
+        """Each relation version's rows with the stream key of its first row."""
         out = []
         for rel, tables in self._tables.values():
             first = tables[0]
@@ -110,14 +80,12 @@ class PartitionContext:
     tables: frozenset[str]
     rows_per_part: int
     dictionary: dict[str, Any]
-    decoder: DecoderState | None
+    startup: Startup | None  #: the previous batch's decoder start-up; None for a new stream
     open_txns: list[OpenTxn]
     store: ObjectStore
     layout: Layout
     spill_dir: str | None  #: local parent for spill files; None = the system temp dir
-    #: a new stream started at the install's full dictionary: no change recorded before this
-    #: LSN is queued (:class:`~cdclake.decoding.decode.Decoder`); 0 with an explicit start LSN
-    skip_before: int = 0
+    skip_before: int = 0  #: see :class:`~cdclake.decoding.context.DecodeOptions`
 
 
 @dataclass
@@ -128,7 +96,7 @@ class PartitionResult:
     last_commit: int
     open_txns: list[OpenTxn]
     dictionary: str  #: JSON; every partition must end with the same one
-    decoder: DecoderState
+    startup: Startup
     records: int
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -146,32 +114,37 @@ def run_partition(index: int, records: Iterable[tuple[int, XLogRecord]],
 def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
             ctx: PartitionContext, spill_dir: Path) -> PartitionResult:
     dictionary = Dictionary.from_json(ctx.dictionary)
-    clean_spill_dir(spill_dir)
-    buffer = ReorderBuffer(ctx.work_mem, spill_dir, ctx.segment_size)
-    collector = RowCollector(dictionary.types, ctx.rows_per_part)
-    flt = Filter(dictionary, tables=ctx.tables)
-    replay = OwnedReplay(Replayer(dictionary, collector, None, flt), index, ctx.partitions)
-    decoder = Decoder(db_oid=ctx.db_oid, buffer=buffer, replay=replay,
-                      filter=flt, start_lsn=ctx.start_lsn,
-                      version=ctx.version, tracker=PgClassTracker(dictionary),
-                      skip_before=ctx.skip_before)
-    if ctx.decoder is not None:
-        ctx.decoder.apply(decoder)
-    restore_open(buffer, ctx.open_txns, replay.owns, ctx.store, spill_dir)
+    kept = KeptParts()
+    rows = ArrowRows(dictionary.types, kept, rows_per_part=ctx.rows_per_part)
+    options = DecodeOptions(db_oid=ctx.db_oid, start_lsn=ctx.start_lsn, work_mem=ctx.work_mem,
+                            spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before)
+    decoding = create_decoding_context(
+        options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
+        startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get,
+        owns=lambda xid: owner(xid, ctx.partitions) == index, messages=index == 0)
+    process = decoding.process
     n = 0
     for _key, rec in records:
-        decoder.process(rec)
+        process(rec)
         n += 1
-    open_txns = save_open(buffer, replay.owns, ctx.store, ctx.layout, ctx.batch)
-    st = decoder.stats
+
+    def put(xid: int, first_lsn: int, data: bytes) -> str:
+        key = ctx.layout.spill_key(ctx.batch, xid, first_lsn)
+        ctx.store.put(key, data)
+        return key
+
+    open_txns = decoding.save_open(put)
+    rows.finish()
+    st = decoding.decoder.stats
+    buffer = decoding.buffer
     result = PartitionResult(
-        index=index, versions=collector.versions(), commits=collector.commits,
-        last_commit=replay.last_commit, open_txns=open_txns,
+        index=index, versions=kept.versions(), commits=rows.commits,
+        last_commit=rows.last_lsn, open_txns=open_txns,
         dictionary=json.dumps(dictionary.to_json(), sort_keys=True),
-        decoder=DecoderState.of(decoder), records=n,
+        startup=decoding.startup, records=n,
         stats={"changes": st.changes, "aborted": st.aborted,
                "cut_before_start": st.cut_before_start,
                "spilled_txns": buffer.spilled_txns, "spilled_changes": buffer.spilled_changes,
-               "peak_memory": max(buffer.peak_size, buffer.size)})
-    buffer.discard_all()
+               "peak_memory": decoding.peak_memory})
+    decoding.close()
     return result

@@ -14,8 +14,9 @@ from typing import Any
 from cdclake.archive.layout import Layout
 from cdclake.archive.manifest import utc_now_iso
 from cdclake.archive.store import ObjectStore
+from cdclake.decoding.carry import OpenTxn
+from cdclake.decoding.startup import Startup
 from cdclake.errors import ObjectNotFound, StoreError
-from cdclake.spark.txnstate import DecoderState, OpenTxn
 
 FORMAT = 1
 
@@ -35,7 +36,7 @@ class Progress:
     version: int  #: PostgreSQL major version of the WAL
     segment_size: int
     dictionary_key: str  #: the dictionary valid at next_lsn
-    decoder: DecoderState
+    startup: Startup  #: the decoder's start-up state, carried to the next batch
     open_txns: list[OpenTxn] = field(default_factory=list)
     updated_at: str = ""
 
@@ -45,7 +46,7 @@ class Progress:
             "last_segment": self.last_segment, "confirmed_lsn": self.confirmed_lsn,
             "restart_lsn": self.restart_lsn, "start_lsn": self.start_lsn, "db_oid": self.db_oid,
             "version": self.version, "segment_size": self.segment_size,
-            "dictionary_key": self.dictionary_key, "decoder": self.decoder.to_json(),
+            "dictionary_key": self.dictionary_key, "decoder": self.startup.to_json(),
             "open_txns": [t.to_json() for t in self.open_txns],
             "updated_at": self.updated_at or utc_now_iso(),
         }
@@ -61,7 +62,7 @@ class Progress:
             restart_lsn=int(d["restart_lsn"]), start_lsn=int(d["start_lsn"]),
             db_oid=int(d["db_oid"]), version=int(d["version"]),
             segment_size=int(d["segment_size"]), dictionary_key=str(d["dictionary_key"]),
-            decoder=DecoderState.from_json(d["decoder"]),
+            startup=Startup.from_json(d["decoder"]),
             open_txns=[OpenTxn.from_json(t) for t in d.get("open_txns", ())],
             updated_at=str(d.get("updated_at", "")))
 

@@ -6,7 +6,7 @@ dictionary. Which records those are is not decided here: the tasks classify ever
 the rmgr table of :mod:`cdclake.decoding.rmgrs` (the decoder dispatches through the same
 table), which also turns each subtransaction assignment into a record every partition gets.
 Each partition emits only the transactions it owns
-(:class:`cdclake.spark.partition.OwnedReplay`); broadcasting more than needed is always safe.
+(:class:`cdclake.decoding.context.OwnedReplay`); broadcasting more than needed is always safe.
 
 A change of a subtransaction is routed by its top-level transaction. Only the
 subtransaction's first record names it, so the driver collects every membership fact of the

@@ -13,6 +13,7 @@ from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.decode import Decoder
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
+from cdclake.decoding.startup import Startup
 from cdclake.wal.record import (
     RM_HEAP2_ID,
     RM_HEAP_ID,
@@ -36,7 +37,8 @@ def heap_record(lsn: int, xid: int, op: int = heap.XLOG_HEAP_INSERT, *, rel: int
     md = b""
     if op == heap.XLOG_HEAP_INSERT:
         md = struct.pack("<HB", 1, heap.XLH_INSERT_CONTAINS_NEW_TUPLE)
-        data = struct.pack("<HHB", 1, 0, 24) + struct.pack("<i", lsn)
+        # xl_heap_header, then the tuple from t_bits on: one pad byte up to t_hoff 24
+        data = struct.pack("<HHB", 1, 0, 24) + b"\0" + struct.pack("<i", lsn)
     elif op == heap.XLOG_HEAP_LOCK:
         md = struct.pack("<IHBB", xid, 1, 0, 0)  # xmax, offnum, infobits, flags
     rec = XLogRecord(lsn, lsn + 8, 0, xid, RM_HEAP_ID, op, 64,
@@ -140,7 +142,6 @@ def recording_decoder(spill: Path, *, db_oid: int = DB,
     """A decoder past its first record (no clean-start test) that may emit any commit."""
     rec = Recording()
     d = Decoder(db_oid=db_oid, buffer=ReorderBuffer(1 << 20, spill, 1 << 20), replay=rec,
-                filter=Filter(Dictionary()), start_lsn=0, version=version, tracker=rec)
-    d.stats.records = 1
-    d.maybe_incomplete = set()
+                filter=Filter(Dictionary()), start_lsn=0, version=version, tracker=rec,
+                startup=Startup(set(), continued=True))
     return d, rec

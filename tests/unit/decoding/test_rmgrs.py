@@ -8,6 +8,7 @@ import pytest
 
 from cdclake.decoding import rmgrs
 from cdclake.decoding.rmgrs import ALL, CATALOG, IGNORE, TXN
+from cdclake.decoding.startup import Startup
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     RM_BTREE_ID,
@@ -135,8 +136,8 @@ def _untouched(d: object, rec: object) -> str | None:
     assert isinstance(d, Decoder)
     if d.rb.by_txn:
         return f"buffered {sorted(d.rb.by_txn)}"
-    if d.stats.changes or d.clean_start or d.maybe_incomplete:
-        return f"decoder state changed: {d.stats}, {d.clean_start}, {d.maybe_incomplete}"
+    if d.stats.changes or d.startup.suspects is not None:
+        return f"decoder state changed: {d.stats}, {d.startup}"
     return None
 
 
@@ -149,7 +150,7 @@ def test_records_routed_ignore_are_ignored_by_the_decoder(tmp_path: Path) -> Non
             if rmgrs.route_class(rec, DB) != IGNORE:
                 continue
             d, calls = recording_decoder(tmp_path)
-            d.maybe_incomplete = None
+            d.startup = Startup(continued=True)
             d.process(rec)
             assert _untouched(d, rec) is None and not calls.calls, (r.name, hex(info))
 
@@ -166,7 +167,7 @@ def test_committed_wal_routed_ignore_is_ignored_by_the_decoder(walfix: WalFixtur
             continue
         ignored += 1
         d, calls = recording_decoder(tmp_path, db_oid=db_oid, version=reader.version)
-        d.maybe_incomplete = None
+        d.startup = Startup(continued=True)
         d.process(rec)
         assert _untouched(d, rec) is None and not calls.calls, \
             (rmgrs.rmgr_name(rec.rmid), rmgrs.identify(rec, reader.version), rec.lsn)

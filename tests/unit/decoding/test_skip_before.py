@@ -12,6 +12,7 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.decode import DDL_PREFIX, Decoder
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
+from cdclake.decoding.startup import Startup
 from cdclake.errors import DecodingError
 from cdclake.wal.record import XLogRecord
 from tests.unit.decoding.records import (
@@ -88,8 +89,7 @@ def test_an_explicit_start_lsn_decodes_as_before(tmp_path: Path) -> None:
         for r in workload():
             d.process(r)
     d, seen = decoder(tmp_path / "again", 0)
-    d.maybe_incomplete = set()
-    d.stats.records = 1  # past the first record: no clean-start test
+    d.startup = Startup(set(), continued=True)  # past the first record: no clean-start test
     for r in workload()[1:]:
         d.process(r)
     assert seen.emitted[OPEN] == [100, 118, 128, 130, 130, 130, 140, 1100, 1110, 1110, 1128]
@@ -98,12 +98,13 @@ def test_an_explicit_start_lsn_decodes_as_before(tmp_path: Path) -> None:
 
 
 def test_nothing_is_suspect_in_the_dictionary_start_mode(tmp_path: Path) -> None:
-    """The empty suspect set is what the next batch inherits (spark.txnstate.DecoderState)."""
+    """The empty suspect set is what the next batch inherits (decoding.startup.Startup)."""
     d, _seen = decoder(tmp_path, START)
-    assert d.maybe_incomplete == set()
+    assert d.startup.suspects == set()
     d.process(running_xacts(50, (OPEN, AFTER)))
-    assert d.maybe_incomplete == set()
+    assert d.startup.suspects == set()
+    assert Startup.from_json(d.startup.to_json()).suspects == set()
     d, _seen = decoder(tmp_path / "explicit", 0)
-    assert d.maybe_incomplete is None
+    assert d.startup.suspects is None
     d.process(running_xacts(50, (OPEN, AFTER)))
-    assert d.maybe_incomplete == {OPEN, AFTER}
+    assert d.startup.suspects == {OPEN, AFTER}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
+from cdclake.decoding.startup import Startup
 from cdclake.spark.plan import plan_batch
 from cdclake.spark.progress import Progress
-from cdclake.spark.txnstate import DecoderState
 from cdclake.wal.lsn import segment_name
 from tests.unit.archive.walfiles import SEGSIZE, segment_bytes
 
@@ -25,7 +25,7 @@ def _progress(next_lsn: int, last_segno: int) -> Progress:
                     last_segment=segment_name(1, last_segno, SEGSIZE), confirmed_lsn=0,
                     restart_lsn=next_lsn, start_lsn=0, db_oid=5, version=15,
                     segment_size=SEGSIZE, dictionary_key="dictionary/x.json",
-                    decoder=DecoderState(False, ()))
+                    startup=Startup(set(), continued=True))
 
 
 def test_first_batch_takes_the_contiguous_run_and_stops_at_a_gap(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdclake.decoding import rmgrs
+from cdclake.decoding.carry import OpenTxn, open_memberships
 from cdclake.decoding.decode import Decoder
 from cdclake.decoding.rmgrs import TXN
 from cdclake.spark.routing import (
@@ -18,7 +19,6 @@ from cdclake.spark.routing import (
     shuffle_key,
 )
 from cdclake.spark.segments import ParsedSegment, freeze
-from cdclake.spark.txnstate import OpenTxn, open_memberships
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, xact
 from tests.unit.decoding.records import (

@@ -1,8 +1,12 @@
-"""The Arrow output plugin: committed changes as typed Parquet, one stream per table.
+"""The Arrow output plugin: committed changes as typed Arrow rows, one stream per table.
 
-Layout and columns are the contract in :mod:`cdclake.decoding.stream`. Rows are buffered per
-relation version and flushed to a new Parquet part whenever a buffer reaches ``rows_per_part``,
-so memory stays bounded however large a batch is. A column whose TOASTed value was not logged
+Layout and columns are the contract in :mod:`cdclake.decoding.stream`. The plugin has two
+halves. :class:`ArrowRows` builds the rows (the output plugin callbacks) and buffers them per
+relation version; whenever a buffer reaches ``rows_per_part`` it hands the part, one Arrow
+table, to a :class:`RowSink`, so memory stays bounded however large a batch is. Where parts go
+is the sink's business: :class:`ParquetParts` writes them as Parquet files of a batch
+directory (:class:`ArrowChanges`, the local ``decode`` path and Spark's writer), a Spark
+partition keeps them for its task's result. A column whose TOASTed value was not logged
 (UPDATE that did not touch it) is null and named in ``_unchanged_toast`` — never a placeholder.
 A value without a typed representation (the codec raises NotTypeable) is null and its exact
 text goes into ``_cdc_pg_text`` under its attnum: such values never stop a run.
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -54,14 +58,31 @@ class _TableBuffer:
     paths: list[str] = field(default_factory=list)
 
 
-class ArrowChanges:
-    """Collects a batch's changes and writes them under ``root`` on ``filesystem``."""
+class RowSink(Protocol):
+    """Where full row buffers go."""
 
-    def __init__(self, filesystem: pafs.FileSystem, root: str, batch: str,
-                 types: Mapping[int, TypeInfo], *, rows_per_part: int = 100_000) -> None:
+    def part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
+        """Keep part ``index`` of a relation version's rows; returns the part's name."""
+        ...
+
+
+class ParquetParts:
+    """A sink writing each part as a Parquet file under ``root`` (a batch directory)."""
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str) -> None:
         self.fs = filesystem
         self.root = root.rstrip("/")
-        self.batch = batch
+
+    def part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
+        return write_part(self.fs, self.root, rel, index, table)
+
+
+class ArrowRows:
+    """The row builder: the output plugin callbacks, typed rows per relation version."""
+
+    def __init__(self, types: Mapping[int, TypeInfo], sink: RowSink, *,
+                 rows_per_part: int = 100_000) -> None:
+        self.sink = sink
         self.layouts = LayoutCache(types)
         self.rows_per_part = rows_per_part
         self._buffers: dict[int, _TableBuffer] = {}  # id(RelationVersion) -> buffer
@@ -199,23 +220,33 @@ class ArrowChanges:
         arrays = [pa.array(col, type=f.type) for col, f in zip(buf.columns, buf.schema,
                                                                  strict=True)]
         table = pa.Table.from_arrays(arrays, schema=buf.schema)
-        buf.paths.append(self._write_part(buf.rel, buf.parts, table))
+        buf.paths.append(self.sink.part(buf.rel, buf.parts, table))
         buf.parts += 1
         buf.columns = [[] for _ in buf.schema]
 
-    def _write_part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
-        """Where a full buffer goes; a hook so Spark partitions can keep rows for the driver."""
-        return write_part(self.fs, self.root, rel, index, table)
-
     # -- end of batch ----------------------------------------------------------------------
+
+    def finish(self) -> list[tuple[RelationVersion, list[str], int]]:
+        """Hand every partial buffer to the sink; each relation version's part names and row
+        count, in the order of their first rows (the manifest's order)."""
+        for buf in self._order:
+            self._flush(buf)
+        return [(buf.rel, buf.paths, buf.rows) for buf in self._order]
+
+
+class ArrowChanges(ArrowRows):
+    """The plugin writing one batch: Parquet parts under ``root``, the manifest at close."""
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str, batch: str,
+                 types: Mapping[int, TypeInfo], *, rows_per_part: int = 100_000) -> None:
+        self.parts = ParquetParts(filesystem, root)
+        self.batch = batch
+        super().__init__(types, self.parts, rows_per_part=rows_per_part)
 
     def close(self, start_lsn: int, end_lsn: int) -> dict[str, Any]:
         """Flush every buffer and write ``_manifest.json``; returns the manifest."""
-        for buf in self._order:
-            self._flush(buf)
-        manifest = build_manifest(self.batch, start_lsn, end_lsn, self.commits,
-                                  [(buf.rel, buf.paths, buf.rows) for buf in self._order])
-        write_manifest(self.fs, self.root, manifest)
+        manifest = build_manifest(self.batch, start_lsn, end_lsn, self.commits, self.finish())
+        write_manifest(self.parts.fs, self.parts.root, manifest)
         return manifest
 
 

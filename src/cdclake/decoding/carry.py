@@ -1,14 +1,18 @@
-"""Carrying the reorder buffer and decoder state from one batch to the next.
+"""Carrying open transactions from one batch to the next.
 
-Transactions still open when a batch ends are serialized to the store under
-``spill/<batch>/xid-<XID>-lsn-<HI>-<LO>.spill`` (the spill-file format of
-:mod:`cdclake.decoding.spill`: the same bytes a local spill file holds, so restoring is a
-download) with their bookkeeping (subtransactions, prepare state, buffered DDL events) in
-``state/progress.json``. The next batch restores them before reading any record, so a
-transaction open across the cut decodes exactly as in one batch.
+A batch ends at a segment boundary, usually with transactions still running. Each one leaves
+two things: its changes, as the bytes of a spill file (the format of
+:mod:`cdclake.decoding.spill`, so restoring them is writing the bytes back to a file), and its
+bookkeeping as JSON (:class:`OpenTxn`: subtransactions, prepare state, buffered DDL events).
+The next batch restores them into an empty reorder buffer before it reads any record, so a
+transaction open across the cut decodes exactly as in one batch. With the decoder's start-up
+state (:mod:`cdclake.decoding.startup`) this is everything a continued decoder needs.
 
-Only the owner partition of a transaction saves its changes; every partition restores the
-bookkeeping (it needs the DDL events to keep the same dictionary), the owner also the changes.
+Where the bytes go is the caller's business: ``put``/``get`` callbacks name and fetch them
+(the Spark job keeps them in the object store, ``spill/<batch>/...``). When several decoders
+share a WAL and each emits only the transactions it owns (Spark partitions), only the owner
+saves a transaction's changes; every decoder restores the bookkeeping (it needs the DDL events
+to keep the same dictionary), the owner also the changes.
 """
 
 from __future__ import annotations
@@ -20,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdclake.archive.layout import Layout
-from cdclake.archive.store import ObjectStore
-from cdclake.decoding.decode import Decoder
 from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.decoding.spill import MAGIC, encode_change, spill_file_name
 from cdclake.decoding.walclass import PgClassRow
@@ -96,9 +97,14 @@ def open_memberships(txns: Iterable[OpenTxn]) -> dict[int, int]:
     return out
 
 
-def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], store: ObjectStore,
-              layout: Layout, batch: str) -> list[OpenTxn]:
-    """Upload the changes of the open transactions this partition owns; their bookkeeping."""
+#: stores one open transaction's changes (xid, first LSN, spill-file bytes); returns their key
+Put = Callable[[int, int, bytes], str]
+#: fetches the bytes stored under a key
+Get = Callable[[str], bytes]
+
+
+def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put) -> list[OpenTxn]:
+    """Store the changes of the open transactions this decoder owns; their bookkeeping."""
     out = []
     for t in buffer.by_txn.values():
         top = t.top or t.xid
@@ -111,15 +117,14 @@ def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], store: ObjectS
             for ch in t.stream():
                 parts.append(encode_change(ch))
                 n += 1
-            key = layout.spill_key(batch, t.xid, t.first_lsn)
-            store.put(key, b"".join(parts))
+            key = put(t.xid, t.first_lsn, b"".join(parts))
         out.append(OpenTxn(t.xid, t.top, t.first_lsn, tuple(t.subxids), t.prepared, t.gid,
                            tuple(encode_event(lsn, e) for lsn, e in t.ddl), key, n))
     return out
 
 
 def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], owns: Callable[[int], bool],
-                 store: ObjectStore, spill_dir: Path) -> None:
+                 get: Get, spill_dir: Path) -> None:
     """Recreate the previous batch's open transactions in an empty reorder buffer."""
     for o in txns:
         t: TXN = buffer.txn(o.xid, o.first_lsn)
@@ -131,38 +136,6 @@ def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], owns: Callable[[int
         if o.spill and owns(o.toplevel):
             spill_dir.mkdir(parents=True, exist_ok=True)
             path = spill_dir / spill_file_name(o.xid, o.first_lsn)
-            path.write_bytes(store.get(o.spill))
+            path.write_bytes(get(o.spill))
             t.spill_files[RESTORED] = path
             t.nspilled = o.changes
-
-
-@dataclass(frozen=True)
-class DecoderState:
-    """The decoder's memory of how decoding started (its incomplete-transaction check)."""
-
-    clean_start: bool
-    maybe_incomplete: tuple[int, ...] | None
-
-    @classmethod
-    def of(cls, decoder: Decoder) -> DecoderState:
-        mi = decoder.maybe_incomplete
-        return cls(decoder.clean_start,
-                   None if mi is None else tuple(sorted(mi)))
-
-    def apply(self, decoder: Decoder) -> None:
-        """Continue a decoder: the first record it reads is no longer the first of the WAL."""
-        decoder.maybe_incomplete = (None if self.maybe_incomplete is None
-                                    else set(self.maybe_incomplete))
-        # a continued decoder must not re-derive it from whatever record starts the next batch
-        decoder.clean_start = self.clean_start
-        decoder.stats.records = max(decoder.stats.records, 1)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"clean_start": self.clean_start,
-                "maybe_incomplete": (None if self.maybe_incomplete is None
-                                     else list(self.maybe_incomplete))}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> DecoderState:
-        mi = d.get("maybe_incomplete")
-        return cls(bool(d.get("clean_start")), None if mi is None else tuple(mi))

@@ -1,4 +1,4 @@
-"""Open transactions carried to the next batch: saved to the store, restored exactly."""
+"""Open transactions carried to the next batch: their bytes stored, restored exactly."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from pathlib import Path
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
+from cdclake.decoding.carry import OpenTxn, restore_open, save_open
 from cdclake.decoding.changes import INSERT, Change
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.spill import encode_change
 from cdclake.decoding.walclass import PgClassRow
-from cdclake.spark.txnstate import OpenTxn, restore_open, save_open
 from cdclake.wal.record import RelFileLocator, WalTuple
 
 LOC = RelFileLocator(1663, 5, 20000)
@@ -38,14 +38,21 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     assert before.spilled_changes > 0
     expected = _stream(before, 10, [11])
 
-    saved = save_open(before, lambda xid: xid != 12, store, Layout(), "000002-x")
+    layout = Layout()
+
+    def put(xid: int, first_lsn: int, data: bytes) -> str:
+        key = layout.spill_key("000002-x", xid, first_lsn)
+        store.put(key, data)
+        return key
+
+    saved = save_open(before, lambda xid: xid != 12, put)
     assert sorted(t.xid for t in saved) == [10, 11]
     assert all(t.spill and store.exists(t.spill) for t in saved)
     as_json = [OpenTxn.from_json(t.to_json()) for t in saved]
     assert as_json == saved
 
     after = ReorderBuffer(600, tmp_path / "spill-b", 1 << 20)
-    restore_open(after, as_json, lambda xid: True, store, tmp_path / "spill-b")
+    restore_open(after, as_json, lambda xid: True, store.get, tmp_path / "spill-b")
     assert _stream(after, 10, [11]) == expected
     assert after.txn(11, 0).top == 10 and after.txn(10, 0).subxids == [11]
     assert after.txn(10, 0).ddl == [(150, b'{"kind": "relations"}')]
@@ -56,5 +63,5 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
 
     # a partition that does not own the transaction keeps its bookkeeping, not its changes
     other = ReorderBuffer(600, tmp_path / "spill-c", 1 << 20)
-    restore_open(other, as_json, lambda xid: False, store, tmp_path / "spill-c")
+    restore_open(other, as_json, lambda xid: False, store.get, tmp_path / "spill-c")
     assert other.txn(10, 0).ddl and not other.txn(10, 0).spill_files
