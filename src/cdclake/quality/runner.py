@@ -3,8 +3,8 @@
 One call validates every table given, each with the suite instantiated for that table, in one
 GX run (one run id, so Data Docs group them), and returns a :class:`QualityReport`. GX names
 (suites, checkpoints, Data Docs pages) are ``<suite>.<stream>.<schema>.<table>``: the reports
-directory belongs to a home that several streams may share. Failing
-is the caller's decision: :func:`raise_for_failures` turns critical failures into a
+directory belongs to a home that several streams may share. Failing is the caller's
+decision: :func:`~cdclake.quality.report.raise_for_failures` turns critical failures into a
 ``QualityError`` with a readable summary; tables without replica identity are only reported.
 
 GX takes seconds to import, so it is imported here lazily, on the first validation.
@@ -22,16 +22,8 @@ from cdclake.catalog.model import IDENTITY_NOTHING, RelationVersion
 from cdclake.config import Config
 from cdclake.quality import inputs, outcomes
 from cdclake.quality.context import QualityContext, gx_name
-from cdclake.quality.report import QualityReport, TableResult, raise_for_failures
+from cdclake.quality.report import QualityReport, TableResult
 from cdclake.quality.suites import CHANGE_STREAM, MIRROR_TABLE, build_suite, expand, load_template
-
-__all__ = [
-    "QualityContext",
-    "QualityReport",
-    "raise_for_failures",
-    "validate_mirrors",
-    "validate_stream",
-]
 
 #: Offending rows GX returns per failed expectation (it counts all of them regardless).
 SAMPLE_ROWS = 5

@@ -14,8 +14,8 @@ from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import QualityError
 from cdclake.quality.context import QualityContext
-from cdclake.quality.report import ExpectationOutcome, QualityReport
-from cdclake.quality.runner import raise_for_failures, validate_mirrors, validate_stream
+from cdclake.quality.report import ExpectationOutcome, QualityReport, raise_for_failures
+from cdclake.quality.runner import validate_mirrors, validate_stream
 from cdclake.wal.lsn import format_lsn
 from tests.unit.quality import builders
 from tests.unit.quality.builders import BIG, Change
