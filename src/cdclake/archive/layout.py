@@ -143,8 +143,12 @@ class Layout:
         return self._k(f"spill/{_name(stream, 'stream name')}/"
                        f"xid-{xid}-lsn-{lsn >> 32:X}-{lsn & 0xFFFFFFFF:X}.spill")
 
+    def changes_root(self) -> str:
+        """The directory of every decoded batch."""
+        return self._p("changes/")
+
     def changes_prefix(self, batch: str) -> str:
-        return self._p(f"changes/{_name(batch, 'batch name')}/")
+        return f"{self.changes_root()}{_name(batch, 'batch name')}/"
 
     def changes_key(self, batch: str, path: str) -> str:
         """A file of a batch; ``path`` is relative to the batch directory."""

@@ -33,6 +33,7 @@ from cdclake.wal.lsn import (
     parse_history,
     parse_lsn,
     parse_segment_name,
+    segno_of,
 )
 
 _LSN_FIELDS = ("first_lsn", "end_lsn")
@@ -207,6 +208,17 @@ class Manifest:
             if name is not None:
                 out.append(name)
         return out
+
+    def segment_holding(self, lsn: int) -> str | None:
+        """The shipped segment holding ``lsn`` (the newest timeline that has it), or None
+        when none is shipped yet."""
+        system = self.system()
+        if system is None:
+            return None
+        size = system.segment_size
+        wanted = segno_of(lsn, size)
+        names = [n for n in self.names() if parse_segment_name(n, size).segno == wanted]
+        return max(names, key=lambda n: parse_segment_name(n, size).timeline, default=None)
 
     def segments(self, segment_size: int) -> list[SegmentName]:
         """The shipped segments, sorted by (segno, timeline)."""

@@ -14,7 +14,7 @@ a ``file://`` or ``s3://`` URI, or a path on an explicit ``pyarrow.fs.FileSystem
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,14 @@ class TableEntry:
     table: str  #: ``schema.name`` as the manifest names it
     oid: int
     versions: tuple[VersionEntry, ...]
+
+
+def selected(tables: Sequence[str], name: str, relations: Iterable[RelationVersion]) -> bool:
+    """Whether a selection of ``schema.table`` names takes a table: by the name the manifest
+    gives it or the name of any of its versions (a table renamed in the batch answers to
+    both)."""
+    names = {name} | {f"{r.schema}.{r.name}" for r in relations}
+    return bool(names & set(tables))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,12 @@ from cdclake.lake.schema import (
     changelog_system_fields,
     plan_evolution,
 )
-from cdclake.lake.tables import changelog_identifier, commit_with_retry, ensure_table
+from cdclake.lake.tables import (
+    CHANGELOG,
+    changelog_identifier,
+    commit_with_retry,
+    ensure_table,
+)
 from cdclake.lake.values import PgText
 from cdclake.lake.watermark import committed_lsn, summary_properties
 from cdclake.tuples import datetimes
@@ -64,7 +69,7 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
     def load() -> Table:
         return ensure_table(catalog, ident, schema, stream=config.stream,
                             source_table=f"{latest.schema}.{latest.name}",
-                            source_oid=source.oid, kind="changelog")
+                            source_oid=source.oid, kind=CHANGELOG)
 
     def attempt(table: Table) -> dict[str, Any]:
         stored = committed_lsn(table, config.stream)

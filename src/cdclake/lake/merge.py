@@ -34,7 +34,7 @@ from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake import labels
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
-from cdclake.lake.batch import Batch, TableChanges, TableEntry
+from cdclake.lake.batch import Batch, TableChanges, selected
 from cdclake.lake.changelog import append_changelog
 from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare
 from cdclake.lake.metrics import guard_metrics
@@ -53,7 +53,7 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
-from cdclake.lake.tables import commit_with_retry, ensure_table, mirror_identifier
+from cdclake.lake.tables import MIRROR, commit_with_retry, ensure_table, mirror_identifier
 from cdclake.lake.values import PgText, plain_values
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import (
@@ -115,12 +115,15 @@ class MergeReport:
                 "changelogs": self.changelogs, "excluded": self.excluded}
 
 
-def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, changelog: bool = False,
-                max_filter_keys: int = MAX_FILTER_KEYS, max_attempts: int = 5) -> MergeReport:
+def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequence[str] = (),
+                changelog: bool = False, max_filter_keys: int = MAX_FILTER_KEYS,
+                max_attempts: int = 5) -> MergeReport:
     """Apply ``batch`` to every mirror (and, with ``changelog``, append it to the changelogs).
 
     Tables commit one after another, each atomically; a failure leaves the tables already
     committed at the new LSN and the rest at the old one, and a re-run finishes the job.
+    With ``only``, just those tables are merged and the stream's merged end LSN stays where it
+    is: the batch remains pending for the others (each table skips what it already has).
     """
     report = MergeReport(batch.name, config.stream)
     merged = merged_end_lsn(catalog, config.namespace, config.stream)
@@ -132,7 +135,9 @@ def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, changelog: bo
             f"{config.namespace}: a batch in between is missing; merge it first (nothing of "
             f"{batch.name} was applied)")
     for entry in batch.entries:
-        if config.tables and not _selected(config.tables, entry.table, entry):
+        relations = [v.relation for v in entry.versions]
+        if ((config.tables and not selected(config.tables, entry.table, relations))
+                or (only and not selected(only, entry.table, relations))):
             report.excluded.append(entry.table)
             continue
         changes = batch.load(entry)
@@ -142,13 +147,9 @@ def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, changelog: bo
         if changelog:
             report.changelogs.append(append_changelog(catalog, config, batch.name, changes,
                                                       max_attempts=max_attempts))
-    report.end_lsn = record_merged(catalog, config.namespace, config.stream, batch.end_lsn)
+    report.end_lsn = merged if only else record_merged(catalog, config.namespace,
+                                                        config.stream, batch.end_lsn)
     return report
-
-
-def _selected(tables: Sequence[str], name: str, entry: TableEntry) -> bool:
-    names = {name} | {f"{v.relation.schema}.{v.relation.name}" for v in entry.versions}
-    return bool(names & set(tables))
 
 
 def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChanges, *,
@@ -166,7 +167,7 @@ def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChang
     def load() -> Table:
         return ensure_table(catalog, ident, schema, stream=config.stream,
                             source_table=f"{latest.schema}.{latest.name}",
-                            source_oid=source.oid, kind="mirror")
+                            source_oid=source.oid, kind=MIRROR)
 
     def attempt(table: Table) -> TableReport:
         report.attempts += 1

@@ -39,7 +39,7 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
-from cdclake.lake.tables import ensure_table, mirror_identifier
+from cdclake.lake.tables import MIRROR, ensure_table, mirror_identifier
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, facts_of, property_value
 from cdclake.lake.watermark import summary_properties
 
@@ -127,7 +127,7 @@ def open_mirror(catalog: Catalog, config: Config, rel: RelationVersion,
     arrow_schema = pa.schema(list(stream_fields))
     ident = mirror_identifier(config, rel.schema, rel.name)
     table = ensure_table(catalog, ident, iceberg_schema(rel, arrow_schema), stream=config.stream,
-                         source_table=source, source_oid=rel.oid, kind="mirror")
+                         source_table=source, source_oid=rel.oid, kind=MIRROR)
     tx = table.transaction()
     apply_evolution(tx, plan_evolution(table.schema(), [data_columns(rel, arrow_schema)],
                                        source, mirror_system_fields()))

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
@@ -33,7 +33,9 @@ from pyiceberg.table import Table
 
 from cdclake.config import Config
 from cdclake.errors import LakeError
+from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import committed_lsn
+from cdclake.wal.lsn import format_lsn_or_none
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,9 @@ SOURCE_OID = "cdclake.source-oid"
 SOURCE_TABLE = "cdclake.source-table"
 STREAM = "cdclake.stream"
 KIND = "cdclake.kind"
+#: the kinds of table a stream has: a mirror of a source table, or its changelog
+MIRROR = "mirror"
+CHANGELOG = "changelog"
 
 T = TypeVar("T")
 
@@ -63,7 +68,7 @@ def find_mirror(catalog: Catalog, config: Config, schema: str, table: str,
     ident = mirror_identifier(config, schema, table)
     if catalog.table_exists(ident):
         return ident
-    return _find_by_oid(catalog, config.namespace, config.stream, oid, "mirror")
+    return _find_by_oid(catalog, config.namespace, config.stream, oid, MIRROR)
 
 
 def ensure_table(catalog: Catalog, identifier: tuple[str, str], schema: Schema, *,
@@ -149,3 +154,30 @@ def commit_with_retry(load: Callable[[], Table], attempt: Callable[[Table], T], 
     raise LakeError(f"{what}: the commit conflicted with concurrent writers {max_attempts} "
                     "times; nothing was applied for this table. Is another merge of the same "
                     "stream running? Re-run when it is done.")
+
+
+def mirror_status(config: Config, catalog: Catalog,
+                  tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Where every mirror of this stream (or of ``tables``) stands, keyed by source table:
+    commit LSN, Iceberg snapshot, row count and initial snapshot LSN (for reports)."""
+    out: dict[str, dict[str, Any]] = {}
+    if not catalog.namespace_exists(config.namespace):
+        return out
+    for ident in catalog.list_tables(config.namespace):
+        table = catalog.load_table(ident)
+        props = table.properties
+        if props.get(STREAM) != config.stream or props.get(KIND, MIRROR) != MIRROR:
+            continue
+        source = props.get(SOURCE_TABLE, ".".join(ident))
+        if tables is not None and source not in tables:
+            continue
+        snap = table.current_snapshot()
+        summary = snap.summary.additional_properties if snap and snap.summary else {}
+        facts = facts_of(props, source)
+        out[source] = {
+            "mirror": ".".join(ident),
+            "commit_lsn": format_lsn_or_none(committed_lsn(table, config.stream)),
+            "snapshot_id": snap.snapshot_id if snap else None,
+            "rows": int(summary.get("total-records", 0)),
+            "initial_snapshot_lsn": format_lsn_or_none(facts.lsn) if facts else None}
+    return out

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cdclake.errors import ConfigError
-from cdclake.wal.lsn import format_lsn, is_segment_name, parse_lsn
+from cdclake.wal.lsn import format_lsn, format_lsn_or_none, is_segment_name, parse_lsn
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class RunParams:
         out = asdict(self)
         for name in ("start_lsn", "end_lsn"):
             value = getattr(self, name)
-            out[name] = None if value is None else format_lsn(value)
+            out[name] = format_lsn_or_none(value)
         out["tables"] = list(self.tables)
         out["snapshot_tables"] = list(self.snapshot_tables)
         return out

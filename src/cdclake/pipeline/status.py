@@ -11,19 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cdclake.archive import open_store
+from cdclake.archive import Layout, open_store
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ObjectNotFound
-from cdclake.pipeline.batches import list_batches, pending
-from cdclake.pipeline.steps import _layout, _lsn, mirror_status
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lake.batches import list_batches, pending
+from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
 
 
 def status(config: Config) -> dict[str, Any]:
     """The stream's state as a JSON-able dict; a part that cannot be read says why instead
     of hiding the others."""
-    store, layout = open_store(config), _layout(config)
+    store, layout = open_store(config), Layout()
     out: dict[str, Any] = {"stream": config.stream, "store": store.url()}
 
     manifest = Manifest(store, layout)
@@ -47,18 +46,19 @@ def status(config: Config) -> dict[str, Any]:
     batches = list_batches(store, layout)
     try:
         from cdclake.lake.catalog import open_catalog
+        from cdclake.lake.tables import mirror_status
         from cdclake.lake.watermark import merged_end_lsn
 
         catalog = open_catalog(config)
         merged = merged_end_lsn(catalog, config.namespace, config.stream)
-        out["lake"] = {"namespace": config.namespace, "merged_end_lsn": _lsn(merged),
+        out["lake"] = {"namespace": config.namespace, "merged_end_lsn": format_lsn_or_none(merged),
                        "mirrors": mirror_status(config, catalog)}
     except CdclakeError as exc:
         merged = None
         out["lake"] = {"error": str(exc)}
     todo = pending(batches, merged)
     out["batches"] = {"decoded": len(batches), "last": batches[-1].name if batches else None,
-                      "last_end_lsn": _lsn(batches[-1].end_lsn) if batches else None,
+                      "last_end_lsn": format_lsn(batches[-1].end_lsn) if batches else None,
                       "pending_merge": [b.name for b in todo]}
     if config.source_dsn:
         out["source"] = _source_position(config.source_dsn)

@@ -5,7 +5,7 @@ Each step takes the :class:`~cdclake.config.Config` and the run's
 :class:`~cdclake.pipeline.params.RunParams` and returns a JSON-able dict, so the Airflow DAG
 runs them as separate tasks (results travel through XCom) and ``cdclake run`` calls them in
 sequence (:func:`run_once`). None of them keeps state of its own: what remains to be merged
-is recomputed from the store and the lake every time (:mod:`cdclake.pipeline.batches`), which
+is recomputed from the store and the lake every time (:mod:`cdclake.lake.batches`), which
 is what makes every task safe to retry or to run again alone:
 
 - ship skips what the manifest lists; the initial snapshot copies only tables without a
@@ -32,35 +32,24 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from cdclake.archive import Layout, ObjectStore, open_store
+from cdclake.archive import Layout, open_store
 from cdclake.archive.manifest import Manifest
-from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, LakeError
-from cdclake.pipeline.batches import DecodedBatch, list_batches, open_batch, pending
+from cdclake.errors import CdclakeError
+from cdclake.lake.batch import selected
+from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
-from cdclake.wal.lsn import format_lsn, parse_segment_name, segno_of
+from cdclake.wal.lsn import format_lsn, format_lsn_or_none
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-    from cdclake.lake.batch import Batch, TableChanges
     from cdclake.lake.merge import MergeReport
     from cdclake.quality import QualityContext
 
 log = logging.getLogger(__name__)
 
 STEPS = ("ship", "snapshot", "decode", "validate_stream", "merge", "validate_tables", "report")
-
-
-def _layout(config: Config) -> Layout:
-    """The stream's key layout: the store URL already names the stream's prefix (as for
-    wal-push and ship), so keys start at the store root."""
-    return Layout()
-
-
-def _lsn(value: int | None) -> str | None:
-    return None if value is None else format_lsn(value)
 
 
 # -- 1. ship ----------------------------------------------------------------------------------
@@ -78,7 +67,7 @@ def ship(config: Config, params: RunParams | None = None) -> dict[str, Any]:
                 "shipped": [], "dry_run": params.dry_run}
     from cdclake.archive.ship import ship as ship_directory
 
-    report = ship_directory(config, config.archive_dir, layout=_layout(config),
+    report = ship_directory(config, config.archive_dir, layout=Layout(),
                             dry_run=params.dry_run)
     planned = [f.name for f in report.plan.to_ship]
     return {"skipped": False, "from": str(config.archive_dir), "store": report.store_url,
@@ -131,8 +120,9 @@ def decode(config: Config, params: RunParams | None = None, *,
     from cdclake.spark.job import decode_batch
 
     store = open_store(config)
-    until = params.until_segment or until_segment_for(config, params.end_lsn, store)
-    first = not store.exists(_layout(config).progress_key())
+    until = params.until_segment or (None if params.end_lsn is None else Manifest(
+        store, Layout()).segment_holding(params.end_lsn))
+    first = not store.exists(Layout().progress_key())
     result = decode_batch(config, spark=spark, until_segment=until, dry_run=params.dry_run,
                           start_lsn=params.start_lsn)
     notes = {"until_segment": until, "dry_run": params.dry_run}
@@ -146,24 +136,6 @@ def decode(config: Config, params: RunParams | None = None, *,
             "end_lsn": format_lsn(result.end_lsn), "commits": result.commits,
             "segments": list(result.segments), "tables": tables, "stats": dict(result.stats),
             **notes}
-
-
-def until_segment_for(config: Config, end_lsn: int | None,
-                      store: ObjectStore | None = None) -> str | None:
-    """The shipped segment holding ``end_lsn`` (newest timeline that has it), or None when
-    no such segment is shipped yet (decode what there is) or no LSN was asked for."""
-    if end_lsn is None:
-        return None
-    store = store or open_store(config)
-    manifest = Manifest(store, _layout(config))
-    system = manifest.system()
-    if system is None:
-        return None
-    wanted = segno_of(end_lsn, system.segment_size)
-    names = [n for n in manifest.names()
-             if parse_segment_name(n, system.segment_size).segno == wanted]
-    return max(names, key=lambda n: parse_segment_name(n, system.segment_size).timeline,
-               default=None)
 
 
 # -- 4. validate the change stream ------------------------------------------------------------
@@ -182,7 +154,7 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
     from cdclake.quality import validate_stream as gx_validate_stream
 
     params = params or RunParams()
-    store, layout = open_store(config), _layout(config)
+    store, layout = open_store(config), Layout()
     catalog = catalog or _catalog(config)
     todo = pending(list_batches(store, layout), _merged_end(catalog, config))
     out: list[dict[str, Any]] = []
@@ -201,39 +173,6 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
     return {"batches": out, "dry_run": params.dry_run}
 
 
-def stream_tables(batch: Batch, only: tuple[str, ...] = ()) -> tuple[
-        dict[str, pa.Table], dict[str, RelationVersion]]:
-    """Each table's changes in the decoder's order (never sorted: the suite checks order),
-    keyed for the suite; one key per identity when the identity changed in the batch."""
-    tables: dict[str, pa.Table] = {}
-    relations: dict[str, RelationVersion] = {}
-    for entry in batch.entries:
-        if only and not _matches(only, entry.table,
-                                 [v.relation for v in entry.versions]):
-            continue
-        source = batch.load(entry)
-        identities = {(v.relation.replident, v.relation.key_attnums) for v in source.versions}
-        if len(identities) == 1:
-            tables[source.table] = _concat([v.changes for v in source.versions])
-            relations[source.table] = source.latest
-        else:
-            for v in source.versions:
-                name = f"{source.table}@v{v.relation.valid_from:016X}"
-                tables[name] = v.changes
-                relations[name] = v.relation
-    return tables, relations
-
-
-def _concat(parts: list[pa.Table]) -> pa.Table:
-    return pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
-
-
-def _matches(selected: tuple[str, ...] | list[str], name: str,
-             relations: list[RelationVersion]) -> bool:
-    names = {name} | {f"{r.schema}.{r.name}" for r in relations}
-    return bool(names & set(selected))
-
-
 # -- 5. merge ----------------------------------------------------------------------------------
 
 
@@ -245,8 +184,10 @@ def merge(config: Config, params: RunParams | None = None, *,
     advanced, so the other tables take the same batches on the next run (each table skips
     what it already has). A dry run reports what would be merged and commits nothing.
     """
+    from cdclake.lake.merge import merge_batch
+
     params = params or RunParams()
-    store, layout = open_store(config), _layout(config)
+    store, layout = open_store(config), Layout()
     catalog = catalog or _catalog(config)
     before = _merged_end(catalog, config)
     todo = pending(list_batches(store, layout), before)
@@ -260,51 +201,21 @@ def merge(config: Config, params: RunParams | None = None, *,
         batch = open_batch(config, store, layout, decoded)
         log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
                  format_lsn(decoded.end_lsn))
-        if params.tables:
-            report = merge_tables(catalog, config, batch, params.tables)
-        else:
-            from cdclake.lake.merge import merge_batch
-
-            report = merge_batch(catalog, config, batch)
+        report = merge_batch(catalog, config, batch, only=params.tables)
         reports.append(_merge_json(report))
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
-    return {"previous_end_lsn": _lsn(before), "end_lsn": _lsn(_merged_end(catalog, config)),
+    return {"previous_end_lsn": format_lsn_or_none(before),
+            "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
             "batches": reports, "tables": touched, "dry_run": params.dry_run}
-
-
-def merge_tables(catalog: Catalog, config: Config, batch: Batch,
-                 tables: tuple[str, ...]) -> MergeReport:
-    """Merge ``batch`` into the mirrors of ``tables`` only, leaving the stream's merged end
-    LSN where it is (the batch stays pending for the other tables)."""
-    from cdclake.lake.merge import MergeReport, merge_table
-    from cdclake.lake.watermark import merged_end_lsn
-
-    report = MergeReport(batch.name, config.stream)
-    merged = merged_end_lsn(catalog, config.namespace, config.stream)
-    report.previous_end_lsn = report.end_lsn = merged
-    if merged is not None and batch.start_lsn > merged:
-        raise LakeError(f"batch {batch.name} starts at LSN {format_lsn(batch.start_lsn)}, past "
-                        f"the stream's merged end {format_lsn(merged)}: a batch in between is "
-                        "missing; nothing of this batch was applied")
-    for entry in batch.entries:
-        relations = [v.relation for v in entry.versions]
-        wanted = _matches(tables, entry.table, relations) and (
-            not config.tables or _matches(config.tables, entry.table, relations))
-        if not wanted:
-            report.excluded.append(entry.table)
-            continue
-        source: TableChanges = batch.load(entry)
-        report.tables.append(merge_table(catalog, config, batch.name, source))
-    return report
 
 
 def _merge_json(report: MergeReport) -> dict[str, Any]:
     out = report.to_json()
     for key in ("previous_end_lsn", "end_lsn"):
-        out[key] = _lsn(out[key])
+        out[key] = format_lsn_or_none(out[key])
     for t in out["tables"]:
         for key in ("previous_lsn", "commit_lsn"):
-            t[key] = _lsn(t[key])
+            t[key] = format_lsn_or_none(t[key])
     return out
 
 
@@ -327,7 +238,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
     params = params or RunParams()
     if params.dry_run:
         return {"skipped": True, "reason": "dry run: nothing was merged", "tables": []}
-    store, layout = open_store(config), _layout(config)
+    store, layout = open_store(config), Layout()
     batches = list_batches(store, layout)
     if merged is not None:
         names = {b["batch"] for b in merged.get("batches", ())}
@@ -339,7 +250,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
     if wanted is not None:
         relations = {k: v for k, v in relations.items() if k in wanted}
     if params.tables:
-        relations = {k: v for k, v in relations.items() if _matches(params.tables, k, [v])}
+        relations = {k: v for k, v in relations.items() if selected(params.tables, k, [v])}
     catalog = catalog or _catalog(config)
     data: dict[str, pa.Table] = {}
     missing = []
@@ -361,20 +272,6 @@ def validate_tables(config: Config, params: RunParams | None = None,
     return result
 
 
-def latest_relations(config: Config, store: ObjectStore, layout: Layout,
-                     batches: list[DecodedBatch]) -> dict[str, RelationVersion]:
-    """Each table's newest relation version across ``batches``, keyed as the manifests name
-    the table (``schema.table``)."""
-    out: dict[str, RelationVersion] = {}
-    for decoded in batches:
-        batch = open_batch(config, store, layout, decoded)
-        for entry in batch.entries:
-            rel = entry.versions[-1].relation
-            if entry.table not in out or out[entry.table].valid_from <= rel.valid_from:
-                out[entry.table] = rel
-    return out
-
-
 # -- 7. report --------------------------------------------------------------------------------
 
 
@@ -388,51 +285,25 @@ def report(config: Config, params: RunParams | None = None,
     results = dict(results or {})
     run_id = safe_run_id(run_id)
     catalog = catalog or _catalog(config)
+    from cdclake.lake.tables import mirror_status
+
     merged = results.get("merge") or {}
     mirrors = mirror_status(config, catalog, merged.get("tables") or None)
     index = config.reports_path() / "data_docs" / "index.html"
     out = {"run_id": run_id, "stream": config.stream, "store": config.effective_store_url(),
            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
            "params": params.to_json(), "steps": results, "mirrors": mirrors,
-           "merged_end_lsn": _lsn(_merged_end(catalog, config)),
+           "merged_end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
            "data_docs_index": str(index) if index.exists() else None}
     if not params.dry_run:
         text = json.dumps(out, indent=2, sort_keys=True, default=str)
         local = config.reports_path() / "runs" / f"{run_id}.json"
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_text(text)
-        key = _layout(config).report_key(f"runs/{run_id}.json")
+        key = Layout().report_key(f"runs/{run_id}.json")
         open_store(config).put(key, text.encode())
         out["report_file"] = str(local)
         out["report_url"] = open_store(config).url(key)
-    return out
-
-
-def mirror_status(config: Config, catalog: Catalog,
-                  tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Every mirror of this stream (or of ``tables``): commit LSN, snapshot and row count."""
-    from cdclake.lake.tables import SOURCE_TABLE, STREAM
-    from cdclake.lake.visibility import facts_of
-    from cdclake.lake.watermark import committed_lsn
-
-    out: dict[str, dict[str, Any]] = {}
-    if not catalog.namespace_exists(config.namespace):
-        return out
-    for ident in catalog.list_tables(config.namespace):
-        table = catalog.load_table(ident)
-        props = table.properties
-        if props.get(STREAM) != config.stream or props.get("cdclake.kind", "mirror") != "mirror":
-            continue
-        source = props.get(SOURCE_TABLE, ".".join(ident))
-        if tables is not None and source not in tables:
-            continue
-        snap = table.current_snapshot()
-        summary = snap.summary.additional_properties if snap and snap.summary else {}
-        facts = facts_of(props, source)
-        out[source] = {"mirror": ".".join(ident), "commit_lsn": _lsn(committed_lsn(
-            table, config.stream)), "snapshot_id": snap.snapshot_id if snap else None,
-            "rows": int(summary.get("total-records", 0)),
-            "initial_snapshot_lsn": _lsn(facts.lsn) if facts else None}
     return out
 
 

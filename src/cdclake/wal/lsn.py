@@ -34,6 +34,11 @@ def format_lsn(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
+def format_lsn_or_none(lsn: int | None) -> str | None:
+    """For reports: an LSN as PostgreSQL prints it, or None where there is none yet."""
+    return None if lsn is None else format_lsn(lsn)
+
+
 def segments_per_xlogid(segment_size: int) -> int:
     return 0x100000000 // segment_size
 

@@ -27,11 +27,11 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
 from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.config import Config
+from cdclake.lake.batches import list_batches, open_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
 from cdclake.pipeline import steps
-from cdclake.pipeline.batches import list_batches, open_batch
 from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import parse_lsn

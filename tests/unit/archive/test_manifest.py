@@ -104,6 +104,17 @@ def test_names_and_segments_come_from_one_listing(manifest: Manifest) -> None:
     assert [e.segment for e in manifest.entries()] == manifest.names()
 
 
+def test_the_segment_holding_an_lsn_is_on_the_newest_timeline(manifest: Manifest) -> None:
+    assert manifest.segment_holding(5 * MB) is None  # nothing shipped: decode what there is
+    for tli, segno in [(1, 4), (1, 5), (2, 5)]:
+        manifest.record(entry_for(tli, segno))
+    manifest.ensure_system(SystemInfo(SYSID, 15, MB), "x")
+    assert manifest.segment_holding(4 * MB + 100) == "000000010000000000000004"
+    assert manifest.segment_holding(5 * MB) == "000000020000000000000005"
+    assert manifest.segment_holding(6 * MB - 1) == "000000020000000000000005"
+    assert manifest.segment_holding(6 * MB) is None
+
+
 def test_gaps_for_status_read_history_from_the_store(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     manifest = Manifest(store, Layout())

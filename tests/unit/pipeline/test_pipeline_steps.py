@@ -16,10 +16,10 @@ from cdclake.archive import Layout, open_store
 from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ConfigError, QualityError
+from cdclake.lake.batches import list_batches, pending
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.pipeline import RunParams, merge, report, validate_stream, validate_tables
-from cdclake.pipeline.batches import list_batches, pending
 from cdclake.pipeline.steps import safe_run_id
 from tests.unit.lake.streamgen import Rel, Stream, relation
 

@@ -11,19 +11,18 @@ be re-run on its own.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyarrow import fs as pafs
+import pyarrow as pa
 
 from cdclake.archive import Layout, ObjectStore
 from cdclake.archive.arrowfs import arrow_filesystem
+from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.batch import MANIFEST, Batch, parse_manifest
-
-#: a placeholder batch name, only to derive the ``changes/`` prefix from the Layout
-_PROBE = "x"
+from cdclake.lake.batch import MANIFEST, Batch, parse_manifest, selected
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +45,10 @@ class DecodedBatch:
                 for t in self.manifest.get("tables", ())}
 
 
-def changes_prefix(layout: Layout) -> str:
-    """``<prefix>/changes/``: the Layout builds per-batch keys only, so derive the parent."""
-    return layout.changes_prefix(_PROBE)[: -len(_PROBE) - 1]
-
-
 def list_batches(store: ObjectStore, layout: Layout) -> list[DecodedBatch]:
     """Every completed batch, in stream order (start LSN). A batch directory without a
     manifest is a decode that did not finish: it is not a batch yet and is skipped."""
-    prefix = changes_prefix(layout)
+    prefix = layout.changes_root()
     out = []
     for info in store.list(prefix):
         rest = info.key[len(prefix):]
@@ -78,19 +72,47 @@ def pending(batches: list[DecodedBatch], merged_end_lsn: int | None) -> list[Dec
     return [b for b in batches if merged_end_lsn is None or b.end_lsn > merged_end_lsn]
 
 
-def changes_root(config: Config, store: ObjectStore,
-                 layout: Layout) -> tuple[str, pafs.FileSystem]:
-    """Where :func:`cdclake.lake.batch.read_batch` finds the batches, and on which filesystem."""
-    filesystem, root = arrow_filesystem(config, store.url(changes_prefix(layout)))
-    return root, filesystem
-
-
 def open_batch(config: Config, store: ObjectStore, layout: Layout,
                batch: DecodedBatch) -> Batch:
     """The lake's view of ``batch`` (tables read lazily), from the manifest already read."""
-    root, filesystem = changes_root(config, store, layout)
-    if filesystem is None:
-        from cdclake.lake.batch import resolve_root
-
-        filesystem, root = resolve_root(root, None)
+    filesystem, root = arrow_filesystem(config, store.url(layout.changes_root()))
     return parse_manifest(batch.manifest, batch.name, filesystem, f"{root}/{batch.name}")
+
+
+def latest_relations(config: Config, store: ObjectStore, layout: Layout,
+                     batches: list[DecodedBatch]) -> dict[str, RelationVersion]:
+    """Each table's newest relation version across ``batches``, keyed as the manifests name
+    the table (``schema.table``)."""
+    out: dict[str, RelationVersion] = {}
+    for decoded in batches:
+        batch = open_batch(config, store, layout, decoded)
+        for entry in batch.entries:
+            rel = entry.versions[-1].relation
+            if entry.table not in out or out[entry.table].valid_from <= rel.valid_from:
+                out[entry.table] = rel
+    return out
+
+
+def stream_tables(batch: Batch, only: Sequence[str] = ()) -> tuple[
+        dict[str, pa.Table], dict[str, RelationVersion]]:
+    """Each table's changes in the decoder's order (never sorted: the stream suite checks
+    order), keyed for the suite; one key per identity when the identity changed in the
+    batch (``schema.table@v<valid_from>``)."""
+    tables: dict[str, pa.Table] = {}
+    relations: dict[str, RelationVersion] = {}
+    for entry in batch.entries:
+        if only and not selected(only, entry.table, [v.relation for v in entry.versions]):
+            continue
+        source = batch.load(entry)
+        identities = {(v.relation.replident, v.relation.key_attnums) for v in source.versions}
+        if len(identities) == 1:
+            parts = [v.changes for v in source.versions]
+            tables[source.table] = (pa.concat_tables(parts, promote_options="permissive")
+                                    if len(parts) > 1 else parts[0])
+            relations[source.table] = source.latest
+        else:
+            for v in source.versions:
+                name = f"{source.table}@v{v.relation.valid_from:016X}"
+                tables[name] = v.changes
+                relations[name] = v.relation
+    return tables, relations
