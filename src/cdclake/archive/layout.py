@@ -1,6 +1,6 @@
 """Where everything lives in the object store: the one place that formats keys.
 
-The store URL is the stream's prefix (ARCHITECTURE.md, "Object store layout")::
+The store URL is the stream's prefix (docs/architecture.md, "The object store")::
 
     wal/<TLI><LOG><SEG>[.zst]       segments as PostgreSQL wrote them (.partial, .backup too)
     wal/<TLI>.history               timeline history files

@@ -1,6 +1,6 @@
 """ReorderBufferChange and the transaction facts handed to output plugins.
 
-A :class:`Change` is what the decode stage queues into the reorder buffer (seed 001,
+A :class:`Change` is what the decode stage queues into the reorder buffer (PostgreSQL's
 ``ReorderBufferChange``): the LSN of its record, an action, the relation's physical locator and
 the old/new tuples as logged. Internal actions (speculative insert/confirm/abort, TOAST chunks)
 never reach an output plugin; reassembly turns them into ordinary inserts or consumes them.

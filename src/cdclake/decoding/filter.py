@@ -1,4 +1,4 @@
-"""The filtering gates that run before buffering (seed 000 §12.4.1), cheapest first.
+"""The filtering gates that run before buffering, cheapest first (docs/architecture.md).
 
 Gate 1 (database OID) is a comparison the decoder does inline. This module holds the others:
 gate 2, the replication origin (``origin=none`` keeps only locally originated changes); gate 3,

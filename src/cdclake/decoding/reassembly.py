@@ -1,4 +1,4 @@
-"""Commit processing (seed 003): reassemble a committed transaction and hand it to the plugin.
+"""Commit processing: reassemble a committed transaction and hand it to the plugin.
 
 Runs over the LSN-ordered merge of the transaction and its committed subtransactions, as
 PostgreSQL's ReorderBufferProcessTXN does: each change's relfilenode is mapped to the relation

@@ -1,6 +1,6 @@
 """Spill files: a transaction's changes serialized when the reorder buffer passes work_mem.
 
-As in PostgreSQL (seed 000 §12.4.4), changes go to one file per transaction and WAL segment,
+As in PostgreSQL (ReorderBufferSerializeTXN), changes go to one file per transaction and segment,
 named ``xid-<XID>-lsn-<HI>-<LO>.spill`` after the start LSN of the segment the change's record
 lies in, and are read back in order at commit. The format is our own and versioned, because
 spill files also carry open transactions from one batch to the next through the object store:

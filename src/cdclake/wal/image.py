@@ -1,7 +1,7 @@
 """Full-page images: restore the 8 KiB page a record carries, and read a tuple out of it.
 
 A catalog insert is not logically logged, so when its record carries a full-page image the
-tuple is only in that image (ARCHITECTURE "Dictionary"). Images are stored without their "hole"
+tuple is only in that image (docs/architecture.md). Images are stored without their "hole"
 (the free space between line pointers and tuples) and possibly compressed with pglz, lz4 or
 zstd (``wal_compression``).
 """

@@ -1,6 +1,6 @@
 """XLogReader: segment bytes -> assembled, CRC-checked WAL records (PostgreSQL 15-18).
 
-Layouts from access/xlog_internal.h and access/xlogrecord.h (see WAL_FORMAT.md). Records are
+Layouts from access/xlog_internal.h and access/xlogrecord.h (docs/architecture.md). Records are
 8-aligned, may be split across pages and segments (every later page starts with a header whose
 FIRST_IS_CONTRECORD flag and rem_len say how much of the record follows), and carry a CRC-32C
 over their payload then their header. The reader tells an *end of WAL* (zeros where a record
