@@ -165,7 +165,8 @@ class Replayer:
                 assert isinstance(t, Truncate)
                 rels = [r for r in (self._truncated(oid, ch.lsn) for oid in t.relids)
                         if r is not None]
-                plugin.truncate(info, rels, ch)
+                if rels:  # as PostgreSQL: no callback when no relation is left
+                    plugin.truncate(info, rels, ch)
             elif action == MESSAGE:
                 m = ch.payload
                 assert isinstance(m, Message)
@@ -231,7 +232,7 @@ class Replayer:
         v = self.dictionary.relation_for_oid(oid, lsn)
         if v is None or v.dropped:
             raise UnknownRelationError(f"oid {oid}", lsn, "named by a TRUNCATE record")
-        return v if v.is_user_table and v.relkind != RELKIND_TOAST else None
+        return v if v.is_user_table and v.relkind != RELKIND_TOAST and self._wanted(v) else None
 
 
 def _append_chunk(toast: ToastMap, last_seq: dict[int, int], chunk: ToastChunk, info: TxnInfo,
