@@ -22,7 +22,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from cdclake.config import Config
-from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
 from cdclake.lake.changes import Change, prepare
 from cdclake.lake.metrics import guard_metrics
@@ -45,7 +44,8 @@ from cdclake.lake.tables import (
     CHANGELOG,
     changelog_identifier,
     commit_with_retry,
-    ensure_table,
+    snapshot_id,
+    table_loader,
 )
 from cdclake.lake.values import PgText
 from cdclake.lake.watermark import committed_lsn, summary_properties
@@ -66,11 +66,6 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
     last = prepared.versions[-1]
     schema = changelog_schema(last.relation, last.arrow_schema)
 
-    def load() -> Table:
-        return ensure_table(catalog, ident, schema, stream=config.stream,
-                            source_table=f"{latest.schema}.{latest.name}",
-                            source_oid=source.oid, kind=CHANGELOG)
-
     def attempt(table: Table) -> dict[str, Any]:
         stored = committed_lsn(table, config.stream)
         pending = [c for c in prepared.changes if stored is None or c.commit_lsn > stored]
@@ -88,26 +83,18 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
             table = tx.commit_transaction()
             report["commit_lsn"] = prepared.last_lsn
         report["appended"] = len(pending)
-        snap = table.current_snapshot()
-        report["snapshot_id"] = snap.snapshot_id if snap else None
+        report["snapshot_id"] = snapshot_id(table)
         return report
 
     def landed(table: Table) -> dict[str, Any]:
         report["commit_lsn"] = committed_lsn(table, config.stream)
-        snap = table.current_snapshot()
-        report["snapshot_id"] = snap.snapshot_id if snap else None
+        report["snapshot_id"] = snapshot_id(table)
         return report
 
-    what = f"changelog of {source.table}"
-    try:
-        return commit_with_retry(load, attempt, stream=config.stream,
-                                 target_lsn=prepared.last_lsn, done=landed, what=what,
-                                 max_attempts=max_attempts)
-    except LakeError:
-        raise
-    except Exception as exc:  # storage or catalog failure: nothing of it committed
-        raise LakeError(f"{what} failed ({type(exc).__name__}: {exc}); re-run the merge when "
-                        "the cause is fixed") from exc
+    return commit_with_retry(table_loader(catalog, config, ident, schema, source, CHANGELOG),
+                             attempt, stream=config.stream, target_lsn=prepared.last_lsn,
+                             done=landed, what=f"changelog of {source.table}",
+                             max_attempts=max_attempts)
 
 
 def changelog_rows(changes: list[Change], schema: Any, table: str) -> pa.Table:

@@ -53,7 +53,13 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
-from cdclake.lake.tables import MIRROR, commit_with_retry, ensure_table, mirror_identifier
+from cdclake.lake.tables import (
+    MIRROR,
+    commit_with_retry,
+    mirror_identifier,
+    snapshot_id,
+    table_loader,
+)
 from cdclake.lake.values import PgText, plain_values
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import (
@@ -164,32 +170,23 @@ def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChang
     last = prepared.versions[-1]
     schema = iceberg_schema(last.relation, last.arrow_schema)
 
-    def load() -> Table:
-        return ensure_table(catalog, ident, schema, stream=config.stream,
-                            source_table=f"{latest.schema}.{latest.name}",
-                            source_oid=source.oid, kind=MIRROR)
-
     def attempt(table: Table) -> TableReport:
         report.attempts += 1
         return _merge_once(table, config, batch, prepared, report, max_filter_keys)
 
     def landed(table: Table) -> TableReport:
         report.commit_lsn = committed_lsn(table, config.stream)
-        snap = table.current_snapshot()
-        report.snapshot_id = snap.snapshot_id if snap else None
+        report.snapshot_id = snapshot_id(table)
         return report
 
     what = f"merge of {source.table} into {report.mirror}"
-    try:
-        return commit_with_retry(load, attempt, stream=config.stream,
-                                 target_lsn=prepared.last_lsn, done=landed, what=what,
-                                 max_attempts=max_attempts)
-    except LakeError:
-        raise
-    except Exception as exc:  # storage or catalog failure: nothing of this table committed
+    def advice() -> str:  # nothing of this table committed
         kept = "none" if report.previous_lsn is None else format_lsn(report.previous_lsn)
-        raise LakeError(f"{what} failed ({type(exc).__name__}: {exc}); the table keeps commit "
-                        f"LSN {kept}: re-run the merge when the cause is fixed") from exc
+        return f"the table keeps commit LSN {kept}: re-run the merge when the cause is fixed"
+
+    return commit_with_retry(table_loader(catalog, config, ident, schema, source, MIRROR),
+                             attempt, stream=config.stream, target_lsn=prepared.last_lsn,
+                             done=landed, what=what, max_attempts=max_attempts, advice=advice)
 
 
 def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,

@@ -33,6 +33,7 @@ from pyiceberg.table import Table
 
 from cdclake.config import Config
 from cdclake.errors import LakeError
+from cdclake.lake.batch import TableChanges
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import committed_lsn
 from cdclake.wal.lsn import format_lsn_or_none
@@ -130,12 +131,28 @@ def _find_by_oid(catalog: Catalog, namespace: str, stream: str, oid: int,
 
 def commit_with_retry(load: Callable[[], Table], attempt: Callable[[Table], T], *,
                       stream: str, target_lsn: int, done: Callable[[Table], T],
-                      what: str, max_attempts: int = 5) -> T:
+                      what: str, max_attempts: int = 5,
+                      advice: Callable[[], str] | None = None) -> T:
     """Run ``attempt`` (which computes from the table it is given and commits) until it commits.
 
     ``done`` builds the result when an unknown-outcome commit turns out to have landed (the
-    table's summary LSN reached ``target_lsn``).
+    table's summary LSN reached ``target_lsn``). Any other failure (storage, catalog) committed
+    nothing: it becomes a LakeError naming ``what`` and ending with ``advice()`` (by default:
+    re-run the merge).
     """
+    try:
+        return _commit_with_retry(load, attempt, stream=stream, target_lsn=target_lsn,
+                                  done=done, what=what, max_attempts=max_attempts)
+    except LakeError:
+        raise
+    except Exception as exc:
+        then = advice() if advice else "re-run the merge when the cause is fixed"
+        raise LakeError(f"{what} failed ({type(exc).__name__}: {exc}); {then}") from exc
+
+
+def _commit_with_retry(load: Callable[[], Table], attempt: Callable[[Table], T], *,
+                       stream: str, target_lsn: int, done: Callable[[Table], T],
+                       what: str, max_attempts: int) -> T:
     for n in range(1, max_attempts + 1):
         table = load()
         try:
@@ -154,6 +171,26 @@ def commit_with_retry(load: Callable[[], Table], attempt: Callable[[Table], T], 
     raise LakeError(f"{what}: the commit conflicted with concurrent writers {max_attempts} "
                     "times; nothing was applied for this table. Is another merge of the same "
                     "stream running? Re-run when it is done.")
+
+
+def table_loader(catalog: Catalog, config: Config, ident: tuple[str, str], schema: Schema,
+                 source: TableChanges, kind: str) -> Callable[[], Table]:
+    """What :func:`commit_with_retry` loads to commit ``source``'s changes: its table of
+    ``kind`` (mirror or changelog) under ``ident``, created on first use."""
+    latest = source.latest
+
+    def load() -> Table:
+        return ensure_table(catalog, ident, schema, stream=config.stream,
+                            source_table=f"{latest.schema}.{latest.name}",
+                            source_oid=source.oid, kind=kind)
+
+    return load
+
+
+def snapshot_id(table: Table) -> int | None:
+    """The table's current Iceberg snapshot, None while it has none (for reports)."""
+    snap = table.current_snapshot()
+    return snap.snapshot_id if snap else None
 
 
 def mirror_status(config: Config, catalog: Catalog,

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import zstandard
-
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RelationVersion
 from cdclake.decoding.context import DecodeOptions
@@ -20,6 +18,7 @@ from cdclake.decoding.session import DecodeResult, decode
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
+from tests.unit.wal.conftest import unzstd
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 VERSIONS = (15, 18)
@@ -51,16 +50,12 @@ class DecodingFixture:
         return lines, result, d
 
 
-def _unzstd(data: bytes) -> bytes:
-    return zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 30)
-
-
 def load(version: int, dest: Path) -> DecodingFixture:
     src = FIXTURES / f"pg{version}"
-    doc = json.loads(_unzstd((src / "expected.json.zst").read_bytes()))
+    doc = json.loads(unzstd((src / "expected.json.zst").read_bytes()))
     dest.mkdir(parents=True, exist_ok=True)
     for name in doc["segments"]:
-        (dest / name).write_bytes(_unzstd((src / f"{name}.zst").read_bytes()))
+        (dest / name).write_bytes(unzstd((src / f"{name}.zst").read_bytes()))
     return DecodingFixture(version, dest, int(doc["db_oid"]), parse_lsn(doc["read_from"]),
                            parse_lsn(doc["start_lsn"]), parse_lsn(doc["end_lsn"]),
                            list(doc["lines"]))

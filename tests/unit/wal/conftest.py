@@ -33,19 +33,20 @@ class WalFixture:
         return segno * self.segment_size
 
 
-def _unzstd(data: bytes) -> bytes:
+def unzstd(data: bytes) -> bytes:
+    """The bytes of a committed, zstd-compressed fixture file."""
     return zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 30)
 
 
 def load_fixture(version: int, dest: Path) -> WalFixture:
     src = FIXTURES / f"pg{version}"
-    doc = json.loads(_unzstd((src / "expected.json.zst").read_bytes()))
+    doc = json.loads(unzstd((src / "expected.json.zst").read_bytes()))
     dest.mkdir(parents=True, exist_ok=True)
     compressed = sorted(src.glob("0*.zst"))
     segments = []
     for f in compressed:
         out = dest / f.name[:-4]
-        out.write_bytes(_unzstd(f.read_bytes()))
+        out.write_bytes(unzstd(f.read_bytes()))
         segments.append(out)
     assert [p.name for p in segments] == doc["segments"]
     return WalFixture(version, dest, segments, compressed, doc["segment_size"],
