@@ -65,4 +65,3 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
         end_lsn=getattr(reader, "end_of_wal", 0) or ctx.decoder.stats.last_lsn)
     ctx.close()
     return result
-
