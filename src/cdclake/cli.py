@@ -12,9 +12,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from cdclake.config import Config
-from cdclake.errors import CdclakeError
+from cdclake.errors import CdclakeError, redact
 
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -30,8 +31,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the errors cdclake promises: one line naming the argument and what is
+    wrong with it (a type function's own message, e.g. ``not an LSN: 'x'``), exit status 2."""
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        convert = action.type
+        if callable(convert) and not isinstance(convert, type):
+            try:
+                return convert(arg_string)
+            except (argparse.ArgumentTypeError, ValueError, TypeError, CdclakeError) as exc:
+                raise argparse.ArgumentError(action, str(exc)) from None
+        return super()._get_value(action, arg_string)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cdclake", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="cdclake", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="TOML configuration file (else CDCLAKE_CONFIG)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
@@ -45,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     known, rest = parser.parse_known_args(argv)
     module_name, help_text = COMMANDS[known.command]
     module = importlib.import_module(module_name)
-    cmd_parser = argparse.ArgumentParser(prog=f"cdclake {known.command}", description=help_text)
+    cmd_parser = ArgumentParser(prog=f"cdclake {known.command}", description=help_text)
     add_arguments = getattr(module, f"add_{known.command.replace('-', '_')}_arguments",
                             getattr(module, "add_arguments", None))
     run = getattr(module, f"run_{known.command.replace('-', '_')}", getattr(module, "run", None))
@@ -57,10 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = Config.load(known.config)
         return int(run(args, config) or 0)
     except CdclakeError as exc:
-        print(f"cdclake {known.command}: error: {exc}", file=sys.stderr)
+        print(f"cdclake {known.command}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file argument that cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"cdclake {known.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

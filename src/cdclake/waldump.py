@@ -298,22 +298,15 @@ def _rmgr_id(name: str) -> int:
     return rm.id
 
 
-def _lsn_arg(text: str) -> int:
-    try:
-        return parse_lsn(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="WAL segment files (plain or .zst) and/or directories holding them; "
                              "read in segment order across segment boundaries")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per record instead of pg_waldump-style lines")
-    parser.add_argument("-s", "--start", type=_lsn_arg, metavar="LSN",
+    parser.add_argument("-s", "--start", type=parse_lsn, metavar="LSN",
                         help="first record: the one starting at or after this LSN")
-    parser.add_argument("-e", "--end", type=_lsn_arg, metavar="LSN",
+    parser.add_argument("-e", "--end", type=parse_lsn, metavar="LSN",
                         help="stop before the first record starting at or after this LSN")
     parser.add_argument("-n", "--limit", type=int, metavar="N",
                         help="print at most N records")

@@ -59,7 +59,8 @@ class DirectorySource:
         self._segments: dict[_Loose, Path] = {}
         self._histories: dict[int, Path] = {}
         files: list[Path] = []
-        for p in map(Path, paths):
+        given = [Path(p) for p in paths]
+        for p in given:
             if p.is_dir():
                 files.extend(sorted(f for f in p.iterdir() if f.is_file()))
             elif p.exists():
@@ -67,6 +68,7 @@ class DirectorySource:
             else:
                 raise WalError(f"no such WAL file or directory: {p}")
         self._size: int | None = None
+        self._given = ", ".join(map(str, given))
         for f in files:
             name = f.name[:-4] if f.name.endswith(".zst") else f.name
             if is_history_name(name):
@@ -81,7 +83,8 @@ class DirectorySource:
     def segment_size(self) -> int:
         if self._size is None:
             if not self._segments:
-                raise WalError("no WAL segments found")
+                raise WalError(f"no WAL segment (a file named like 000000010000000000000001) "
+                               f"in {self._given}")
             first = min(self._segments, key=lambda s: (s.segno_hint, s.timeline))
             data = self._read(self._segments[first])
             # the file's own length is the best guess of the size for naming its LSN
