@@ -8,6 +8,19 @@ apart from those a retry cannot fix (corrupt WAL, a conflicting segment).
 
 from __future__ import annotations
 
+import re
+
+#: a password in a connection URL (``scheme://user:PASSWORD@host``) or a keyword/value
+#: connection string (``password=PASSWORD``, quoted or not)
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*(@)", re.IGNORECASE)
+_KW_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with every connection password replaced by ``***``: messages, logs and
+    reports may name a DSN, never its secret."""
+    return _KW_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***\2", text))
+
 
 def _fmt_lsn(lsn: int | None) -> str:
     if lsn is None:

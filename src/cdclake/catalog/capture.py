@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RelationVersion
-from cdclake.errors import SourceError
+from cdclake.errors import SourceError, redact
 from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.record import RelFileLocator
 
@@ -35,7 +35,7 @@ def capture(dsn: str) -> tuple[int, Dictionary]:
                     "SELECT cdclake.dictionary_json()::text, pg_current_wal_lsn()::text"
                 ).fetchone()
     except psycopg.Error as exc:
-        raise SourceError(f"cannot capture the dictionary from the source ({dsn}): {exc}") \
+        raise SourceError(f"cannot capture the dictionary from the source ({redact(dsn)}): {exc}") \
             from exc
     at = parse_lsn(lsn)
     d = Dictionary()
@@ -52,7 +52,7 @@ def database_oid(dsn: str) -> int:
             row = conn.execute(
                 "SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
     except psycopg.Error as exc:
-        raise SourceError(f"cannot connect to the source ({dsn}): {exc}") from exc
+        raise SourceError(f"cannot connect to the source ({redact(dsn)}): {exc}") from exc
     assert row is not None
     return int(row[0])
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from cdclake.config import Config
-from cdclake.errors import ConfigError, SourceError
+from cdclake.errors import ConfigError, SourceError, redact
 from cdclake.wal.lsn import parse_lsn
 
 
@@ -36,7 +36,7 @@ def _connect(dsn: str):  # type: ignore[no-untyped-def]
     try:
         return psycopg.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
-        raise SourceError(f"cannot connect to the source database ({dsn}): {exc}") from exc
+        raise SourceError(f"cannot connect to the source database ({redact(dsn)}): {exc}") from exc
 
 
 def check_source(conn) -> tuple[int, str]:  # type: ignore[no-untyped-def]

@@ -35,7 +35,7 @@ import pyarrow as pa
 from cdclake.archive import Layout, open_store
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
-from cdclake.errors import CdclakeError
+from cdclake.errors import CdclakeError, redact
 from cdclake.lake.batch import selected
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
@@ -347,7 +347,7 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
         step("validate_tables", lambda: validate_tables(config, params, merged,
                                                         catalog=catalog))
     except CdclakeError as exc:
-        results["error"] = f"{type(exc).__name__}: {exc}"
+        results["error"] = redact(f"{type(exc).__name__}: {exc}")
         report(config, params, results, run_id=run_id, catalog=catalog)
         raise
     return report(config, params, results, run_id=run_id, catalog=catalog)
