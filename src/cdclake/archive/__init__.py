@@ -22,6 +22,16 @@ def open_store(config: Config) -> ObjectStore:
     return store_for_url(config.effective_store_url(), config)
 
 
+def require_store(config: Config, command: str) -> None:
+    """Refuse to archive without an explicitly configured store: the default one lies under
+    ``CDCLAKE_HOME``, which for ``archive_command`` is inside the data directory, so
+    PostgreSQL would recycle WAL that is archived nowhere else."""
+    if not config.store_url:
+        raise ConfigError(f"{command} needs a store: set CDCLAKE_STORE_URL (or store_url in the "
+                          "configuration file) to an s3:// or file:// URL outside the data "
+                          "directory")
+
+
 def store_for_url(url: str, config: Config) -> ObjectStore:
     """``s3://bucket/prefix``, ``file:///dir`` or a plain directory path -> a store.
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdclake.archive import Layout, ObjectStore, open_store
+from cdclake.archive import Layout, ObjectStore, open_store, require_store
 from cdclake.archive.layout import ZST_SUFFIX, WalFileKind, wal_file_kind
 from cdclake.archive.manifest import Manifest, ManifestEntry, SystemInfo
 from cdclake.archive.segment import verify_segment
@@ -144,6 +144,7 @@ def add_wal_push_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_wal_push(args: argparse.Namespace, config: Config) -> int:
+    require_store(config, "wal-push")
     path = Path(args.path)
     try:
         data = path.read_bytes()

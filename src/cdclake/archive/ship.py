@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdclake.archive import Layout, ObjectStore, open_store
+from cdclake.archive import Layout, ObjectStore, open_store, require_store
 from cdclake.archive.gaps import Gap, GapKind, check_continuity
 from cdclake.archive.layout import WalFileKind, wal_file_kind
 from cdclake.archive.manifest import Manifest
@@ -318,6 +318,7 @@ def add_ship_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_ship(args: argparse.Namespace, config: Config) -> int:
+    require_store(config, "ship")
     if not args.dry_run:
         report = ship(config, args.from_dir, compress=args.compress)
         print(report.summary(), file=sys.stderr)

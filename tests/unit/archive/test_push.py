@@ -197,3 +197,21 @@ def test_compress_round_trip_and_corrupt_input() -> None:
     assert decompress(packed, "x") == data
     with pytest.raises(WalCorruptError, match="not a valid zstd"):
         decompress(packed[:-10], "s3://b/wal/x.zst")
+
+
+def test_no_store_configured_archives_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Without CDCLAKE_STORE_URL, wal-push (and ship) refuse: the default store is under the
+    data directory, where PostgreSQL would recycle WAL archived nowhere."""
+    d = tmp_path / "data"
+    (d / "pg_wal").mkdir(parents=True)
+    (d / "pg_wal" / SEG).write_bytes(segment_bytes(1, 3))
+    monkeypatch.chdir(d)
+    monkeypatch.delenv("CDCLAKE_STORE_URL", raising=False)
+    monkeypatch.delenv("CDCLAKE_CONFIG", raising=False)
+    assert main(["wal-push", f"pg_wal/{SEG}"]) == 2
+    assert main(["ship", "--from", str(d / "pg_wal")]) == 2
+    err = capsys.readouterr().err
+    assert "wal-push needs a store: set CDCLAKE_STORE_URL" in err
+    assert "ship needs a store" in err
+    assert sorted(p.name for p in d.iterdir()) == ["pg_wal"]
