@@ -39,14 +39,23 @@ def catalog_properties(config: Config) -> dict[str, str]:
     return props
 
 
-def open_catalog(config: Config) -> Catalog:
-    """The configured catalog, ready to use (a SQLite file's directory is created)."""
+def open_catalog(config: Config, *, create: bool = True) -> Catalog:
+    """The configured catalog, ready to use (a SQLite file's directory is created).
+
+    ``create=False`` opens it for reading only (``cdclake status``): a SQL catalog's tables
+    are not created, and a SQLite catalog that does not exist yet is a LakeError saying so.
+    """
     props = catalog_properties(config)
     try:
         if props.get("type", "sql") == "sql":
             uri = props["uri"]
             if uri.startswith("sqlite:///"):
-                Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+                path = Path(uri.removeprefix("sqlite:///"))
+                if not create and not path.exists():
+                    raise LakeError(f"no Iceberg catalog at {path} yet: nothing was merged")
+                path.parent.mkdir(parents=True, exist_ok=True)
+            if not create:
+                props["init_catalog_tables"] = "false"
             props.pop("type", None)
             return SqlCatalog(config.catalog_name, **props)
         return load_catalog(config.catalog_name, **props)

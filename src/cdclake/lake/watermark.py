@@ -44,8 +44,10 @@ def committed_lsn(table: Table, stream: str) -> int | None:
 
 
 def merged_end_lsn(catalog: Catalog, namespace: str, stream: str) -> int | None:
-    """The end LSN of the last batch of ``stream`` merged completely (all tables)."""
-    catalog.create_namespace_if_not_exists(namespace)
+    """The end LSN of the last batch of ``stream`` merged completely (all tables); None
+    before the first (reading creates nothing)."""
+    if not catalog.namespace_exists(namespace):
+        return None
     value = catalog.load_namespace_properties(namespace).get(_merged_key(stream))
     return int(value) if value is not None else None
 
@@ -56,6 +58,7 @@ def record_merged(catalog: Catalog, namespace: str, stream: str, end_lsn: int) -
     current = merged_end_lsn(catalog, namespace, stream)
     if current is not None and end_lsn <= current:
         return current
+    catalog.create_namespace_if_not_exists(namespace)
     catalog.update_namespace_properties(namespace, updates={_merged_key(stream): str(end_lsn)})
     return end_lsn
 

@@ -49,7 +49,7 @@ def status(config: Config) -> dict[str, Any]:
         from cdclake.lake.tables import mirror_status
         from cdclake.lake.watermark import merged_end_lsn
 
-        catalog = open_catalog(config)
+        catalog = open_catalog(config, create=False)
         merged = merged_end_lsn(catalog, config.namespace, config.stream)
         out["lake"] = {"namespace": config.namespace, "merged_end_lsn": format_lsn_or_none(merged),
                        "mirrors": mirror_status(config, catalog)}

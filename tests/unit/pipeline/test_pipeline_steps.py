@@ -219,3 +219,17 @@ def test_cli_run_dry_run_and_status(config: Config, stream: Stream, monkeypatch:
 
     assert main(["run", "--tables", "nodot"]) == 2
     assert "give tables as schema.table" in capsys.readouterr().err
+
+
+def test_status_only_reads(config: Config) -> None:
+    """No catalog file, no catalog tables, no namespace is created by looking."""
+    from cdclake.pipeline.status import status
+
+    sqlite = Path(config.effective_catalog_uri().removeprefix("sqlite:///"))
+    out = status(config)
+    assert "nothing was merged" in out["lake"]["error"]
+    assert not sqlite.exists()
+    catalog = open_catalog(config)  # the catalog exists, the stream's namespace does not
+    out = status(config)
+    assert out["lake"]["merged_end_lsn"] is None and out["lake"]["mirrors"] == {}
+    assert not catalog.namespace_exists(config.namespace)
