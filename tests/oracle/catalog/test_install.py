@@ -25,17 +25,18 @@ def _emitted(pg: LocalPostgres, database: str, slot: str) -> list[dict]:
 def test_install_twice_is_idempotent_and_emits_a_full_dictionary(pg: LocalPostgres,
                                                                    database: str) -> None:
     pg.sql("CREATE TABLE acct (id int PRIMARY KEY, note text)", database)
+    triggers = ("SELECT evtname FROM pg_event_trigger WHERE evtname LIKE 'cdclake%%' "
+                "ORDER BY evtname")
     first = install(pg.dsn(database))
+    after_first = [r[0] for r in pg.sql(triggers, database)]
     pg.sql("SELECT pg_create_logical_replication_slot('inst', 'test_decoding')", database)
     try:
         second = install(pg.dsn(database))
         assert (second.db_oid, second.relations) == (first.db_oid, first.relations)
         assert second.dictionary_lsn > first.dictionary_lsn
-        triggers = pg.sql("SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'cdclake%%'",
-                          database)[0][0]
-        assert triggers > 0
-        assert pg.sql("SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'cdclake%%'",
-                      database)[0][0] == triggers
+        # the second install replaced the triggers, it did not add a second set
+        assert after_first == ["cdclake_ddl", "cdclake_drop"]
+        assert [r[0] for r in pg.sql(triggers, database)] == after_first
         messages = _emitted(pg, database, "inst")
         dictionaries = [m for m in messages if m.get("kind") == "dictionary"]
         assert len(dictionaries) == 1, messages

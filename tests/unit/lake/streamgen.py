@@ -53,11 +53,10 @@ class Rel:
             return ()
         return tuple(c for c in self.live if c.attnum in v.key_attnums)
 
-    def old_key_type(self) -> pa.DataType:
-        cols = self.key_columns()
-        if not cols:
-            return pa.null()  # Parquet cannot hold an empty struct
-        return pa.struct([pa.field(c.name, self.types[c.name]) for c in cols])
+    def old_key_type(self) -> pa.StructType:
+        """As the decoder types it (a placeholder struct for a table without identity)."""
+        return stream.old_key_type([pa.field(c.name, self.types[c.name])
+                                    for c in self.key_columns()])
 
     def arrow_schema(self) -> pa.Schema:
         fields = [pa.field(c.name, self.types[c.name],

@@ -4,7 +4,6 @@ carried over like any value, never merged with a row's older texts."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from decimal import Decimal
@@ -38,22 +37,6 @@ BC_DAY = -2440588  # 4714-11-24 BC, as days since 1970
 LAST_DAY = 2145042905  # 5874897-12-31
 BC_US = -211813488000000000 + 946684800000000  # 4714-11-24 00:00:00 BC, µs since 1970
 LAST_US = I64 - 1  # 294247-01-10 04:00:54.775806
-
-
-@dataclasses.dataclass(frozen=True)
-class TextRel(Rel):
-    """A relation whose ``_old_key`` struct carries ``_cdc_pg_text``, as the decoder writes."""
-
-    def old_key_type(self) -> pa.DataType:
-        base = super().old_key_type()
-        if pa.types.is_null(base):
-            return base
-        return pa.struct([*base, pa.field(contract.PG_TEXT, contract.PG_TEXT_TYPE)])
-
-
-def text_rel(name: str, columns: list[tuple[str, pa.DataType]], **kw: Any) -> TextRel:
-    r = relation(name, columns, **kw)
-    return TextRel(r.version, r.types)
 
 
 def with_texts(t: Txn, texts: dict[int, str]) -> None:
@@ -147,8 +130,8 @@ def test_needs_counts_only() -> None:
 # -- exact text -----------------------------------------------------------------------------
 
 
-def edge() -> TextRel:
-    return text_rel("edge", [("id", pa.int32()), ("n", pa.decimal128(10, 2)),
+def edge() -> Rel:
+    return relation("edge", [("id", pa.int32()), ("n", pa.decimal128(10, 2)),
                              ("a", pa.list_(pa.int32())), ("big", pa.list_(pa.string())),
                              ("v", pa.string())], key=["id"])
 
@@ -194,7 +177,7 @@ def test_texts_are_replaced_with_the_row_and_kept_for_unchanged_toast(
 
 def test_untyped_keys_are_identities(catalog: Catalog, config: Config, stream: Stream,
                                      duck: Any) -> None:
-    rel = text_rel("keyed", [("k", pa.decimal128(10, 2)), ("v", pa.string())], key=["k"])
+    rel = relation("keyed", [("k", pa.decimal128(10, 2)), ("v", pa.string())], key=["k"])
     b1 = stream.batch("b1")
     with b1.txn() as t:
         t.insert(rel, {"v": "nan"})
@@ -230,7 +213,7 @@ def test_untyped_keys_are_identities(catalog: Catalog, config: Config, stream: S
 
 def test_full_identity_matches_exact_texts(catalog: Catalog, config: Config, stream: Stream,
                                            duck: Any) -> None:
-    rel = text_rel("fulltab", [("a", pa.list_(pa.int32())), ("t", pa.time64("us"))],
+    rel = relation("fulltab", [("a", pa.list_(pa.int32())), ("t", pa.time64("us"))],
                    replident=IDENTITY_FULL)
     b1 = stream.batch("b1")
     with b1.txn() as t:
@@ -256,7 +239,7 @@ def test_full_identity_matches_exact_texts(catalog: Catalog, config: Config, str
 
 def test_defaults_without_a_typed_value(catalog: Catalog, config: Config, stream: Stream,
                                         duck: Any) -> None:
-    rel = text_rel("late", [("id", pa.int32())], key=["id"])
+    rel = relation("late", [("id", pa.int32())], key=["id"])
     b1 = stream.batch("b1")
     with b1.txn() as t:
         t.insert(rel, {"id": 1})
@@ -264,7 +247,6 @@ def test_defaults_without_a_typed_value(catalog: Catalog, config: Config, stream
     v2 = rel.evolve(0x2000, add=[("n", pa.decimal128(10, 2)), ("d", pa.date32()),
                                  ("a", pa.list_(pa.int32()))],
                     defaults={"n": "NaN", "d": "infinity", "a": "[0:0]={1}"})
-    v2 = TextRel(v2.version, v2.types)
     b2 = stream.batch("b2")
     with b2.txn() as t:
         t.insert(v2, {"id": 2, "d": 5, "a": [1]})
@@ -278,7 +260,7 @@ def test_defaults_without_a_typed_value(catalog: Catalog, config: Config, stream
 
 def test_older_mirrors_and_batches(catalog: Catalog, config: Config, stream: Stream,
                                    tmp_path: Path, duck: Any) -> None:
-    rel = text_rel("old", [("id", pa.int32()), ("a", pa.list_(pa.int32()))], key=["id"])
+    rel = relation("old", [("id", pa.int32()), ("a", pa.list_(pa.int32()))], key=["id"])
     # a mirror created before _cdc_pg_text existed
     schema = iceberg_schema(rel.version, rel.arrow_schema())
     old_schema = type(schema)(*[f for f in schema.fields if f.name != CDC_PG_TEXT])
@@ -306,7 +288,7 @@ def test_older_mirrors_and_batches(catalog: Catalog, config: Config, stream: Str
 
 def test_changelog_carries_texts(catalog: Catalog, config: Config, stream: Stream,
                                  duck: Any) -> None:
-    rel = text_rel("logged", [("k", pa.decimal128(10, 2)), ("d", pa.date32())], key=["k"])
+    rel = relation("logged", [("k", pa.decimal128(10, 2)), ("d", pa.date32())], key=["k"])
     b1 = stream.batch("b1")
     with b1.txn() as t:
         t.insert(rel, {"d": I32})
@@ -345,7 +327,7 @@ def test_old_key_json_prints_dates_python_cannot_hold(catalog: Catalog, config: 
 
 def test_texts_naming_no_column_are_refused(catalog: Catalog, config: Config,
                                             stream: Stream) -> None:
-    rel = text_rel("bad", [("id", pa.int32())], key=["id"])
+    rel = relation("bad", [("id", pa.int32())], key=["id"])
     b1 = stream.batch("b1")
     with b1.txn() as t:
         t.insert(rel, {"id": 1})
@@ -364,7 +346,7 @@ def test_texts_of_a_dropped_column_stay_harmless(catalog: Catalog, config: Confi
                                                   stream: Stream, duck: Any) -> None:
     """Iceberg drops a column in its metadata only: an untouched file keeps the dropped
     column's text entries, and a later merge reading that file must not trip over them."""
-    rel = text_rel("dropping", [("id", pa.int32()), ("x", pa.decimal128(10, 2)),
+    rel = relation("dropping", [("id", pa.int32()), ("x", pa.decimal128(10, 2)),
                                 ("v", pa.string())], key=["id"])
     b1 = stream.batch("b1")
     with b1.txn() as t:
@@ -376,7 +358,6 @@ def test_texts_of_a_dropped_column_stay_harmless(catalog: Catalog, config: Confi
         t.insert(rel, {"id": 2, "x": Decimal("1.00"), "v": "other file"})
     run(catalog, config, b2)
     dropped = rel.evolve(0x2000, drop=["x"])
-    dropped = TextRel(dropped.version, dropped.types)
     b3 = stream.batch("b3")
     with b3.txn() as t:
         t.update(dropped, {"id": 2, "v": "touched"})  # rewrites only the second file
