@@ -6,11 +6,14 @@
 -- transaction, at its exact LSN, and gone with it if it aborts. Idempotent: run it again to
 -- upgrade the functions and emit a fresh full dictionary.
 
+-- Every function pins its search path with pg_temp last: unlisted, pg_temp is searched first
+-- for tables, so a temporary table could shadow a catalog inside a SECURITY DEFINER function.
+-- (install.py refuses a cdclake schema owned by a role that is not a superuser.)
 CREATE SCHEMA IF NOT EXISTS cdclake;
 
 -- One relation as cdclake.catalog.model.RelationVersion expects it.
 CREATE OR REPLACE FUNCTION cdclake.relation_json(rel oid) RETURNS jsonb
-LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT jsonb_build_object(
   'oid', c.oid::int8,
   'db_oid', d.oid::int8,
@@ -61,7 +64,7 @@ $fn$;
 -- composite attributes. format_type() runs under the search path a decoding session has by
 -- default, as PostgreSQL's test_decoding prints format_type_be() under its session's path.
 CREATE OR REPLACE FUNCTION cdclake.types_json(type_oids oid[]) RETURNS jsonb
-LANGUAGE sql STABLE SET search_path = "$user", public AS $fn$
+LANGUAGE sql STABLE SET search_path = "$user", public, pg_temp AS $fn$
 WITH RECURSIVE t(oid) AS (
     SELECT DISTINCT u FROM unnest(type_oids) u WHERE u <> 0
   UNION
@@ -121,7 +124,7 @@ $fn$;
 -- which the decoder merely learns if it does not know them yet (a concurrent transaction's
 -- message, written before a type change committed but committing after it, must not undo it).
 CREATE OR REPLACE FUNCTION cdclake.relations_json(rels oid[], extra_types oid[] DEFAULT '{}')
-RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT jsonb_build_object(
   'kind', 'relations',
   'relations', COALESCE((SELECT jsonb_agg(cdclake.relation_json(r) ORDER BY r)
@@ -136,7 +139,7 @@ $fn$;
 
 -- Which relations cdclake follows: permanent user tables, partitioned tables, matviews.
 CREATE OR REPLACE FUNCTION cdclake.is_followed(rel oid) RETURNS boolean
-LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT EXISTS (
   SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE c.oid = rel AND c.relkind IN ('r', 'p', 'm') AND c.relpersistence = 'p'
@@ -147,7 +150,7 @@ $fn$;
 
 -- The whole dictionary: what a decoder needs to start at this LSN.
 CREATE OR REPLACE FUNCTION cdclake.dictionary_json() RETURNS jsonb
-LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 WITH rels AS (SELECT array_agg(c.oid ORDER BY c.oid) AS oids FROM pg_class c
               WHERE cdclake.is_followed(c.oid))
 SELECT cdclake.relations_json(COALESCE(rels.oids, '{}'),
@@ -171,7 +174,7 @@ FROM rels, (SELECT oid, dattablespace FROM pg_database WHERE datname = current_d
 $fn$;
 
 CREATE OR REPLACE FUNCTION cdclake.emit(payload jsonb) RETURNS pg_lsn
-LANGUAGE sql VOLATILE SET search_path = pg_catalog AS $fn$
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT pg_logical_emit_message(true, 'cdclake.ddl', payload::text)
 $fn$;
 
@@ -180,12 +183,12 @@ $fn$;
 -- a transaction can have changes the stream, which starts at that message, never saw. The
 -- initial snapshot waits until none of them is running (cdclake.catalog.snapshot).
 CREATE OR REPLACE FUNCTION cdclake.record_install_horizon() RETURNS xid8
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog AS $fn$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
 BEGIN
   EXECUTE format('CREATE OR REPLACE FUNCTION cdclake.install_horizon() RETURNS xid8 '
-                 'LANGUAGE sql IMMUTABLE SET search_path = pg_catalog AS %L',
+                 'LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS %L',
                  format('SELECT %L::xid8', horizon));
   RETURN horizon;
 END
@@ -194,7 +197,7 @@ $fn$;
 -- A relation and everything that inherits from it (partitions, inheritance children), whose
 -- columns an ALTER TABLE on it changes too.
 CREATE OR REPLACE FUNCTION cdclake.with_descendants(rels oid[]) RETURNS oid[]
-LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 WITH RECURSIVE d(oid) AS (
     SELECT unnest(rels)
   UNION
@@ -203,7 +206,7 @@ SELECT COALESCE(array_agg(DISTINCT oid), '{}') FROM d
 $fn$;
 
 CREATE OR REPLACE FUNCTION cdclake.add_truncate_trigger(rel oid) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = rel AND tgname = 'cdclake_truncate')
      AND (SELECT relkind FROM pg_class WHERE oid = rel) IN ('r', 'p') THEN
@@ -217,7 +220,7 @@ $fn$;
 
 -- AFTER TRUNCATE: the table now has a new relfilenode, which only this trigger sees.
 CREATE OR REPLACE FUNCTION cdclake.on_truncate() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
   PERFORM cdclake.emit(cdclake.relations_json(ARRAY[TG_RELID]));
   RETURN NULL;
@@ -229,7 +232,7 @@ $fn$;
 -- of the relations it altered when a column uses them, and the array types of all of these,
 -- whose format_type() follows a rename or a schema change of their element.
 CREATE OR REPLACE FUNCTION cdclake.changed_types(type_oids oid[], rel_oids oid[]) RETURNS oid[]
-LANGUAGE sql STABLE SET search_path = pg_catalog AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 WITH named(oid) AS (
     SELECT u FROM unnest(type_oids) u
   UNION
@@ -250,7 +253,7 @@ $fn$;
 -- changed (ALTER TYPE/DOMAIN change no relation, yet what the relations' columns hold prints
 -- differently), with the typed tables ALTER TYPE ... CASCADE altered without reporting them.
 CREATE OR REPLACE FUNCTION cdclake.on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   touched oid[];
   spaces oid[];
@@ -310,7 +313,7 @@ $fn$;
 -- tables that lost columns to a DROP of something else (DROP TYPE/DOMAIN/SCHEMA/COLLATION ...
 -- CASCADE), which no ddl_command_end reports (ALTER TABLE/TYPE are reported there).
 CREATE OR REPLACE FUNCTION cdclake.on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   dropped jsonb;
   orphaned oid[];

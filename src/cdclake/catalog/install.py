@@ -52,6 +52,15 @@ def check_source(conn) -> tuple[int, str]:  # type: ignore[no-untyped-def]
         raise SourceError(f"the source runs PostgreSQL {version}; cdclake reads 15 to 18")
     if not superuser:
         raise SourceError("source install creates event triggers, which needs a superuser")
+    owner = conn.execute(
+        "SELECT r.rolname, r.rolsuper FROM pg_catalog.pg_namespace n "
+        "JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner WHERE n.nspname = 'cdclake'"
+    ).fetchone()
+    if owner is not None and not owner[1]:
+        # its owner could replace the functions the event triggers run as a superuser
+        raise SourceError(f"schema cdclake already exists in database {conn.info.dbname} and "
+                          f"belongs to role {owner[0]}, who is not a superuser: drop it or "
+                          "make a superuser its owner, then install again")
     return version, conn.info.dbname
 
 

@@ -120,3 +120,47 @@ def test_type_level_ddl_writes_the_changed_types(pg: LocalPostgres, database: st
         assert oid["mood"] in {t["oid"] for t in m["types"]}
     finally:
         pg.sql("SELECT pg_drop_replication_slot('types')", database)
+
+
+def test_install_refuses_a_cdclake_schema_owned_by_another_role(pg: LocalPostgres,
+                                                                 database: str) -> None:
+    """Its owner could replace the functions the event triggers run as a superuser."""
+    role = f"mallory_{database}"
+    pg.sql(f"CREATE ROLE {role} LOGIN")
+    pg.sql(f"CREATE SCHEMA cdclake AUTHORIZATION {role}", database)
+    try:
+        with pytest.raises(SourceError, match=f"schema cdclake already exists in database "
+                                              f"{database} and belongs to role {role}"):
+            install(pg.dsn(database))
+        assert pg.sql("SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'cdclake%%'",
+                      database)[0][0] == 0
+    finally:
+        pg.sql("DROP SCHEMA cdclake CASCADE", database)
+        pg.sql(f"DROP ROLE {role}")
+
+
+def test_a_temporary_table_cannot_shadow_a_catalog(pg: LocalPostgres, database: str) -> None:
+    """A role's temporary ``pg_class`` is not what the SECURITY DEFINER trigger functions
+    read: pg_temp comes last in their search path. The role's DDL is described correctly."""
+    role = f"eve_{database}"
+    pg.sql(f"CREATE ROLE {role} LOGIN")
+    pg.sql(f"GRANT CREATE ON SCHEMA public TO {role}", database)
+    install(pg.dsn(database))
+    pg.sql("SELECT pg_create_logical_replication_slot('shadow', 'test_decoding')", database)
+    try:
+        dsn = pg.dsn(database).replace("user=postgres", f"user={role}")
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TEMP TABLE pg_class (oid oid, relname text)")
+            conn.execute("INSERT INTO pg_class VALUES (1, 'forged')")
+            conn.execute("CREATE TABLE public.shadowed (id int PRIMARY KEY, v text)")
+        described = [r for m in _emitted(pg, database, "shadow") if m.get("kind") == "relations"
+                     for r in m["relations"]]
+        assert [(r["name"], [c["name"] for c in r["columns"]]) for r in described] == [
+            ("shadowed", ["id", "v"])]
+    finally:
+        pg.sql("SELECT pg_drop_replication_slot('shadow')", database)
+        pg.sql("DROP TABLE IF EXISTS public.shadowed", database)
+        pg.sql(f"REVOKE CREATE ON SCHEMA public FROM {role}", database)
+        pg.sql(f"DROP ROLE {role}")
