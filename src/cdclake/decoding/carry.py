@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from cdclake.decoding.reorder import TXN, ReorderBuffer
-from cdclake.decoding.spill import MAGIC, encode_change, spill_file_name
+from cdclake.decoding.spill import (
+    MAGIC,
+    encode_change,
+    open_private,
+    private_dir,
+    spill_file_name,
+)
 from cdclake.decoding.walclass import PgClassRow
 from cdclake.errors import SpillError
 
@@ -134,8 +140,9 @@ def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], owns: Callable[[int
         t.gid = o.gid
         t.ddl = [decode_event(e) for e in o.ddl]  # type: ignore[misc]
         if o.spill and owns(o.toplevel):
-            spill_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(spill_dir)
             path = spill_dir / spill_file_name(o.xid, o.first_lsn)
-            path.write_bytes(get(o.spill))
+            with open_private(path, "wb") as f:
+                f.write(get(o.spill))
             t.spill_files[RESTORED] = path
             t.nspilled = o.changes

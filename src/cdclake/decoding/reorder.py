@@ -18,7 +18,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cdclake.decoding.changes import Change
-from cdclake.decoding.spill import append_changes, read_changes, remove_files, spill_file_name
+from cdclake.decoding.spill import (
+    append_changes,
+    private_dir,
+    read_changes,
+    remove_files,
+    spill_file_name,
+)
 
 _SPILL_RE = re.compile(r"^xid-\d+-lsn-[0-9A-F]+-[0-9A-F]+\.spill$")
 
@@ -131,7 +137,7 @@ class ReorderBuffer:
 
     def spill(self, t: TXN) -> None:
         """Write ``t``'s in-memory changes to its spill files and release their memory."""
-        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.spill_dir)
         seg = self.segment_size
         for segno, group in itertools.groupby(t.changes, key=lambda c: c.lsn // seg):
             path = t.spill_files.get(segno)

@@ -14,6 +14,7 @@ spill files also carry open transactions from one batch to the next through the 
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,11 +130,23 @@ def decode_change(body: bytes) -> Change:
                   payload)
 
 
+def open_private(path: Path, mode: str) -> BinaryIO:
+    """Open a spill file for writing, created readable by this user only (0600): it holds
+    row values, which other users of the machine must not read."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o600), mode)
+
+
+def private_dir(path: Path) -> None:
+    """Create a spill directory (0700 for the directories it creates)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
 def append_changes(path: Path, changes: list[Change]) -> int:
     """Append ``changes`` to the spill file at ``path`` (created with its magic); bytes written."""
     new = not path.exists()
     data = b"".join(encode_change(c) for c in changes)
-    with open(path, "ab") as f:
+    with open_private(path, "ab") as f:
         if new:
             f.write(MAGIC)
         f.write(data)

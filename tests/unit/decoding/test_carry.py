@@ -65,3 +65,18 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     other = ReorderBuffer(600, tmp_path / "spill-c", 1 << 20)
     restore_open(other, as_json, lambda xid: False, store.get, tmp_path / "spill-c")
     assert other.txn(10, 0).ddl and not other.txn(10, 0).spill_files
+
+
+def test_spilled_and_restored_changes_are_private(tmp_path: Path) -> None:
+    """Spill files hold row values: readable by this user only, in a 0700 directory."""
+    buffer = ReorderBuffer(1, tmp_path / "spill", 1 << 20)
+    buffer.queue(10, _change(100))
+    files = list((tmp_path / "spill").iterdir())
+    assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    assert (tmp_path / "spill").stat().st_mode & 0o777 == 0o700
+    saved = save_open(buffer, lambda xid: True, lambda xid, lsn, data: "k")
+    stored = {"k": b"".join(f.read_bytes() for f in files)}
+    after = ReorderBuffer(1, tmp_path / "restored", 1 << 20)
+    restore_open(after, saved, lambda xid: True, stored.__getitem__, tmp_path / "restored")
+    (restored,) = (tmp_path / "restored").iterdir()
+    assert restored.stat().st_mode & 0o777 == 0o600
