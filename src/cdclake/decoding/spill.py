@@ -138,7 +138,7 @@ def open_private(path: Path, mode: str) -> BinaryIO:
 
 
 def private_dir(path: Path) -> None:
-    """Create a spill directory (0700 for the directories it creates)."""
+    """Create a spill directory, 0700 (missing parents get the default mode)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
