@@ -48,6 +48,13 @@ class TableEntry:
     versions: tuple[VersionEntry, ...]
 
 
+def manifest_rows(manifest: dict[str, Any]) -> dict[str, int]:
+    """Change rows per table as a batch's manifest counts them (no Parquet read): what the
+    decode step reports and a dry-run merge would take."""
+    return {str(t["table"]): sum(int(v["rows"]) for v in t.get("versions", ()))
+            for t in manifest.get("tables", ())}
+
+
 def selected(tables: Sequence[str], name: str, relations: Iterable[RelationVersion]) -> bool:
     """Whether a selection of ``schema.table`` names takes a table: by the name the manifest
     gives it or the name of any of its versions (a table renamed in the batch answers to

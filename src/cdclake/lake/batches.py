@@ -22,7 +22,7 @@ from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.batch import MANIFEST, Batch, parse_manifest, selected
+from cdclake.lake.batch import MANIFEST, Batch, manifest_rows, parse_manifest, selected
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +35,9 @@ class DecodedBatch:
     commits: int
     manifest: dict[str, Any]
 
-    @property
-    def tables(self) -> list[str]:
-        return [str(t["table"]) for t in self.manifest.get("tables", ())]
-
     def rows(self) -> dict[str, int]:
         """Change rows per table, from the manifest (no Parquet read)."""
-        return {str(t["table"]): sum(int(v["rows"]) for v in t["versions"])
-                for t in self.manifest.get("tables", ())}
+        return manifest_rows(self.manifest)
 
 
 def list_batches(store: ObjectStore, layout: Layout) -> list[DecodedBatch]:

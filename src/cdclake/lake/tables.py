@@ -18,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -31,18 +32,20 @@ from pyiceberg.exceptions import (
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
 from cdclake.lake.visibility import facts_of
-from cdclake.lake.watermark import committed_lsn
+from cdclake.lake.watermark import STREAM, committed_lsn
 from cdclake.wal.lsn import format_lsn_or_none
 
 log = logging.getLogger(__name__)
 
+# the properties of a cdclake table; its stream is under ``STREAM``, the key snapshot
+# summaries name the stream by (lake.watermark)
 SOURCE_OID = "cdclake.source-oid"
 SOURCE_TABLE = "cdclake.source-table"
-STREAM = "cdclake.stream"
 KIND = "cdclake.kind"
 #: the kinds of table a stream has: a mirror of a source table, or its changelog
 MIRROR = "mirror"
@@ -218,3 +221,19 @@ def mirror_status(config: Config, catalog: Catalog,
             "rows": int(summary.get("total-records", 0)),
             "initial_snapshot_lsn": format_lsn_or_none(facts.lsn) if facts else None}
     return out
+
+
+def read_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion]
+                 ) -> tuple[dict[str, pa.Table], list[str]]:
+    """The rows of the mirror of each source table in ``relations`` (keyed as given, in key
+    order), and the keys that have no mirror: the table is outside ``config.tables``, or no
+    change of it was merged yet. The suite of the mirrors reads them whole."""
+    data: dict[str, pa.Table] = {}
+    missing: list[str] = []
+    for name, rel in sorted(relations.items()):
+        ident = mirror_identifier(config, rel.schema, rel.name)
+        if not catalog.table_exists(ident):
+            missing.append(name)
+            continue
+        data[name] = catalog.load_table(ident).scan().to_arrow()
+    return data, missing

@@ -30,13 +30,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from cdclake.archive import Layout, open_store
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, redact
-from cdclake.lake.batch import selected
+from cdclake.lake.batch import manifest_rows, selected
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none
@@ -130,12 +128,10 @@ def decode(config: Config, params: RunParams | None = None, *,
         notes["start_lsn_applied"] = first
     if result is None:
         return {"batch": None, **notes}
-    tables = {str(t["table"]): sum(int(v["rows"]) for v in t.get("versions", ()))
-              for t in result.manifest.get("tables", ())}
     return {"batch": result.batch, "start_lsn": format_lsn(result.start_lsn),
             "end_lsn": format_lsn(result.end_lsn), "commits": result.commits,
-            "segments": list(result.segments), "tables": tables, "stats": dict(result.stats),
-            **notes}
+            "segments": list(result.segments), "tables": manifest_rows(result.manifest),
+            "stats": dict(result.stats), **notes}
 
 
 # -- 4. validate the change stream ------------------------------------------------------------
@@ -232,7 +228,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
     The suite needs each table's replica identity and key, which only the decoder's relation
     versions give: they come from the batches' manifests (the newest version wins).
     """
-    from cdclake.lake.tables import mirror_identifier
+    from cdclake.lake.tables import read_mirrors
     from cdclake.quality import raise_for_failures, validate_mirrors
 
     params = params or RunParams()
@@ -251,15 +247,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
         relations = {k: v for k, v in relations.items() if k in wanted}
     if params.tables:
         relations = {k: v for k, v in relations.items() if selected(params.tables, k, [v])}
-    catalog = catalog or _catalog(config)
-    data: dict[str, pa.Table] = {}
-    missing = []
-    for name, rel in sorted(relations.items()):
-        ident = mirror_identifier(config, rel.schema, rel.name)
-        if not catalog.table_exists(ident):
-            missing.append(name)  # excluded by config.tables, or no change merged yet
-            continue
-        data[name] = catalog.load_table(ident).scan().to_arrow()
+    data, missing = read_mirrors(config, catalog or _catalog(config), relations)
     if not data:
         return {"tables": [], "missing": missing, "success": True}
     run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -16,12 +15,13 @@ from cdclake.archive import Layout, open_store
 from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ConfigError, QualityError
-from cdclake.lake.batches import list_batches, pending
+from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.pipeline import RunParams, merge, report, validate_stream, validate_tables
 from cdclake.pipeline.steps import safe_run_id
-from tests.unit.lake.streamgen import Rel, Stream, relation
+from tests.unit.lake.streamgen import Stream
+from tests.unit.lake.test_batches import items, two_batches
 
 
 @pytest.fixture
@@ -33,31 +33,6 @@ def config(tmp_path: Path) -> Config:
 def stream(tmp_path: Path) -> Stream:
     """Batches land where the store's ``changes/`` prefix is, as the decoder writes them."""
     return Stream(tmp_path / "store" / "changes")
-
-
-def items() -> Rel:
-    return relation("items", [("id", pa.int32()), ("name", pa.string())], key=["id"], oid=16401)
-
-
-def owners() -> Rel:
-    return relation("owners", [("id", pa.int32()), ("email", pa.string())], key=["id"],
-                    oid=16402)
-
-
-def two_batches(stream: Stream) -> None:
-    i, o = items(), owners()
-    b1 = stream.batch("b000001")
-    with b1.txn() as t:
-        t.insert(i, {"id": 1, "name": "a"})
-        t.insert(i, {"id": 2, "name": "b"})
-        t.insert(o, {"id": 10, "email": "x@example.com"})
-    b1.write()
-    b2 = stream.batch("b000002")
-    with b2.txn() as t:
-        t.update(i, {"id": 3, "name": "b"}, old={"id": 2})
-        t.delete(o, {"id": 10})
-        t.insert(o, {"id": 11, "email": "y@example.com"})
-    b2.write()
 
 
 def mirror(config: Config, name: str) -> list[dict[str, Any]]:
@@ -96,23 +71,6 @@ def test_params_that_cannot_mean_anything_are_refused(bad: dict[str, Any]) -> No
 def test_safe_run_id_makes_airflow_run_ids_usable_as_keys() -> None:
     assert safe_run_id("manual__2025-01-01T00:00:00+00:00") == "manual__2025-01-01T00_00_00_00_00"
     assert safe_run_id(None).startswith("run-")
-
-
-# -- pending batches ---------------------------------------------------------------------------
-
-
-def test_pending_batches_are_the_complete_ones_past_the_merged_end(config: Config,
-                                                                  stream: Stream) -> None:
-    two_batches(stream)
-    torn = stream.root / "b000003" / "public.items"  # a decode that died before its manifest
-    torn.mkdir(parents=True)
-    (torn / "part-00000.parquet").write_bytes(b"partial")
-    batches = list_batches(open_store(config), Layout())
-    assert [b.name for b in batches] == ["b000001", "b000002"]
-    assert batches[0].rows() == {"public.items": 2, "public.owners": 1}
-    assert pending(batches, None) == batches
-    assert pending(batches, batches[0].end_lsn) == batches[1:]
-    assert pending(batches, batches[1].end_lsn) == []
 
 
 # -- merge ----------------------------------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""The decoded batches in a local store (``lake.batches``) and the table selection the steps
+and the merge share (``lake.batch.selected``): no Spark, no PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cdclake.archive import Layout, open_store
+from cdclake.catalog.model import IDENTITY_FULL
+from cdclake.config import Config
+from cdclake.decoding import stream as contract
+from cdclake.errors import LakeError
+from cdclake.lake.batch import Batch, manifest_rows, selected
+from cdclake.lake.batches import (
+    DecodedBatch,
+    latest_relations,
+    list_batches,
+    open_batch,
+    pending,
+    stream_tables,
+)
+from tests.unit.lake.streamgen import Rel, Stream, relation
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(home=tmp_path / "home", stream="test", store_url=(tmp_path / "store").as_uri())
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Stream:
+    """Batches land under the store's ``changes/`` prefix, as the decoder writes them."""
+    return Stream(tmp_path / "store" / "changes")
+
+
+def items() -> Rel:
+    return relation("items", [("id", pa.int32()), ("name", pa.string())], key=["id"], oid=16401)
+
+
+def owners() -> Rel:
+    return relation("owners", [("id", pa.int32()), ("email", pa.string())], key=["id"],
+                    oid=16402)
+
+
+def two_batches(stream: Stream) -> None:
+    i, o = items(), owners()
+    b1 = stream.batch("b000001")
+    with b1.txn() as t:
+        t.insert(i, {"id": 1, "name": "a"})
+        t.insert(i, {"id": 2, "name": "b"})
+        t.insert(o, {"id": 10, "email": "x@example.com"})
+    b1.write()
+    b2 = stream.batch("b000002")
+    with b2.txn() as t:
+        t.update(i, {"id": 3, "name": "b"}, old={"id": 2})
+        t.delete(o, {"id": 10})
+        t.insert(o, {"id": 11, "email": "y@example.com"})
+    b2.write()
+
+
+def batches(config: Config) -> list[DecodedBatch]:
+    return list_batches(open_store(config), Layout())
+
+
+def first_batch(config: Config) -> Batch:
+    return open_batch(config, open_store(config), Layout(), batches(config)[0])
+
+
+# -- which batches there are, and which are pending --------------------------------------------
+
+
+def test_pending_batches_are_the_complete_ones_past_the_merged_end(config: Config,
+                                                                  stream: Stream) -> None:
+    two_batches(stream)
+    torn = stream.root / "b000003" / "public.items"  # a decode that died before its manifest
+    torn.mkdir(parents=True)
+    (torn / "part-00000.parquet").write_bytes(b"partial")
+    found = batches(config)
+    assert [b.name for b in found] == ["b000001", "b000002"]
+    assert found[0].rows() == {"public.items": 2, "public.owners": 1}
+    assert pending(found, None) == found
+    assert pending(found, found[0].end_lsn) == found[1:]
+    assert pending(found, found[1].end_lsn) == []
+
+
+def test_batches_are_listed_in_stream_order_not_name_order(config: Config,
+                                                           stream: Stream) -> None:
+    for name in ("zz-first", "aa-second"):
+        b = stream.batch(name)
+        with b.txn() as t:
+            t.insert(items(), {"id": 1, "name": name})
+        b.write()
+    found = batches(config)
+    assert [b.name for b in found] == ["zz-first", "aa-second"]
+    assert found[0].end_lsn <= found[1].start_lsn
+
+
+def test_an_unreadable_manifest_names_the_batch(config: Config, stream: Stream) -> None:
+    two_batches(stream)
+    (stream.root / "b000002" / "_manifest.json").write_text(json.dumps({"batch": "b000002"}))
+    with pytest.raises(LakeError, match=r"batch b000002: manifest .* is not valid .*"
+                                        r"decode the batch again"):
+        batches(config)
+
+
+def test_manifest_rows_count_without_reading_parquet(config: Config, stream: Stream) -> None:
+    two_batches(stream)
+    second = batches(config)[1]
+    assert manifest_rows(second.manifest) == {"public.items": 1, "public.owners": 2}
+    assert manifest_rows({"tables": [{"table": "public.empty"}]}) == {"public.empty": 0}
+    assert manifest_rows({}) == {}
+
+
+def test_open_batch_reads_the_tables_where_the_store_keeps_them(config: Config,
+                                                                stream: Stream) -> None:
+    two_batches(stream)
+    batch = first_batch(config)
+    assert batch.name == "b000001"
+    assert {t.table: t.rows for t in batch} == {"public.items": 2, "public.owners": 1}
+
+
+# -- relations and the stream suite's input ------------------------------------------------------
+
+
+def test_latest_relations_take_the_newest_version_across_batches(config: Config,
+                                                                 stream: Stream) -> None:
+    old = items()
+    new = old.evolve(0x2000, add=[("qty", pa.int64())])
+    b1 = stream.batch("b1")
+    with b1.txn() as t:
+        t.insert(old, {"id": 1, "name": "a"})
+        t.insert(owners(), {"id": 1, "email": "e"})
+    b1.write()
+    b2 = stream.batch("b2")
+    with b2.txn() as t:
+        t.insert(new, {"id": 2, "name": "b", "qty": 3})
+    b2.write()
+    store = open_store(config)
+    every = latest_relations(config, store, Layout(), batches(config))
+    assert {k: v.valid_from for k, v in every.items()} == {"public.items": 0x2000,
+                                                          "public.owners": 0x1000}
+    first = latest_relations(config, store, Layout(), batches(config)[:1])
+    assert first["public.items"].valid_from == 0x1000
+
+
+def test_stream_tables_select_by_any_name_and_split_on_an_identity_change(
+        config: Config, stream: Stream) -> None:
+    keyed = items()
+    full = keyed.evolve(0x2000, replident=IDENTITY_FULL)
+    b = stream.batch("b1")
+    with b.txn() as t:
+        t.insert(keyed, {"id": 2, "name": "b"})
+        t.insert(keyed, {"id": 1, "name": "a"})
+    with b.txn() as t:
+        t.insert(full, {"id": 3, "name": "c"})
+        t.insert(owners(), {"id": 1, "email": "e"})
+    b.write()
+    batch = first_batch(config)
+
+    tables, relations = stream_tables(batch, ("public.items",))
+    assert sorted(tables) == ["public.items@v0000000000001000", "public.items@v0000000000002000"]
+    assert relations["public.items@v0000000000002000"].replident == IDENTITY_FULL
+    # the decoder's order is kept (the suite checks it): id 2 was written before id 1
+    assert tables["public.items@v0000000000001000"].column("id").to_pylist() == [2, 1]
+
+    tables, relations = stream_tables(batch)
+    assert set(tables) == {"public.items@v0000000000001000", "public.items@v0000000000002000",
+                           "public.owners"}
+    assert tables["public.owners"].column(contract.OP).to_pylist() == [contract.OP_INSERT]
+
+
+def test_a_renamed_table_answers_to_both_names(config: Config, stream: Stream) -> None:
+    before = items()  # ALTER TABLE items RENAME TO goods, inside the batch
+    after = Rel(dataclasses.replace(before.version, name="goods", qualified="public.goods",
+                                    valid_from=0x2000), before.types)
+    b = stream.batch("b1")
+    with b.txn() as t:
+        t.insert(before, {"id": 1, "name": "a"})
+    with b.txn() as t:
+        t.insert(after, {"id": 2, "name": "b"})
+    b.write()
+    batch = first_batch(config)
+    (entry,) = batch.entries
+    relations = [v.relation for v in entry.versions]
+    assert selected(["public.items"], entry.table, relations)
+    assert selected(["public.goods", "public.other"], entry.table, relations)
+    assert not selected(["public.other"], entry.table, relations)
+    assert not selected([], entry.table, relations)
+    for name in ("public.items", "public.goods"):
+        tables, _ = stream_tables(batch, (name,))
+        assert tables["public.items"].num_rows == 2, name
+    assert stream_tables(batch, ("public.other",)) == ({}, {})
