@@ -173,10 +173,42 @@ SELECT cdclake.relations_json(COALESCE(rels.oids, '{}'),
 FROM rels, (SELECT oid, dattablespace FROM pg_database WHERE datname = current_database()) d
 $fn$;
 
-CREATE OR REPLACE FUNCTION cdclake.emit(payload jsonb) RETURNS pg_lsn
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-SELECT pg_logical_emit_message(true, 'cdclake.ddl', payload::text)
+-- The key that signs every message (cdclake.catalog.signing) lives in a file in the data
+-- directory, cdclake_ddl.key: "<key> <ipad> <opad>" in hex, the pads being the key xor 0x36...
+-- and 0x5c..., HMAC's inner and outer keys. A file, not a table: a table's rows would be in
+-- the WAL, which the archive and every logical slot (a publication FOR ALL TABLES) pass on;
+-- the file is read by superusers only, survives a crash, and a base backup copies it.
+-- install.py writes it once and keeps it across re-installs (from the decoders' key file
+-- when it is gone), so messages already archived stay verifiable.
+CREATE OR REPLACE FUNCTION cdclake.key_path() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+SELECT current_setting('data_directory') || '/cdclake_ddl.key'
 $fn$;
+
+-- Write one signed cdclake.ddl message: "cdclake-hmac-sha256 <xid8> <hmac>\n<payload>", the
+-- HMAC-SHA256 of "<xid8>\n<payload>" under the key, xid8 the top-level transaction's id. Only
+-- a role that can read the key file can sign, and no other role may call this.
+CREATE OR REPLACE FUNCTION cdclake.emit(payload jsonb) RETURNS pg_lsn
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  path text := cdclake.key_path();
+  k text[];
+  id text := pg_current_xact_id()::text;
+  body bytea := convert_to(payload::text, 'UTF8');
+BEGIN
+  IF (pg_stat_file(path, true)).size IS NULL THEN  -- fail the DDL rather than leave it undescribed
+    RAISE EXCEPTION 'cdclake cannot sign its schema message: % is missing', path
+      USING HINT = 'run cdclake source install again (it restores the key)';
+  END IF;
+  k := string_to_array(btrim(pg_read_file(path), E' \n'), ' ');
+  RETURN pg_logical_emit_message(true, 'cdclake.ddl',
+    convert_to('cdclake-hmac-sha256 ' || id || ' ' || encode(
+      sha256(decode(k[3], 'hex') || sha256(decode(k[2], 'hex')
+                                          || convert_to(id || E'\n', 'UTF8') || body)), 'hex')
+      || E'\n', 'UTF8') || body);
+END
+$fn$;
+REVOKE ALL ON FUNCTION cdclake.emit(jsonb) FROM PUBLIC;
 
 -- The install horizon: every transaction id below it was assigned before the install's full
 -- dictionary message was written (it is read in a statement after that message), so only such
@@ -210,10 +242,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = rel AND tgname = 'cdclake_truncate')
      AND (SELECT relkind FROM pg_class WHERE oid = rel) IN ('r', 'p') THEN
-    PERFORM set_config('cdclake.in_ddl_trigger', 'on', true);
     EXECUTE format('CREATE TRIGGER cdclake_truncate AFTER TRUNCATE ON %s '
                    'FOR EACH STATEMENT EXECUTE FUNCTION cdclake.on_truncate()', rel::regclass);
-    PERFORM set_config('cdclake.in_ddl_trigger', 'off', true);
   END IF;
 END
 $fn$;
@@ -261,9 +291,6 @@ DECLARE
   typs oid[];
   r oid;
 BEGIN
-  IF current_setting('cdclake.in_ddl_trigger', true) = 'on' THEN
-    RETURN;
-  END IF;
   SELECT array_agg(DISTINCT c.objid) INTO touched FROM pg_event_trigger_ddl_commands() c
   WHERE c.classid = 'pg_class'::regclass;
   -- ALTER SCHEMA ... RENAME renames every relation and type in it, reporting only the schema

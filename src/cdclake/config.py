@@ -55,6 +55,10 @@ class Config:
     #: CDCLAKE_S3_ACCESS_KEY_ID / CDCLAKE_S3_SECRET_ACCESS_KEY (else boto3's own chain).
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
+    #: CDCLAKE_DDL_KEY_FILE: the key that authenticates the source's ``cdclake.ddl`` messages
+    #: (hex, mode 0600); default ``ddl.key`` in the home directory, where ``cdclake source
+    #: install`` writes it, else read from the source through the DSN.
+    ddl_key_file: Path | None = None
     #: CDCLAKE_STREAM: name of the source stream (one prefix, one progress state).
     stream: str = "main"
     #: CDCLAKE_DATABASE: database name decoded (gate 1); empty = the DSN's database.
@@ -85,6 +89,11 @@ class Config:
     #: CDCLAKE_SNAPSHOT_WAIT: seconds the snapshot waits for transactions older than the
     #: install to end before it gives up.
     snapshot_wait: float = 300.0
+    #: CDCLAKE_LEASE_TTL: seconds a run's lease on the stream (decoding, the lake) lasts without
+    #: renewal; a run renews it every third of that (cdclake.archive.lease).
+    lease_ttl: float = 60.0
+    #: CDCLAKE_LEASE_WAIT: seconds a run waits for another run's lease before it refuses.
+    lease_wait: float = 120.0
     #: CDCLAKE_SCHEDULE: Airflow schedule of the ingest DAG.
     schedule: str = "*/10 * * * *"
 
@@ -135,7 +144,7 @@ class Config:
 
 
 def _coerce(cls: type, name: str, value: Any) -> Any:
-    if name in ("home", "archive_dir", "spill_dir"):
+    if name in ("home", "archive_dir", "spill_dir", "ddl_key_file"):
         return Path(value).expanduser().resolve()
     if name in ("work_mem", "snapshot_chunk_size"):
         size = parse_size(value)
@@ -147,14 +156,14 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}, got "
                               f"{value!r}")
         return value
-    if name == "snapshot_wait":
+    if name in ("snapshot_wait", "lease_ttl", "lease_wait"):
         try:
             seconds = float(value)
         except ValueError as exc:
-            raise ConfigError(f"snapshot_wait must be a number of seconds, got {value!r}") \
-                from exc
-        if seconds < 0:
-            raise ConfigError("snapshot_wait must not be negative")
+            raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from exc
+        if seconds < (1 if name == "lease_ttl" else 0):
+            raise ConfigError(f"{name} must be at least {1 if name == 'lease_ttl' else 0} "
+                              f"seconds, got {value!r}")
         return seconds
     if name == "spark_partitions":
         try:

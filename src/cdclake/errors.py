@@ -138,6 +138,11 @@ class ArchiveGapError(CdclakeError):
     """The archive misses a segment between two it has; nothing past the gap is processed."""
 
 
+class ConcurrentRunError(CdclakeError):
+    """Another run holds the stream's lease or committed first (cdclake.archive.lease); this
+    run changed nothing that run relies on. Try again when it has finished."""
+
+
 class ObjectNotFound(CdclakeError):
     """An object-store key does not exist; retrying does not help."""
 

@@ -44,6 +44,10 @@ class Dictionary:
         self._toast: dict[Locator, int] = {}  #: TOAST relfilenodes -> LSN known from
         self._pg_class: RelationVersion | None = None
         self._pg_class_loc: Locator | None = None
+        #: the newest transaction id (with epoch) of an authentic ``cdclake.ddl`` message
+        #: applied: a signed message from a wraparound before it is a replayed copy
+        #: (:func:`cdclake.catalog.signing.stale_epoch`)
+        self.ddl_xid8 = 0
 
     # -- lookups (hot path) ------------------------------------------------------------------
 
@@ -253,12 +257,13 @@ class Dictionary:
             "types": self.types.to_json(),
             "versions": [v.to_json() for v in self.versions()],
             "loc_versions": [[spc, rel, [v.to_json() for v in vs if v.rewrite_of]]
-                             for (spc, rel), vs in self._by_loc.items()
+                             for (spc, rel), vs in sorted(self._by_loc.items())
                              if any(v.rewrite_of for v in vs)],
             "catalogs": [[spc, rel, kind] for (spc, rel), kind in self._catalogs.items()],
             "toast": [[spc, rel, lsn] for (spc, rel), lsn in self._toast.items()],
             "pg_class": self._pg_class.to_json() if self._pg_class else None,
             "pg_class_locator": list(self._pg_class_loc) if self._pg_class_loc else None,
+            "ddl_xid8": self.ddl_xid8,
         }
 
     @classmethod
@@ -279,6 +284,7 @@ class Dictionary:
             self._pg_class = RelationVersion.from_json(d["pg_class"])
         if d.get("pg_class_locator"):
             self._pg_class_loc = tuple(d["pg_class_locator"])  # type: ignore[assignment]
+        self.ddl_xid8 = int(d.get("ddl_xid8", 0))
         return self
 
 

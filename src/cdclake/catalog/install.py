@@ -11,7 +11,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
+from psycopg import sql
+
+from cdclake.catalog.signing import (
+    fetch_key,
+    key_path,
+    new_key,
+    pads,
+    read_key_file,
+    write_key_file,
+)
 from cdclake.config import Config
 from cdclake.errors import ConfigError, SourceError, redact
 from cdclake.wal.lsn import parse_lsn
@@ -24,6 +35,7 @@ class InstallReport:
     server_version: int
     dictionary_lsn: int  #: end of the full-dictionary message
     relations: int  #: tables described by it
+    key: bytes  #: the key that signs the source's cdclake.ddl messages (catalog.signing)
 
 
 def _sql(name: str) -> str:
@@ -64,18 +76,36 @@ def check_source(conn) -> tuple[int, str]:  # type: ignore[no-untyped-def]
     return version, conn.info.dbname
 
 
-def install(dsn: str) -> InstallReport:
-    """Install (or upgrade) and emit a full dictionary; one transaction."""
+def install(dsn: str, known_key: bytes | None = None) -> InstallReport:
+    """Install (or upgrade) and emit a full dictionary; one transaction. ``known_key`` is the
+    decoders' copy of the signing key, used if the source lost its own."""
     with _connect(dsn) as conn:
         version, dbname = check_source(conn)
         with conn.transaction():
             conn.execute(_sql("install.sql"))
+            key = _ensure_key(conn, known_key)
             lsn, n, db_oid = conn.execute(
                 "SELECT cdclake.emit(d)::text, jsonb_array_length(d->'relations'), "
                 "(d->>'db_oid')::oid FROM cdclake.dictionary_json() d").fetchone()
             # a statement of its own: its snapshot is taken after the message was written
             conn.execute("SELECT cdclake.record_install_horizon()")
-    return InstallReport(dbname, int(db_oid), version, parse_lsn(lsn), int(n))
+    return InstallReport(dbname, int(db_oid), version, parse_lsn(lsn), int(n), key)
+
+
+def _ensure_key(conn, known: bytes | None) -> bytes:  # type: ignore[no-untyped-def]
+    """The source's signing key, in the data directory's key file: the one a previous install
+    wrote (so the messages already archived stay verifiable), else ``known`` (the decoders'
+    copy, restoring a file lost with a data directory), else a new one."""
+    path, present = conn.execute(
+        "SELECT cdclake.key_path(), (pg_stat_file(cdclake.key_path(), true)).size IS NOT NULL"
+    ).fetchone()
+    if present:
+        return fetch_key(conn)
+    key = known or new_key()
+    ipad, opad = pads(key)
+    line = " ".join(b.hex() for b in (key, ipad, opad))
+    conn.execute(sql.SQL("COPY (SELECT {}) TO {}").format(sql.Literal(line), sql.Literal(path)))
+    return key
 
 
 def uninstall(dsn: str) -> None:
@@ -86,6 +116,9 @@ def uninstall(dsn: str) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("install", "uninstall"))
     p.add_argument("--dsn", help="source database (default CDCLAKE_SOURCE_DSN)")
+    p.add_argument("--key-file", type=Path,
+                   help="where to keep the key that signs the schema messages (default "
+                        "CDCLAKE_DDL_KEY_FILE, else ddl.key in CDCLAKE_HOME)")
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
@@ -96,9 +129,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
         uninstall(dsn)
         print("cdclake removed from the source (messages already in the WAL stay there)")
         return 0
-    r = install(dsn)
+    path = args.key_file or key_path(config)
+    r = install(dsn, read_key_file(path) if path.exists() else None)
+    written = write_key_file(path, r.key)
     lsn = f"{r.dictionary_lsn >> 32:X}/{r.dictionary_lsn & 0xFFFFFFFF:X}"
     print(f"cdclake installed in database {r.database} (oid {r.db_oid}, PostgreSQL "
           f"{r.server_version // 10000}); full dictionary of {r.relations} tables written to "
           f"the WAL at {lsn}: decode from WAL that includes it")
+    print(f"the key that signs its schema messages is {'in' if written else 'still in'} "
+          f"{path} (mode 0600): decoders need it (CDCLAKE_DDL_KEY_FILE)")
     return 0

@@ -18,6 +18,7 @@ from typing import TextIO
 
 from cdclake.catalog.capture import database_oid, sql_resolver
 from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.signing import load_key
 from cdclake.config import Config, parse_size
 from cdclake.decoding.context import DecodeOptions
 from cdclake.decoding.plugins.test_decoding import TestDecoding
@@ -47,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spill-dir", type=Path, help="where spill files go")
     p.add_argument("--dictionary", type=Path,
                    help="a saved dictionary (JSON) to start from instead of an empty one")
+    p.add_argument("--key-file", type=Path,
+                   help="the key that authenticates cdclake.ddl messages (default "
+                        "CDCLAKE_DDL_KEY_FILE, else ddl.key in CDCLAKE_HOME, else read "
+                        "through --dsn)")
     p.add_argument("--output", default="-", help="output file, or - for stdout")
     p.add_argument("--stats", action="store_true", help="print run statistics to stderr")
 
@@ -64,7 +69,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
     options = DecodeOptions(
         db_oid=db_oid, start_lsn=args.start_lsn, end_lsn=args.end_lsn, read_from=args.read_from,
         work_mem=args.work_mem or config.work_mem,
-        spill_dir=args.spill_dir or config.spill_path())
+        spill_dir=args.spill_dir or config.spill_path(),
+        ddl_key=load_key(config.replace(ddl_key_file=args.key_file or config.ddl_key_file), dsn))
     with ExitStack() as stack:
         out: TextIO = sys.stdout if args.output == "-" else stack.enter_context(
             open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="\n"))

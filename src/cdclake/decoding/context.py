@@ -44,6 +44,9 @@ class DecodeOptions:
     #: a new stream started at the install's full dictionary: no change recorded before this
     #: LSN is queued (:class:`~cdclake.decoding.decode.Decoder`); 0 with an explicit start LSN
     skip_before: int = 0
+    #: the key that authenticates ``cdclake.ddl`` messages (:mod:`cdclake.catalog.signing`);
+    #: without one, the first message stops decoding
+    ddl_key: bytes | None = None
 
 
 class OwnedReplay:
@@ -80,8 +83,9 @@ class DecodingContext:
     """The wired stages of one decoding session; feed it records with ``process``."""
 
     def __init__(self, dictionary: Dictionary, buffer: ReorderBuffer, decoder: Decoder,
-                 owns: Callable[[int], bool]) -> None:
+                 replayer: Replayer, owns: Callable[[int], bool]) -> None:
         self.dictionary = dictionary
+        self.replayer = replayer
         self.buffer = buffer
         self.decoder = decoder
         self.owns = owns
@@ -125,7 +129,7 @@ def create_decoding_context(
     flt = Filter(dictionary, local_only=options.local_only, tables=options.tables)
     clean_spill_dir(options.spill_dir)
     buffer = ReorderBuffer(options.work_mem, options.spill_dir, segment_size)
-    replayer = Replayer(dictionary, plugin, resolver, flt)
+    replayer = Replayer(dictionary, plugin, resolver, flt, options.ddl_key)
     replay = replayer if owns is None else OwnedReplay(replayer, owns, messages)
     decoder = Decoder(db_oid=options.db_oid, buffer=buffer, replay=replay, filter=flt,
                       start_lsn=options.start_lsn, version=version,
@@ -138,4 +142,4 @@ def create_decoding_context(
         if get is None:
             raise ValueError("open transactions carried without a way to fetch their changes")
         restore_open(buffer, carried, owner, get, options.spill_dir)
-    return DecodingContext(dictionary, buffer, decoder, owner)
+    return DecodingContext(dictionary, buffer, decoder, replayer, owner)

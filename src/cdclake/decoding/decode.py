@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from cdclake.catalog.signing import DDL_PREFIX
 from cdclake.decoding import rmgrs
 from cdclake.decoding.changes import (
     DELETE,
@@ -42,9 +43,6 @@ from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
 
 #: pg_control.h: the XLOG record a clean shutdown writes; nothing runs before it
 XLOG_CHECKPOINT_SHUTDOWN = 0x00
-
-#: prefix of the WAL messages `cdclake source install` makes the source emit on DDL
-DDL_PREFIX = "cdclake.ddl"
 
 
 class Replay(Protocol):

@@ -19,11 +19,13 @@ value either.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RELKIND_TOAST, RelationVersion
+from cdclake.catalog.signing import DDL_PREFIX, ForgedMessage, open_signed, stale_epoch
 from cdclake.decoding.changes import (
     DELETE,
     INSERT,
@@ -43,6 +45,8 @@ from cdclake.decoding.filter import Filter
 from cdclake.errors import DecodingError, UnknownRelationError
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import RelFileLocator
+
+log = logging.getLogger(__name__)
 
 #: value id -> chunk payloads in sequence order
 ToastMap = dict[int, list[bytes]]
@@ -84,8 +88,13 @@ class Replayer:
     """Turns committed transactions into output-plugin calls."""
 
     def __init__(self, dictionary: Dictionary, plugin: OutputPlugin,
-                 resolver: Resolver | None = None, filter: Filter | None = None) -> None:
+                 resolver: Resolver | None = None, filter: Filter | None = None,
+                 ddl_key: bytes | None = None) -> None:
         self.dictionary = dictionary
+        #: authenticates ``cdclake.ddl`` messages (:mod:`cdclake.catalog.signing`)
+        self.ddl_key = ddl_key
+        #: LSNs of the forged ``cdclake.ddl`` messages ignored so far
+        self.forged: list[int] = []
         self.plugin = plugin
         self.resolver = resolver
         #: gate 3 for relations the decode-time gate could not know yet (created, or rewritten
@@ -105,18 +114,44 @@ class Replayer:
         transaction's own DDL messages say (ALTER TABLE ... ADD COLUMN rewrites the table
         before its event trigger describes it).
         """
-        self._own_ddl = (info.final_lsn,
-                         frozenset(lsn for lsn, e in events if isinstance(e, bytes)))
-        for lsn, event in events:
-            if isinstance(event, bytes):
-                self.dictionary.apply_message(lsn, event, info.final_lsn)
+        messages = [(lsn, body) for lsn, event in events if isinstance(event, bytes)
+                    for body in self._authentic(lsn, event, info)]
+        self._own_ddl = (info.final_lsn, frozenset(lsn for lsn, _ in messages))
+        for lsn, body in messages:
+            self.dictionary.apply_message(lsn, body, info.final_lsn)
         for lsn, event in events:
             if not isinstance(event, bytes):
                 event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
 
+    def _authentic(self, lsn: int, content: bytes, info: TxnInfo) -> tuple[bytes, ...]:
+        """The body of a message cdclake's triggers wrote in this transaction, or nothing: a
+        forged one is ignored with a warning naming its LSN, and the dictionary is as if it
+        had never been written (which is what PostgreSQL's catalog says)."""
+        if self.ddl_key is None:
+            raise DecodingError(
+                f"cdclake.ddl message at {format_lsn(lsn)} cannot be authenticated: no ddl key "
+                "is configured; give the key file `cdclake source install` wrote "
+                "(CDCLAKE_DDL_KEY_FILE) or a DSN of a superuser, who may read it")
+        try:
+            xid8, body = open_signed(self.ddl_key, content, info.xid)
+            if stale_epoch(xid8, self.dictionary.ddl_xid8):
+                raise ForgedMessage(f"its transaction {xid8} is a wraparound older than "
+                                    f"{self.dictionary.ddl_xid8}")
+        except ForgedMessage as exc:
+            log.warning("ignoring a forged cdclake.ddl message at %s (transaction %d): %s",
+                        format_lsn(lsn), info.xid, exc)
+            self.forged.append(lsn)
+            return ()
+        self.dictionary.ddl_xid8 = max(self.dictionary.ddl_xid8, xid8)
+        return (body,)
+
     # -- non-transactional messages --------------------------------------------------------
 
     def message(self, lsn: int, prefix: str, content: bytes) -> None:
+        if prefix == DDL_PREFIX:  # cdclake writes its own inside the DDL's transaction only
+            log.warning("ignoring a forged cdclake.ddl message ending at %s: it is not "
+                        "transactional", format_lsn(lsn))
+            self.forged.append(lsn)
         self.plugin.message(None, lsn, False, prefix, content)
 
     # -- one transaction -------------------------------------------------------------------

@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.signing import load_key
 from cdclake.config import Config
 from cdclake.decoding.carry import OpenTxn, open_memberships
 from cdclake.decoding.startup import Startup
@@ -84,7 +86,8 @@ def spark_session(config: Config) -> SparkSession:
 def decode_batch(config: Config, *, spark: SparkSession | None = None,
                  until_segment: str | None = None, dry_run: bool = False,
                  start_lsn: int | None = None, db_oid: int | None = None,
-                 dictionary: Dictionary | None = None) -> BatchResult | None:
+                 dictionary: Dictionary | None = None,
+                 fence: Callable[[], None] = lambda: None) -> BatchResult | None:
     """Decode the archived segments not yet consumed (per state/progress.json), up to and
     including until_segment if given; None when there is nothing new. Idempotent: re-running
     after a crash before progress is saved rewrites the same batch.
@@ -97,6 +100,9 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     ``start_lsn``): transactions committing before it are not emitted, changes recorded before
     it are dropped (from transactions open across the install too), and a first batch that
     holds no such message raises :class:`~cdclake.errors.DecodingError` with nothing saved.
+
+    ``fence`` is called before the batch's objects and progress are written, and raises when
+    this run may no longer write them (:meth:`cdclake.archive.lease.Lease.check`).
     """
     store = open_store(config)
     layout = Layout()
@@ -110,10 +116,16 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
         state = _Inherited.of_progress(store, progress)
     else:
         state = _Inherited.first(config, start_lsn, db_oid, dictionary)
+    key = load_key(config, config.source_dsn)
+    if key is None:
+        raise ConfigError("no key to authenticate the source's schema messages: set "
+                          "CDCLAKE_DDL_KEY_FILE to the file `cdclake source install` wrote, "
+                          "or CDCLAKE_SOURCE_DSN to a superuser, who may read it")
     spark = spark or spark_session(config)
     _clear(store, layout.spill_prefix(plan.name))  # left by an attempt that did not finish
-    results, next_lsn, version, state = _run(spark, config, store, layout, plan, state)
-    return _finish(config, store, layout, plan, progress, state, results, next_lsn, version)
+    results, next_lsn, version, state = _run(spark, config, store, layout, plan, state, key)
+    return _finish(config, store, layout, plan, progress, state, results, next_lsn, version,
+                   fence)
 
 
 @dataclass
@@ -158,7 +170,7 @@ class _Inherited:
 
 
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
-         plan: BatchPlan, state: _Inherited
+         plan: BatchPlan, state: _Inherited, key: bytes
          ) -> tuple[list[PartitionResult], int, int, _Inherited]:
     """The Spark part: parse, collect routing facts, shuffle, decode per partition; the
     state with the first batch's start LSN resolved."""
@@ -167,7 +179,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
     parsed = sc.parallelize(list(plan.tasks), len(plan.tasks)).map(
-        lambda t: parse_segment(t, store, layout, size, db))
+        lambda t: parse_segment(t, store, layout, size, db, key))
     parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         facts = parsed.map(lambda p: (_summary(p), segment_facts(p, db))).collect()
@@ -194,7 +206,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
             dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
             store=store, layout=layout,
             spill_dir=str(config.spill_dir) if config.spill_dir else None,
-            skip_before=state.start_lsn if state.from_dictionary else 0)
+            skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key)
         # the shuffle key is an int (partition, then LSN): sorted as is; pyspark's stubs
         # reject int as an orderable key type
         routed = parsed.flatMap(lambda p: route(p, rmap.value))
@@ -263,8 +275,10 @@ def _check_joins(plan: BatchPlan, summaries: list[_Summary]) -> None:
 
 def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
             progress: Progress | None, state: _Inherited, results: list[PartitionResult],
-            next_lsn: int, version: int) -> BatchResult:
-    """Check the partitions agree, write the stream, then the state (progress last)."""
+            next_lsn: int, version: int, fence: Callable[[], None]) -> BatchResult:
+    """Check the partitions agree, write the stream, then the state (progress last).
+    ``fence`` raises when this run may no longer write (it lost its lease)."""
+    fence()
     dictionaries = {r.dictionary for r in results}
     startups = {json.dumps(r.startup.to_json()) for r in results}
     if len(dictionaries) != 1 or len(startups) != 1:
@@ -281,6 +295,7 @@ def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
     open_txns = sorted((t for r in results for t in r.open_txns), key=lambda t: t.xid)
     confirmed = max([state.confirmed_lsn, *(r.last_commit for r in results)])
     restart = min([t.first_lsn for t in open_txns], default=next_lsn)
+    fence()
     save_progress(store, layout, Progress(
         seq=plan.seq, batch=plan.name, next_lsn=next_lsn, last_segment=plan.segments[-1],
         confirmed_lsn=confirmed, restart_lsn=restart, start_lsn=state.start_lsn,

@@ -86,6 +86,7 @@ class PartitionContext:
     layout: Layout
     spill_dir: str | None  #: local parent for spill files; None = the system temp dir
     skip_before: int = 0  #: see :class:`~cdclake.decoding.context.DecodeOptions`
+    ddl_key: bytes | None = None  #: see :class:`~cdclake.decoding.context.DecodeOptions`
 
 
 @dataclass
@@ -117,7 +118,8 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     kept = KeptParts()
     rows = ArrowRows(dictionary.types, kept, rows_per_part=ctx.rows_per_part)
     options = DecodeOptions(db_oid=ctx.db_oid, start_lsn=ctx.start_lsn, work_mem=ctx.work_mem,
-                            spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before)
+                            spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before,
+                            ddl_key=ctx.ddl_key)
     decoding = create_decoding_context(
         options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
         startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get,
@@ -145,6 +147,8 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
         stats={"changes": st.changes, "aborted": st.aborted,
                "cut_before_start": st.cut_before_start,
                "spilled_txns": buffer.spilled_txns, "spilled_changes": buffer.spilled_changes,
-               "peak_memory": decoding.peak_memory})
+               "peak_memory": decoding.peak_memory,
+               # every partition applies every DDL message: one of them counts
+               "forged_ddl": len(decoding.replayer.forged) if index == 0 else 0})
     decoding.close()
     return result

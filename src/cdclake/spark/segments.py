@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
-from cdclake.decoding.decode import DDL_PREFIX
+from cdclake.catalog.signing import DDL_PREFIX, open_signed
 from cdclake.decoding.rmgrs import TXN, route
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import XLogReader
@@ -102,14 +102,16 @@ def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
     return rec
 
 
-def is_dictionary_message(rec: XLogRecord, db_oid: int) -> bool:
+def is_dictionary_message(rec: XLogRecord, db_oid: int, key: bytes) -> bool:
     """Whether ``rec`` is a full dictionary of database ``db_oid``: the transactional
-    ``cdclake.ddl`` message whose JSON says ``"kind": "dictionary"``, which
-    ``cdclake source install`` emits (``cdclake.emit(cdclake.dictionary_json())``).
+    ``cdclake.ddl`` message, signed with ``key``, whose JSON says ``"kind": "dictionary"``,
+    which ``cdclake source install`` emits (``cdclake.emit(cdclake.dictionary_json())``, at
+    the top level of its transaction: the record's xid is the one it was signed for).
 
     Cheap for every other record: the rmgr id, then the message header and prefix; only the
-    few ``cdclake.ddl`` messages of the database are parsed as JSON. A payload that is not
-    JSON is not a dictionary here (the decoder reports it when it applies the message).
+    few ``cdclake.ddl`` messages of the database are authenticated and parsed as JSON. A
+    forged or malformed payload is not a dictionary here (the decoder reports it when it
+    applies the message).
     """
     if rec.rmid != RM_LOGICALMSG_ID or rec.info & 0xF0 != logicalmsg.XLOG_LOGICAL_MESSAGE:
         return False
@@ -117,14 +119,15 @@ def is_dictionary_message(rec: XLogRecord, db_oid: int) -> bool:
     if m.db_id != db_oid or not m.transactional or m.prefix != DDL_PREFIX:
         return False
     try:
-        payload = json.loads(m.message)
-    except ValueError:
+        _xid8, body = open_signed(key, m.message, rec.xid)
+        payload = json.loads(body)
+    except ValueError:  # ForgedMessage is one
         return False
     return isinstance(payload, dict) and payload.get("kind") == "dictionary"
 
 
 def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
-                  db_oid: int) -> ParsedSegment:
+                  db_oid: int, key: bytes) -> ParsedSegment:
     """Read the records starting in the task's range and keep the ones decoding needs."""
     source = StoreWindow(store, layout, segment_size, list(task.window))
     reader = XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
@@ -134,7 +137,7 @@ def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment
         if first:
             out.first_lsn, out.first_prev = rec.lsn, rec.prev
         out.last_lsn = rec.lsn
-        if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid):
+        if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
             out.dictionary_lsn = rec.lsn
         for kind, kept in route(rec, db_oid, first=first and task.keep_first):
             out.records.append((kind, freeze(kept, drop_images=kind == TXN)))

@@ -277,7 +277,7 @@ def _decode_batch(pg: LocalPostgres, cap: Capture, root: Path, name: str, start:
         return plugins[0]
 
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=start, read_from=cap.read_from,
-                            end_lsn=end, spill_dir=spill)
+                            end_lsn=end, spill_dir=spill, ddl_key=cap.key)
     decode(DirectorySource(pg.archive_dir), Dictionary(), options, make)
     plugins[0].close(start, end)
 

@@ -168,7 +168,8 @@ def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, databas
         return plugins[-1]
 
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn,
-                            read_from=cap.read_from, end_lsn=end, spill_dir=tmp_path / "spill")
+                            read_from=cap.read_from, end_lsn=end, spill_dir=tmp_path / "spill",
+                            ddl_key=cap.key)
     decode(DirectorySource(pg.archive_dir), dictionary, options, make)
     plugins[0].close(cap.start_lsn, end)
     batch = read_batch(tmp_path / "changes", "b1")

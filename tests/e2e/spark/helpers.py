@@ -29,7 +29,8 @@ def local_decode(archived: Archived, root: Path, spill: Path) -> dict[str, Any]:
         return plugins[0]
 
     source = DirectorySource(archived.directory)
-    options = DecodeOptions(db_oid=archived.db_oid, start_lsn=0, spill_dir=spill)
+    options = DecodeOptions(db_oid=archived.db_oid, start_lsn=0, spill_dir=spill,
+                            ddl_key=archived.key)
     result = decode(source, Dictionary(), options, make)
     first = source.list_segments()[0].segno * source.segment_size
     return plugins[0].close(first, result.end_lsn)

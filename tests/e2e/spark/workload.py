@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.catalog.install import install
+from cdclake.catalog.signing import fetch_key
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_segment_name
 
@@ -41,6 +42,7 @@ class Archived:
     db_oid: int
     directory: Path  #: a copy of the workload's segments, first to last
     segments: list[str]
+    key: bytes  #: signed the database's cdclake.ddl messages
 
 
 def start(pg: LocalPostgres, database: str, setup: list[str]) -> str:
@@ -118,7 +120,9 @@ def archived(pg: LocalPostgres, database: str, first: str, last: str,
             names.append(path.name)
     db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = current_database()",
                     database)[0][0]
-    return Archived(database, int(db_oid), directory, names)
+    with pg.connect(database) as conn:
+        key = fetch_key(conn)
+    return Archived(database, int(db_oid), directory, names, key)
 
 
 def archive_current(pg: LocalPostgres, database: str, timeout: float = 60.0) -> str:

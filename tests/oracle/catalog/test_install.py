@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from cdclake.catalog.install import install, uninstall
@@ -19,7 +21,9 @@ def _emitted(pg: LocalPostgres, database: str, slot: str) -> list[dict]:
     rows = pg.sql("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL)",
                   database, (slot,))
     prefix = "message: transactional: 1 prefix: cdclake.ddl, sz: "
-    return [json.loads(r[0].split("content:", 1)[1]) for r in rows if r[0].startswith(prefix)]
+    # content: the signature line, then the JSON (cdclake.catalog.signing)
+    return [json.loads(r[0].split("content:", 1)[1].split("\n", 1)[1]) for r in rows
+            if r[0].startswith(prefix)]
 
 
 def test_install_twice_is_idempotent_and_emits_a_full_dictionary(pg: LocalPostgres,
@@ -33,6 +37,11 @@ def test_install_twice_is_idempotent_and_emits_a_full_dictionary(pg: LocalPostgr
     try:
         second = install(pg.dsn(database))
         assert (second.db_oid, second.relations) == (first.db_oid, first.relations)
+        assert second.key == first.key  # messages already archived stay verifiable
+        # the key is in no change a slot sees (a table's rows would be)
+        slot = pg.sql("SELECT data FROM pg_logical_slot_peek_changes('inst', NULL, NULL)",
+                      database)
+        assert slot and not any(first.key.hex() in r[0] for r in slot)
         assert second.dictionary_lsn > first.dictionary_lsn
         # the second install replaced the triggers, it did not add a second set
         assert after_first == ["cdclake_ddl", "cdclake_drop"]
@@ -53,6 +62,20 @@ def test_install_twice_is_idempotent_and_emits_a_full_dictionary(pg: LocalPostgr
     uninstall(pg.dsn(database))
     assert pg.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'cdclake'",
                   database)[0][0] == 0
+
+
+def test_a_lost_key_file_is_restored_from_the_decoders_copy(pg: LocalPostgres,
+                                                           database: str) -> None:
+    first = install(pg.dsn(database))
+    path = pg.sql("SELECT cdclake.key_path()", database)[0][0]
+    assert path.startswith(str(pg.data_dir))
+    Path(path).unlink()  # a data directory restored without it
+    with pytest.raises(psycopg.errors.RaiseException, match=r"cdclake_ddl\.key is missing"):
+        pg.sql("CREATE TABLE t_without_key (id int)", database)  # DDL is not left undescribed
+    assert install(pg.dsn(database), first.key).key == first.key
+    pg.sql("CREATE TABLE t_with_key (id int)", database)
+    Path(path).unlink()
+    assert install(pg.dsn(database)).key != first.key  # nothing known: a new key
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ class Capture:
     read_from: int
     slot: str
     start_lsn: int
+    key: bytes  #: signs the cdclake.ddl messages
     end_lsn: int = 0
     expected: list[str] = field(default_factory=list)
     actual: list[str] = field(default_factory=list)
@@ -43,13 +44,13 @@ def prepare(pg: LocalPostgres, database: str, setup: Sequence[str] = ()) -> Capt
     for sql in setup:
         pg.sql(sql, database)
     read_from = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", database)[0][0])
-    install(pg.dsn(database))
+    key = install(pg.dsn(database)).key
     slot = f"oracle_{database}"
     lsn = pg.sql("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'test_decoding')",
                  database, (slot,))[0][0]
     db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = current_database()",
                     database)[0][0]
-    return Capture(database, db_oid, read_from, slot, parse_lsn(lsn))
+    return Capture(database, db_oid, read_from, slot, parse_lsn(lsn), key)
 
 
 def run_steps(pg: LocalPostgres, database: str, steps: Sequence[Step]) -> None:
@@ -92,7 +93,8 @@ def ours(pg: LocalPostgres, cap: Capture, *, work_mem: int = 64 * 1024 * 1024,
          spill_dir: Path) -> tuple[list[str], DecodeResult]:
     lines: list[str] = []
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
-                            end_lsn=cap.end_lsn or None, work_mem=work_mem, spill_dir=spill_dir)
+                            end_lsn=cap.end_lsn or None, work_mem=work_mem, spill_dir=spill_dir,
+                            ddl_key=cap.key)
     result = decode(DirectorySource(pg.archive_dir), Dictionary(), options,
                     lambda d, v: TestDecoding(lines.append, d.types, version=v))
     return lines, result

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cdclake.catalog.signing import write_key_file
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import format_lsn
 from tests.oracle.decoding.harness import Capture, archive_all, prepare
@@ -40,11 +41,15 @@ def slot_digest(pg: LocalPostgres, cap: Capture) -> tuple[str, int]:
 
 def decode_measured(pg: LocalPostgres, cap: Capture, work_mem: str, spill: Path,
                     out: Path) -> tuple[str, int]:
-    """Run `cdclake decode`; its --stats line and its own peak RSS in kB (VmHWM)."""
+    """Run `cdclake decode` with the install's key file and no DSN; its --stats line and its
+    own peak RSS in kB (VmHWM)."""
+    key = spill.parent / "ddl.key"
+    write_key_file(key, cap.key)
     cmd = [sys.executable, "-m", "cdclake.cli", "decode", "--wal", str(pg.archive_dir),
            "--database-oid", str(cap.db_oid), "--start-lsn", format_lsn(cap.start_lsn),
            "--read-from", format_lsn(cap.read_from), "--end-lsn", format_lsn(cap.end_lsn),
-           "--work-mem", work_mem, "--spill-dir", str(spill), "--output", str(out), "--stats"]
+           "--work-mem", work_mem, "--spill-dir", str(spill), "--output", str(out), "--stats",
+           "--key-file", str(key)]
     proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stderr, int(proc.stderr.rsplit("peak RSS ", 1)[1].split(" kB")[0])

@@ -93,7 +93,7 @@ def _without_tracker(pg: LocalPostgres, database: str, tmp_path: Path, steps: tu
     lines: list[str] = []
     dictionary = Dictionary()
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
-                            end_lsn=cap.end_lsn, spill_dir=tmp_path / "spill")
+                            end_lsn=cap.end_lsn, spill_dir=tmp_path / "spill", ddl_key=cap.key)
     decode(DirectorySource(pg.archive_dir), dictionary, options,
            lambda d, v: TestDecoding(lines.append, d.types, version=v), tracker=None,
            resolver=sql_resolver(pg.dsn(database), dictionary) if resolver else None)

@@ -33,10 +33,12 @@ class DecodingFixture:
     start_lsn: int  #: the slot's creation LSN
     end_lsn: int
     lines: list[str]  #: the slot's output
+    ddl_key: bytes  #: signed the cdclake.ddl messages
 
     def options(self, spill_dir: Path, **kw: object) -> DecodeOptions:
         return DecodeOptions(db_oid=self.db_oid, start_lsn=self.start_lsn,
-                             read_from=self.read_from, spill_dir=spill_dir, **kw)  # type: ignore[arg-type]
+                             read_from=self.read_from, spill_dir=spill_dir,
+                             ddl_key=self.ddl_key, **kw)  # type: ignore[arg-type]
 
     def decode(self, spill_dir: Path, *, dictionary: Dictionary | None = None,
                tracker: Callable[[Dictionary], CatalogTracker] | None = PgClassTracker,
@@ -58,7 +60,7 @@ def load(version: int, dest: Path) -> DecodingFixture:
         (dest / name).write_bytes(unzstd((src / f"{name}.zst").read_bytes()))
     return DecodingFixture(version, dest, int(doc["db_oid"]), parse_lsn(doc["read_from"]),
                            parse_lsn(doc["start_lsn"]), parse_lsn(doc["end_lsn"]),
-                           list(doc["lines"]))
+                           list(doc["lines"]), bytes.fromhex(doc["ddl_key"]))
 
 
 def relation_named(d: Dictionary, qualified: str) -> list[RelationVersion]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import Column, RelationVersion
+from cdclake.catalog.signing import new_key, sign
 from cdclake.decoding.changes import INSERT, Change, TxnInfo
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.plugins.test_decoding import TestDecoding
@@ -63,19 +64,20 @@ class Recorder:
         self.calls.append(("rewrite", rel, change.lsn, first))
 
 
+KEY = new_key()
 TXN = TxnInfo(xid=900, first_lsn=0x200, final_lsn=0xA00, end_lsn=0xA40, commit_time=0)
 
 
 def _replayer(d: Dictionary, plugin: Any, own: set[int]) -> Replayer:
     """A replayer committing TXN, which wrote a DDL message (describing the table as the
     dictionary has it there) at each LSN of ``own``."""
-    r = Replayer(d, plugin)
+    r = Replayer(d, plugin, ddl_key=KEY)
     events: list[tuple[int, object]] = []
     for lsn in sorted(own):
         v = d.relation_for_oid(TABLE, lsn)
         assert v is not None
-        events.append((lsn, json.dumps({"kind": "relations", "db_oid": 5,
-                                        "relations": [v.to_json()]}).encode()))
+        events.append((lsn, sign(KEY, TXN.xid, json.dumps(
+            {"kind": "relations", "db_oid": 5, "relations": [v.to_json()]}).encode())))
     r.apply_catalog(events, TXN)
     return r
 

@@ -9,30 +9,44 @@ import pytest
 
 from cdclake.archive.layout import Layout
 from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.signing import new_key, sign
 from cdclake.config import Config
 from cdclake.errors import DecodingError
 from cdclake.spark.job import _dictionary_start, _Inherited, _Summary
 from cdclake.spark.plan import plan_batch
 from cdclake.spark.segments import is_dictionary_message
 from cdclake.wal.lsn import segment_name
+from cdclake.wal.record import XLogRecord
 from tests.unit.archive.walfiles import SEGSIZE
 from tests.unit.decoding.records import DB, heap_record, message
 from tests.unit.spark.test_plan import _store
 
+KEY = new_key()
 DICTIONARY = json.dumps({"kind": "dictionary", "db_oid": DB, "relations": []}).encode()
 
 
-def test_only_a_full_dictionary_of_the_database_counts() -> None:
-    assert is_dictionary_message(message(100, 7, "cdclake.ddl", DICTIONARY), DB)
-    assert not is_dictionary_message(message(100, 7, "cdclake.ddl", DICTIONARY), DB + 1)
+def test_only_a_signed_full_dictionary_of_the_database_counts() -> None:
+    def msg(content: bytes, *, xid: int = 7, prefix: str = "cdclake.ddl",
+            transactional: bool = True) -> XLogRecord:
+        return message(100, xid, prefix, content, transactional=transactional)
+
+    def signed(body: bytes, xid8: int = 7) -> bytes:
+        return sign(KEY, xid8, body)
+
+    assert is_dictionary_message(msg(signed(DICTIONARY)), DB, KEY)
+    assert is_dictionary_message(msg(signed(DICTIONARY, 7 + (3 << 32))), DB, KEY)  # epoch 3
+    assert not is_dictionary_message(msg(signed(DICTIONARY)), DB + 1, KEY)
+    assert not is_dictionary_message(msg(signed(DICTIONARY), transactional=False), DB, KEY)
+    assert not is_dictionary_message(msg(signed(DICTIONARY), prefix="cdclake.other"), DB, KEY)
     assert not is_dictionary_message(
-        message(100, 7, "cdclake.ddl", DICTIONARY, transactional=False), DB)
-    assert not is_dictionary_message(message(100, 7, "cdclake.other", DICTIONARY), DB)
-    assert not is_dictionary_message(
-        message(100, 7, "cdclake.ddl", b'{"kind": "relations", "relations": []}'), DB)
-    assert not is_dictionary_message(message(100, 7, "cdclake.ddl", b"not json"), DB)
-    assert not is_dictionary_message(message(100, 7, "cdclake.ddl", b'["dictionary"]'), DB)
-    assert not is_dictionary_message(heap_record(100, 7), DB)
+        msg(signed(b'{"kind": "relations", "relations": []}')), DB, KEY)
+    assert not is_dictionary_message(msg(signed(b"not json")), DB, KEY)
+    assert not is_dictionary_message(msg(signed(b'["dictionary"]')), DB, KEY)
+    # forged: unsigned, signed with another key, signed for another transaction
+    assert not is_dictionary_message(msg(DICTIONARY), DB, KEY)
+    assert not is_dictionary_message(msg(sign(new_key(), 7, DICTIONARY)), DB, KEY)
+    assert not is_dictionary_message(msg(signed(DICTIONARY), xid=8), DB, KEY)
+    assert not is_dictionary_message(heap_record(100, 7), DB, KEY)
 
 
 def _summary(segno: int, dictionary_lsn: int | None) -> _Summary:
