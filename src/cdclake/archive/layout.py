@@ -155,7 +155,19 @@ class Layout:
         return self._k(f"changes/{_name(batch, 'batch name')}/{check_key(path)}")
 
     def progress_key(self) -> str:
+        """The latest progress, for people and ``cdclake status``; the log is the truth."""
         return self._k("state/progress.json")
+
+    def progress_log_prefix(self) -> str:
+        return self._p("state/progress/")
+
+    def progress_log_key(self, seq: int) -> str:
+        """Progress after batch ``seq``, created once (cdclake.spark.progress)."""
+        return self._k(f"state/progress/{seq:010d}.json")
+
+    def lease_prefix(self, name: str) -> str:
+        """The generations of lease ``name`` (cdclake.archive.lease)."""
+        return self._p(f"state/leases/{_name(name, 'lease name')}/")
 
     def reports_prefix(self) -> str:
         return self._p("reports/")

@@ -1,21 +1,22 @@
 """``cdclake status``: where the stream stands, from the archive to each mirror.
 
-Reads only: the manifest (what is archived, and any gap), the decoder's progress state, the
-decoded batches and which of them the lake has taken, each mirror's commit LSN and, when the
-source is reachable, its current WAL position — the four places a stalled pipeline can be
-stuck, side by side.
+Reads only: the manifest (what is archived, and any gap), the decoder's progress state, who
+holds the stream's leases (a run in progress), the decoded batches and which of them the lake
+has taken, each mirror's commit LSN and, when the source is reachable, its current WAL
+position — the places a stalled pipeline can be stuck, side by side.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from cdclake.archive import Layout, open_store
+from cdclake.archive.lease import DECODE, LAKE, holder_of
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, ObjectNotFound
+from cdclake.errors import CdclakeError, StoreError
 from cdclake.lake.batches import list_batches, pending
+from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
 
 
@@ -37,11 +38,11 @@ def status(config: Config) -> dict[str, Any]:
     out["archive"] = archive
 
     try:
-        out["progress"] = json.loads(store.get(layout.progress_key()))
-    except ObjectNotFound:
-        out["progress"] = None  # nothing decoded yet
-    except ValueError as exc:
-        out["progress"] = {"error": f"unreadable progress state: {exc}"}
+        progress = load_progress(store, layout)
+        out["progress"] = progress.to_json() if progress else None  # None: nothing decoded yet
+    except StoreError as exc:
+        out["progress"] = {"error": str(exc)}
+    out["leases"] = {name: holder_of(store, name, layout) for name in (DECODE, LAKE)}
 
     batches = list_batches(store, layout)
     try:
@@ -97,6 +98,10 @@ def format_status(data: dict[str, Any]) -> str:
     lines.append(f"decoded: {b['decoded']} batch(es), last {b['last']} ending at "
                  f"{b['last_end_lsn']}; waiting for merge: {len(b['pending_merge'])}"
                  + (f" ({', '.join(b['pending_merge'])})" if b["pending_merge"] else ""))
+    for name, held in sorted(data.get("leases", {}).items()):
+        if held:
+            lines.append(f"running: the {name} lease is held by {held['holder']} until "
+                         f"{held['until']}")
     lake = data["lake"]
     if "error" in lake:
         lines.append(f"lake: {lake['error']}")

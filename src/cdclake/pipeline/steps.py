@@ -23,6 +23,7 @@ nothing is merged past a failed stream check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -31,17 +32,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.archive import Layout, open_store
+from cdclake.archive.lease import DECODE, LAKE, Lease
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, redact
 from cdclake.lake.batch import manifest_rows, selected
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
+from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
+    from cdclake.archive.store import ObjectStore
     from cdclake.lake.merge import MergeReport
     from cdclake.quality import QualityContext
 
@@ -94,8 +98,10 @@ def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = No
                 "dry_run": True}
     from cdclake.snapshot.driver import snapshot_tables
 
-    return snapshot_tables(config, replace=forced, missing=config.snapshot_mode == "initial",
-                           spark=spark, catalog=catalog or _catalog(config), progress=progress)
+    with _lease(config, open_store(config), LAKE, "snapshot"):
+        return snapshot_tables(config, replace=forced,
+                               missing=config.snapshot_mode == "initial", spark=spark,
+                               catalog=catalog or _catalog(config), progress=progress)
 
 
 # -- 3. decode --------------------------------------------------------------------------------
@@ -120,9 +126,10 @@ def decode(config: Config, params: RunParams | None = None, *,
     store = open_store(config)
     until = params.until_segment or (None if params.end_lsn is None else Manifest(
         store, Layout()).segment_holding(params.end_lsn))
-    first = not store.exists(Layout().progress_key())
-    result = decode_batch(config, spark=spark, until_segment=until, dry_run=params.dry_run,
-                          start_lsn=params.start_lsn)
+    first = load_progress(store, Layout()) is None
+    with _lease(config, store, DECODE, "decode", params.dry_run) as lease:
+        result = decode_batch(config, spark=spark, until_segment=until, dry_run=params.dry_run,
+                              start_lsn=params.start_lsn, fence=lease.check)
     notes = {"until_segment": until, "dry_run": params.dry_run}
     if params.start_lsn is not None:
         notes["start_lsn_applied"] = first
@@ -185,20 +192,23 @@ def merge(config: Config, params: RunParams | None = None, *,
     params = params or RunParams()
     store, layout = open_store(config), Layout()
     catalog = catalog or _catalog(config)
-    before = _merged_end(catalog, config)
-    todo = pending(list_batches(store, layout), before)
-    reports: list[dict[str, Any]] = []
-    for decoded in todo:
-        if params.dry_run:
-            reports.append({"batch": decoded.name, "start_lsn": format_lsn(decoded.start_lsn),
-                            "end_lsn": format_lsn(decoded.end_lsn), "would_merge":
-                            decoded.rows()})
-            continue
-        batch = open_batch(config, store, layout, decoded)
-        log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
-                 format_lsn(decoded.end_lsn))
-        report = merge_batch(catalog, config, batch, only=params.tables)
-        reports.append(_merge_json(report))
+    with _lease(config, store, LAKE, "merge", params.dry_run) as lease:
+        before = _merged_end(catalog, config)
+        todo = pending(list_batches(store, layout), before)
+        reports: list[dict[str, Any]] = []
+        for decoded in todo:
+            if params.dry_run:
+                reports.append({"batch": decoded.name,
+                                "start_lsn": format_lsn(decoded.start_lsn),
+                                "end_lsn": format_lsn(decoded.end_lsn),
+                                "would_merge": decoded.rows()})
+                continue
+            batch = open_batch(config, store, layout, decoded)
+            log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
+                     format_lsn(decoded.end_lsn))
+            lease.check()
+            report = merge_batch(catalog, config, batch, only=params.tables)
+            reports.append(_merge_json(report))
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),
             "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
@@ -342,6 +352,26 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _lease(config: Config, store: ObjectStore, name: str, step: str,
+           dry_run: bool = False) -> Lease | _Unleased:
+    """The stream's lease ``name`` for ``step`` of this run (:mod:`cdclake.archive.lease`);
+    a dry run writes nothing, not even a lease."""
+    if dry_run:
+        return _Unleased()
+    return Lease(store, name, purpose=f"the {step} step of stream {config.stream}",
+                 ttl=config.lease_ttl, wait=config.lease_wait)
+
+
+class _Unleased(contextlib.nullcontext):  # type: ignore[type-arg]
+    """What a dry run holds instead of a lease: nothing to lose."""
+
+    def __enter__(self) -> _Unleased:
+        return self
+
+    def check(self) -> None:
+        pass
 
 
 def _catalog(config: Config) -> Catalog:

@@ -1,8 +1,16 @@
-"""``state/progress.json``: where the next batch starts and what it inherits.
+"""The stream's progress: where the next batch starts and what it inherits.
 
 Written last, atomically, after the batch's changes, spill objects and dictionary are in the
 store: until it is written the previous progress stands, so a batch interrupted at any point
 is decoded again from the same state, under the same name, with the same result.
+
+Saving is a compare-and-swap: the progress after batch ``seq`` is created once, with
+create-if-absent, as ``state/progress/<seq>.json``, and the newest of those is the stream's
+progress. Of two runs that decoded the same batch from the same progress only the first
+commits; the second gets :class:`~cdclake.errors.ConcurrentRunError` (its objects have the
+same content as the winner's: a batch is a pure function of its progress and its WAL).
+``state/progress.json`` repeats the newest for people and ``cdclake status``; a stream saved
+before the log existed is read from it.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from cdclake.archive.manifest import utc_now_iso
 from cdclake.archive.store import ObjectStore
 from cdclake.decoding.carry import OpenTxn
 from cdclake.decoding.startup import Startup
-from cdclake.errors import ObjectNotFound, StoreError
+from cdclake.errors import ConcurrentRunError, ObjectNotFound, StoreError
 
 FORMAT = 1
 
@@ -69,7 +77,9 @@ class Progress:
 
 def load_progress(store: ObjectStore, layout: Layout) -> Progress | None:
     """The saved progress, or None before the first batch."""
-    key = layout.progress_key()
+    logged = [o.key for o in store.list(layout.progress_log_prefix())
+              if o.key.endswith(".json")]
+    key = max(logged) if logged else layout.progress_key()
     try:
         data = store.get(key)
     except ObjectNotFound:
@@ -81,6 +91,18 @@ def load_progress(store: ObjectStore, layout: Layout) -> Progress | None:
                          "or remove it to decode the stream from the start") from exc
 
 
+#: how many saved progress entries stay in the log behind the newest
+KEEP = 10
+
+
 def save_progress(store: ObjectStore, layout: Layout, progress: Progress) -> None:
-    store.put(layout.progress_key(),
-              json.dumps(progress.to_json(), indent=1, sort_keys=True).encode())
+    """Commit ``progress`` unless another run committed batch ``progress.seq`` first."""
+    data = json.dumps(progress.to_json(), indent=1, sort_keys=True).encode()
+    if not store.put(layout.progress_log_key(progress.seq), data, if_absent=True):
+        raise ConcurrentRunError(
+            f"another run committed batch {progress.batch} (number {progress.seq}) of "
+            f"{store.url(layout.progress_log_prefix())} first; this run's copy of it is "
+            "dropped")
+    store.put(layout.progress_key(), data)
+    for seq in range(max(1, progress.seq - KEEP - 5), progress.seq - KEEP):
+        store.delete(layout.progress_log_key(seq))

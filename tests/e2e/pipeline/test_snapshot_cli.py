@@ -33,6 +33,7 @@ from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres, free_port
+from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from tests.e2e.lake import duck
 
@@ -416,11 +417,14 @@ def test_a_stream_that_starts_after_the_snapshot_is_refused(shop: Shop,
     changes in between would be lost. (Its progress is the shop's, moved into the future.)"""
     shop.first_run()
     layout = Layout()
-    progress = json.loads(open_store(shop.config).get(layout.progress_key()))
+    saved = load_progress(open_store(shop.config), layout)
+    assert saved is not None
+    progress = json.loads(open_store(shop.config).get(layout.progress_log_key(saved.seq)))
     future = parse_lsn(shop.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]) + (1 << 28)
     progress["start_lsn"] = future
     env = env_for(shop.pg, tmp_path, dsn(shop.pg, shop.database))
-    open_store(Config.load(env=env)).put(layout.progress_key(), json.dumps(progress).encode())
+    open_store(Config.load(env=env)).put(layout.progress_log_key(saved.seq),
+                                         json.dumps(progress).encode())
 
     out = cdclake(env, "snapshot", "--tables", "public.small,other.items")
     line = one_error_line(out, "snapshot")

@@ -71,6 +71,7 @@ def test_one_batch_equals_single_process_decode(pg: LocalPostgres, archived: Arc
     assert decode_batch(config, spark=spark) is None
     assert load_progress(store, Layout()) == before
     # a crash before the progress was saved: the batch is decoded again, identically
+    store.delete(Layout().progress_log_key(before.seq))
     store.delete(Layout().progress_key())
     dry = decode_batch(config, spark=spark, dry_run=True)
     assert dry is not None and dry.batch == result.batch and dry.manifest == {}

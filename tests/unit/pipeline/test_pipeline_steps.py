@@ -5,6 +5,7 @@ reports, and the CLI wiring of ``cdclake run`` / ``cdclake status``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdclake.archive import Layout, open_store
+from cdclake.archive.lease import LAKE, Lease
 from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ConfigError, QualityError
@@ -170,10 +172,17 @@ def test_cli_run_dry_run_and_status(config: Config, stream: Stream, monkeypatch:
     assert [b["batch"] for b in out["steps"]["merge"]["batches"]] == ["b000001", "b000002"]
     assert "report_file" not in out  # a dry run writes nothing
 
+    assert not list(open_store(config).list("state/"))  # not even a lease
+
     assert main(["status"]) == 0
     text = capsys.readouterr().out
     assert "decoded: 2 batch(es), last b000002" in text
     assert "waiting for merge: 2 (b000001, b000002)" in text
+    assert "running:" not in text
+    with Lease(open_store(config), LAKE, purpose="a merge elsewhere", ttl=60, wait=0):
+        assert main(["status"]) == 0
+        assert re.search(r"^running: the lake lease is held by a merge elsewhere \(pid \d+ "
+                         r"on .*\) until \d{4}-", capsys.readouterr().out, re.M)
 
     assert main(["run", "--tables", "nodot"]) == 2
     assert "give tables as schema.table" in capsys.readouterr().err

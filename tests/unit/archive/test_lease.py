@@ -1,0 +1,127 @@
+"""Leases in the store: one holder at a time, taken over only when expired or its process died."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cdclake.archive.lease import Lease
+from cdclake.archive.local import LocalStore
+from cdclake.errors import ConcurrentRunError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease(store: LocalStore, *, ttl: float = 60, wait: float = 0, clock: Clock | None = None,
+          purpose: str = "test") -> Lease:
+    return Lease(store, "decode", purpose=purpose, ttl=ttl, wait=wait,
+                 clock=clock or time.time)
+
+
+def test_a_held_lease_refuses_others_until_released(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    with lease(store, purpose="the decode step of stream main") as first:
+        assert first.generation == 1
+        with pytest.raises(ConcurrentRunError, match=r"another run holds the decode lease of "
+                           r"file://.*/state/leases/decode/: the decode step of stream main "
+                           r"\(pid \d+ on .*\), renewed until .* UTC; waited 0s"):
+            lease(store).acquire()
+        first.check()
+    with lease(store) as second:
+        assert second.generation == 2
+    # only the newest two generations stay
+    assert [o.key for o in store.list("state/leases/")] == [
+        "state/leases/decode/0000000001.json", "state/leases/decode/0000000002.json"]
+
+
+def test_a_waiting_run_gets_the_lease_when_the_holder_releases_it(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    first = lease(store).acquire()
+    threading.Timer(0.5, first.release).start()
+    started = time.monotonic()
+    with lease(store, wait=30) as second:
+        assert second.generation == 2
+    assert 0.4 < time.monotonic() - started < 10
+
+
+def test_an_expired_lease_is_taken_over_and_its_holder_learns_it(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    clock = Clock()
+    stalled = lease(store, ttl=10, clock=clock).acquire()
+    stalled._stop.set()  # a holder that stopped renewing (stalled), as seen from outside
+    clock.now += 11
+    with lease(store, ttl=10, clock=clock) as taker:
+        assert taker.generation == 2
+        with pytest.raises(ConcurrentRunError, match="lost the decode lease"):
+            stalled.check()
+    stalled.release()  # does not mark the newer generation released
+
+
+def test_renewal_keeps_a_lease_past_its_ttl(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    with lease(store, ttl=1.5) as held:
+        time.sleep(2.5)  # renewed every 0.5 s
+        held.check()
+        with pytest.raises(ConcurrentRunError):
+            lease(store, ttl=1.5).acquire()
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from cdclake.archive.lease import Lease
+from cdclake.archive.local import LocalStore
+Lease(LocalStore(Path(sys.argv[1])), "decode", purpose="a run", ttl=3600, wait=0).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_lease_of_a_killed_local_run_is_free_at_once(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(ConcurrentRunError, match="a run"):
+            lease(LocalStore(tmp_path)).acquire()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        with lease(LocalStore(tmp_path)) as taken:  # its ttl is an hour: no waiting for it
+            assert taken.generation == 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_of_racing_contenders_exactly_one_wins(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    won: list[Lease] = []
+    refused: list[str] = []
+    barrier = threading.Barrier(6)
+
+    def contend() -> None:
+        barrier.wait()
+        try:
+            won.append(lease(store).acquire())
+        except ConcurrentRunError as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=contend) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 5
+    won[0].release()

@@ -1,0 +1,59 @@
+"""Progress is committed with a compare-and-swap: of two runs that decoded the same batch
+from the same progress, the second is refused and the first one's progress stands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cdclake.archive.layout import Layout
+from cdclake.archive.local import LocalStore
+from cdclake.decoding.startup import Startup
+from cdclake.errors import ConcurrentRunError
+from cdclake.spark.progress import KEEP, Progress, load_progress, save_progress
+
+
+def progress(seq: int, next_lsn: int = 0x1000) -> Progress:
+    return Progress(seq=seq, batch=f"{seq:06d}-x", next_lsn=next_lsn, last_segment="s",
+                    confirmed_lsn=0, restart_lsn=next_lsn, start_lsn=0, db_oid=5, version=15,
+                    segment_size=16 << 20, dictionary_key="d", startup=Startup(set()))
+
+
+def test_the_second_commit_of_a_batch_is_refused(tmp_path: Path) -> None:
+    store, layout = LocalStore(tmp_path), Layout()
+    assert load_progress(store, layout) is None
+    save_progress(store, layout, progress(1, 0x1000))
+    with pytest.raises(ConcurrentRunError, match=r"another run committed batch 000001-x "
+                                                 r"\(number 1\) of .*state/progress/ first"):
+        save_progress(store, layout, progress(1, 0x2000))
+    assert load_progress(store, layout).next_lsn == 0x1000  # type: ignore[union-attr]
+    save_progress(store, layout, progress(2, 0x3000))
+    got = load_progress(store, layout)
+    assert got is not None and (got.seq, got.next_lsn) == (2, 0x3000)
+    # progress.json repeats the newest, for people and cdclake status
+    assert json.loads(store.get(layout.progress_key()))["seq"] == 2
+
+
+def test_the_log_is_the_truth_and_keeps_only_the_recent_entries(tmp_path: Path) -> None:
+    store, layout = LocalStore(tmp_path), Layout()
+    for seq in range(1, KEEP + 8):
+        save_progress(store, layout, progress(seq))
+    kept = [o.key for o in store.list(layout.progress_log_prefix())]
+    assert kept[-1] == layout.progress_log_key(KEEP + 7)
+    assert len(kept) <= KEEP + 1
+    # a crash between the log entry and progress.json: the log entry counts
+    store.put(layout.progress_log_key(KEEP + 8), json.dumps(
+        progress(KEEP + 8).to_json()).encode(), if_absent=True)
+    assert load_progress(store, layout).seq == KEEP + 8  # type: ignore[union-attr]
+
+
+def test_a_stream_saved_before_the_log_is_read_from_progress_json(tmp_path: Path) -> None:
+    store, layout = LocalStore(tmp_path), Layout()
+    old = dataclasses.replace(progress(7), next_lsn=0x7000)
+    store.put(layout.progress_key(), json.dumps(old.to_json()).encode())
+    assert load_progress(store, layout).next_lsn == 0x7000  # type: ignore[union-attr]
+    save_progress(store, layout, progress(8, 0x8000))
+    assert load_progress(store, layout).seq == 8  # type: ignore[union-attr]
