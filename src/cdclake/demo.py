@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -126,8 +127,11 @@ class Demo:
         try:
             config = s3.config(Config(home=self.dir), prefix=PREFIX)
             self.say(f"starting PostgreSQL {version}, archive_command = cdclake wal-push")
-            command = wal_push_command(config, run_as="postgres")
-            pg = LocalPostgres.create(version, archive_command=command).start()
+            # the S3 keys go to a file in the cluster's directory only postgres can read
+            base = Path(tempfile.mkdtemp(prefix=f"cdclake-pg{version}-"))
+            command = wal_push_command(config, run_as="postgres",
+                                       credentials=base / "wal-push.toml")
+            pg = LocalPostgres.create(version, base_dir=base, archive_command=command).start()
             config = config.replace(source_dsn=pg.dsn(DATABASE))
             self._save_services(s3, pg)
             self.say(f"database {DATABASE}: tables, `cdclake source install`, demo workload")

@@ -1,5 +1,7 @@
 """An object store in a local directory: the default for ``make demo`` and for unit tests.
 
+Objects are this user's alone: files are created 0600 in directories created 0700.
+
 Atomicity comes from the file system, not from locking: every put writes a hidden temp file
 in the target directory and fsyncs it, then either ``rename``\\ s it over the key (replace) or
 ``link``\\ s it to the key (if-absent: ``link`` fails with EEXIST when the key exists, so two
@@ -54,10 +56,10 @@ class LocalStore(ObjectStore):
         path = self._path(key)
         tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{secrets.token_hex(6)}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self._mkdirs(path.parent)
             if path.is_dir():
                 raise StoreError(f"cannot write {key!r} in {self.url()}: {path} is a directory")
-            with open(tmp, "xb") as f:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -79,6 +81,17 @@ class LocalStore(ObjectStore):
         finally:
             with contextlib.suppress(OSError):  # the original error, if any, matters more
                 tmp.unlink(missing_ok=True)
+
+    def _mkdirs(self, directory: Path) -> None:
+        """Create ``directory`` and its missing parents 0700: objects are WAL, rows and state,
+        for this user only (files are created 0600)."""
+        missing = []
+        while not directory.is_dir():
+            missing.append(directory)
+            directory = directory.parent
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                d.mkdir(mode=0o700)
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)

