@@ -2,9 +2,12 @@
 
 Failures must surface fast — ``wal-push`` runs inside PostgreSQL's archiver, which retries on
 its own — so the client uses botocore's *standard* retry mode with few attempts and short
-connect timeouts. Conditional writes use ``If-None-Match: *`` (S3 since 2024, MinIO, moto);
-an endpoint that answers 501 to it is remembered, and if-absent falls back to head, put,
-head-again: weaker under a race (documented on :meth:`S3Store.put`), but never silent.
+connect timeouts. Botocore retries 500/503 (throttling included, with backoff) and dropped
+connections up to the moment a response's headers arrive; the body of a GetObject is read
+later, outside its retry loop, so :meth:`S3Store.get` re-issues a GET whose body breaks off.
+Conditional writes use ``If-None-Match: *`` (S3 since 2024, MinIO, moto); an endpoint that
+answers 501 to it is remembered, and if-absent falls back to head, put, head-again: weaker
+under a race (documented on :meth:`S3Store.put`), but never silent.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from cdclake.errors import CdclakeError, ObjectNotFound, StoreError, StoreUnreac
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 #: what an endpoint without conditional-write support answers to If-None-Match on PUT.
 _NO_CONDITIONAL = {"NotImplemented", "501"}
+#: a GetObject body that broke off (or stalled) after its headers arrived
+_BODY_BROKEN = (bex.ResponseStreamingError, bex.IncompleteReadError, bex.ReadTimeoutError)
 
 
 class S3Store(ObjectStore):
@@ -81,8 +86,10 @@ class S3Store(ObjectStore):
                 aws_secret_access_key=self.secret_access_key,
                 region_name=self.region,
             )
+            # total_max_attempts counts the first request; botocore's "max_attempts" would
+            # count only the retries (3 meant 4 requests)
             cfg = BotoConfig(
-                retries={"mode": "standard", "max_attempts": self.max_attempts},
+                retries={"mode": "standard", "total_max_attempts": self.max_attempts},
                 connect_timeout=self.connect_timeout,
                 read_timeout=self.read_timeout,
                 s3={"addressing_style": "path"} if self.endpoint_url else None,
@@ -105,15 +112,25 @@ class S3Store(ObjectStore):
     # -- operations ----------------------------------------------------------------------
 
     def get(self, key: str) -> bytes:
-        try:
-            resp = self._client().get_object(Bucket=self.bucket, Key=self._key(key))
-            return bytes(resp["Body"].read())
-        except bex.ClientError as exc:
-            if _code(exc) in _NOT_FOUND:
-                raise ObjectNotFound(f"no object {key!r} in {self.url()}") from exc
-            raise self._error(exc, "reading", key) from exc
-        except bex.BotoCoreError as exc:
-            raise self._error(exc, "reading", key) from exc
+        attempt = 1
+        while True:
+            try:
+                body = self._client().get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            except bex.ClientError as exc:
+                if _code(exc) in _NOT_FOUND:
+                    raise ObjectNotFound(f"no object {key!r} in {self.url()}") from exc
+                raise self._error(exc, "reading", key) from exc
+            except bex.BotoCoreError as exc:
+                raise self._error(exc, "reading", key) from exc
+            try:
+                return bytes(body.read())
+            except bex.BotoCoreError as exc:
+                # botocore's retries end when the headers arrive; the streamed body is read
+                # here, outside them, so a body that broke off is fetched again (as
+                # s3transfer's downloads do), within the same attempt budget
+                if not isinstance(exc, _BODY_BROKEN) or attempt >= self.max_attempts:
+                    raise self._error(exc, "reading", key, attempts=attempt) from exc
+                attempt += 1
 
     def head(self, key: str) -> ObjectInfo | None:
         try:
@@ -201,13 +218,30 @@ class S3Store(ObjectStore):
 
     # -- errors --------------------------------------------------------------------------
 
-    def _error(self, exc: Exception, action: str, key: str) -> CdclakeError:
-        """One place that turns botocore's exceptions into ours, naming endpoint and object."""
+    def _error(self, exc: Exception, action: str, key: str,
+               attempts: int | None = None) -> CdclakeError:
+        """One place that turns botocore's exceptions into ours, naming endpoint and object,
+        on one line (a server's message may carry newlines: it ends up in a log line)."""
+        error = self._error_of(exc, action, key, attempts)
+        return type(error)(" ".join(str(error).split()))
+
+    def _error_of(self, exc: Exception, action: str, key: str,
+                  attempts: int | None) -> CdclakeError:
         what = f"{action} {self.url(key) if key else self.url()}"
-        if isinstance(exc, bex.ConnectionError | bex.HTTPClientError):
+        if attempts is None:  # standard mode retries every 5xx and connection error
+            meta = getattr(exc, "response", None) or {}
+            retried = meta.get("ResponseMetadata", {}).get("RetryAttempts")
+            attempts = retried + 1 if retried is not None else self.max_attempts
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if isinstance(exc, bex.ConnectionError):
             return StoreUnreachableError(
-                f"S3 endpoint {self.endpoint_name} is unreachable ({what}): {exc}. Check "
-                "CDCLAKE_S3_ENDPOINT_URL and that the service is running; nothing was changed")
+                f"S3 endpoint {self.endpoint_name} is unreachable ({what}, {tries}): "
+                f"{str(exc).rstrip('.')}. Check CDCLAKE_S3_ENDPOINT_URL and that the service "
+                "is running; nothing was changed")
+        if isinstance(exc, bex.HTTPClientError):
+            return StoreUnreachableError(
+                f"S3 endpoint {self.endpoint_name} dropped the connection ({what}, {tries}): "
+                f"{str(exc).rstrip('.')}; retry when the endpoint is healthy")
         if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
             return StoreError(
                 f"no usable S3 credentials for {self.endpoint_name} ({what}): set "
@@ -221,6 +255,8 @@ class S3Store(ObjectStore):
             if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
                 return StoreError(f"access denied by {self.endpoint_name} ({what}): {code} "
                                   f"{msg}; check the S3 credentials and bucket policy")
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) >= 500:
+                what = f"{what}, {tries}"
             return StoreError(f"S3 {code or 'error'} from {self.endpoint_name} ({what}): {msg}")
         return StoreError(f"S3 request to {self.endpoint_name} failed ({what}): {exc}")
 
