@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -31,20 +31,25 @@ ROOT = Path("/var/tmp")
 
 
 def _loaded_tops(roots: list[Path]) -> dict[Path, Path]:
-    """Top-level package directories (or single-file modules) under ``roots`` that the
-    imported modules come from: path -> the root it is under."""
-    for name in MODULES:
-        importlib.import_module(name)
-    import boto3
-
-    boto3.session.Session(region_name="us-east-1").client("s3")  # loads botocore's lazy parts
+    """Top-level package directories (or single-file modules) under ``roots`` that a fresh
+    interpreter loads for wal-push: path -> the root it is under. A fresh one, so that what
+    this process imported for other reasons (a test run's modules) is not copied."""
+    probe = ("import importlib, sys, boto3\n"
+             f"for name in {MODULES!r}: importlib.import_module(name)\n"
+             "boto3.session.Session(region_name='us-east-1').client('s3')\n"  # lazy parts
+             "print('\\n'.join(getattr(m, '__file__', None) or '' "
+             "for m in list(sys.modules.values())))")
+    try:
+        out = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True,
+                             text=True, check=True, timeout=120, cwd="/").stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CdclakeError(f"cannot list what wal-push imports with {sys.executable}: "
+                           f"{exc}") from exc
+    innermost_first = sorted(roots, key=lambda r: len(r.parts), reverse=True)
     tops: dict[Path, Path] = {}
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if not file:
-            continue
+    for file in filter(None, out.splitlines()):
         path = Path(file).resolve()
-        for root in roots:
+        for root in innermost_first:
             if path.is_relative_to(root):
                 tops[root / path.relative_to(root).parts[0]] = root
                 break
@@ -69,6 +74,7 @@ def runtime_copy(paths: list[str]) -> Path:
     tops = _loaded_tops(roots)
 
     def fill(tmp: Path) -> None:
+        tmp.mkdir()
         for top in tops:
             if top.is_dir():
                 shutil.copytree(top, tmp / top.name,
