@@ -71,6 +71,13 @@ class Config:
     spark_master: str = "local[*]"
     #: CDCLAKE_SPARK_PARTITIONS: reorder-buffer partitions (shuffle by top-level xid).
     spark_partitions: int = 2
+    #: CDCLAKE_SPARK_CONF: Spark settings ``k=v,k=v`` (a table in the TOML file), applied
+    #: last: e.g. ``spark.driver.memory=1g,spark.driver.maxResultSize=64m``.
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    #: CDCLAKE_MAX_BATCH_SEGMENTS / CDCLAKE_MAX_BATCH_BYTES: the most WAL one batch decodes
+    #: (segments, and their bytes); a longer backlog becomes several batches in one run.
+    max_batch_segments: int = 256
+    max_batch_bytes: int = 1024**3
     #: CDCLAKE_CATALOG_NAME / CDCLAKE_CATALOG_URI / CDCLAKE_WAREHOUSE: pyiceberg catalog.
     catalog_name: str = "cdclake"
     catalog_uri: str = ""
@@ -146,7 +153,7 @@ class Config:
 def _coerce(cls: type, name: str, value: Any) -> Any:
     if name in ("home", "archive_dir", "spill_dir", "ddl_key_file"):
         return Path(value).expanduser().resolve()
-    if name in ("work_mem", "snapshot_chunk_size"):
+    if name in ("work_mem", "snapshot_chunk_size", "max_batch_bytes"):
         size = parse_size(value)
         if size < 1:
             raise ConfigError(f"{name} must be positive, got {value!r}")
@@ -165,16 +172,31 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be at least {1 if name == 'lease_ttl' else 0} "
                               f"seconds, got {value!r}")
         return seconds
-    if name == "spark_partitions":
+    if name in ("spark_partitions", "max_batch_segments"):
         try:
             n = int(value)
         except ValueError as exc:
-            raise ConfigError(f"spark_partitions must be an integer, got {value!r}") from exc
+            raise ConfigError(f"{name} must be an integer, got {value!r}") from exc
         if n < 1:
-            raise ConfigError("spark_partitions must be at least 1")
+            raise ConfigError(f"{name} must be at least 1, got {value!r}")
         return n
+    if name in ("spark_conf", "catalog_properties"):
+        return _settings(name, value)
     if name == "tables" and isinstance(value, str):
         return [t.strip() for t in value.split(",") if t.strip()]
-    if name == "catalog_properties" and isinstance(value, str):
-        return dict(kv.split("=", 1) for kv in value.split(",") if "=" in kv)
     return value
+
+
+def _settings(name: str, value: Any) -> dict[str, str]:
+    """``k=v,k=v`` (or a TOML table) as a dict; an item without ``=`` is refused."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    out: dict[str, str] = {}
+    for item in str(value).split(","):
+        if not item.strip():
+            continue
+        key, eq, val = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"{name}: {item.strip()!r} is not key=value")
+        out[key.strip()] = val.strip()
+    return out

@@ -75,8 +75,11 @@ def describe(step: str, r: dict[str, Any]) -> str:
     if step == "decode":
         if r.get("batch") is None:
             return "nothing new in the archive"
-        return (f"batch {r['batch']}: {r['commits']} commit(s) {r['start_lsn']}..{r['end_lsn']}"
-                f" from {len(r['segments'])} segment(s)")
+        names = r.get("batches") or [r["batch"]]
+        what = f"batch {names[0]}" if len(names) == 1 else \
+            f"{len(names)} batches {names[0]}..{names[-1]}"
+        return (f"{what}: {r['commits']} commit(s) {r['start_lsn']}..{r['end_lsn']} from "
+                f"{len(r['segments'])} segment(s)")
     if step == "validate_stream":
         return f"{len(r['batches'])} batch(es) checked"
     if step == "merge":

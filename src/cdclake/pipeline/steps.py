@@ -109,16 +109,18 @@ def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = No
 
 def decode(config: Config, params: RunParams | None = None, *,
            spark: Any = None) -> dict[str, Any]:
-    """Decode the next batch on Spark (:func:`cdclake.spark.job.decode_batch`).
+    """Decode what the archive holds on Spark, as one batch or, for a backlog longer than
+    ``config.max_batch_segments`` / ``max_batch_bytes``, as several
+    (:func:`cdclake.spark.job.decode_batch` until nothing new is left).
 
     ``end_lsn`` is rounded up to the segment holding it (batches end on segment boundaries).
     ``start_lsn`` shapes only the stream's first batch; afterwards the decoder continues from
     its saved progress, and the result says the LSN was not applied. Without it the stream
     starts at the first full dictionary ``cdclake source install`` wrote into the first batch's
     WAL (changes recorded before it are dropped); a first batch without one fails, telling
-    the operator to run the install or give a start LSN. Returns
-    ``{"batch": None}`` when the archive holds nothing new; batches decoded earlier but not
-    merged yet are still picked up by the later steps.
+    the operator to run the install or give a start LSN. Returns ``{"batch": None}`` when the
+    archive holds nothing new; batches decoded earlier but not merged yet are still picked up
+    by the later steps. A dry run plans the next batch only.
     """
     params = params or RunParams()
     from cdclake.spark.job import decode_batch
@@ -127,18 +129,34 @@ def decode(config: Config, params: RunParams | None = None, *,
     until = params.until_segment or (None if params.end_lsn is None else Manifest(
         store, Layout()).segment_holding(params.end_lsn))
     first = load_progress(store, Layout()) is None
+    results = []
     with _lease(config, store, DECODE, "decode", params.dry_run) as lease:
-        result = decode_batch(config, spark=spark, until_segment=until, dry_run=params.dry_run,
-                              start_lsn=params.start_lsn, fence=lease.check)
+        while (result := decode_batch(config, spark=spark, until_segment=until,
+                                      dry_run=params.dry_run, start_lsn=params.start_lsn,
+                                      fence=lease.check)) is not None:
+            results.append(result)
+            if params.dry_run:
+                break
+            log.info("decode: batch %s: %d commit(s) %s..%s", result.batch, result.commits,
+                     format_lsn(result.start_lsn), format_lsn(result.end_lsn))
     notes = {"until_segment": until, "dry_run": params.dry_run}
     if params.start_lsn is not None:
         notes["start_lsn_applied"] = first
-    if result is None:
+    if not results:
         return {"batch": None, **notes}
-    return {"batch": result.batch, "start_lsn": format_lsn(result.start_lsn),
-            "end_lsn": format_lsn(result.end_lsn), "commits": result.commits,
-            "segments": list(result.segments), "tables": manifest_rows(result.manifest),
-            "stats": dict(result.stats), **notes}
+    tables: dict[str, int] = {}
+    stats: dict[str, int] = {}
+    for r in results:
+        for name, n in manifest_rows(r.manifest).items():
+            tables[name] = tables.get(name, 0) + n
+        for k, v in r.stats.items():
+            stats[k] = max(stats.get(k, 0), v) if k.startswith("peak") else stats.get(k, 0) + v
+    return {"batch": results[-1].batch, "batches": [r.batch for r in results],
+            "start_lsn": format_lsn(results[0].start_lsn),
+            "end_lsn": format_lsn(results[-1].end_lsn),
+            "commits": sum(r.commits for r in results),
+            "segments": [s for r in results for s in r.segments], "tables": tables,
+            "stats": stats, **notes}
 
 
 # -- 4. validate the change stream ------------------------------------------------------------

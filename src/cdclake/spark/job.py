@@ -5,9 +5,12 @@ head of the next segment for a straddling record, and classifies records with th
 of :mod:`cdclake.decoding.rmgrs`); the driver collects the subtransaction memberships; records
 are shuffled by top-level xid into ``spark_partitions`` partitions (the records every
 partition needs are broadcast), sorted by LSN, and each partition runs the reorder buffer and
-reassembly of :mod:`cdclake.decoding`; the driver orders the emitted rows by commit LSN and
-writes the stream. Open transactions go to ``spill/<batch>/`` and come back in
-the next batch; ``state/progress.json`` says where that batch starts.
+reassembly of :mod:`cdclake.decoding`, writing the rows it emits to the store as sorted
+runs; one task per relation version merges the runs by commit LSN into the stream's parts
+(:mod:`cdclake.spark.writer`). The driver sees keys, counts and LSNs, never rows, and writes
+the manifest. A batch is at most ``max_batch_segments`` segments (``max_batch_bytes`` of
+WAL). Open transactions go to ``spill/<batch>/`` and come back in the next batch; the
+progress (:mod:`cdclake.spark.progress`) says where that batch starts.
 
 A new stream given no start LSN starts at the first full dictionary ``cdclake source install``
 wrote into the WAL of its database: the tasks report where they saw one, the first batch
@@ -24,6 +27,7 @@ import dataclasses
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,9 +39,11 @@ from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.model import RelationVersion
 from cdclake.catalog.signing import load_key
 from cdclake.config import Config
 from cdclake.decoding.carry import OpenTxn, open_memberships
+from cdclake.decoding.plugins.arrow import build_manifest, write_manifest
 from cdclake.decoding.startup import Startup
 from cdclake.errors import ConfigError, DecodingError, StoreError, WalCorruptError
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
@@ -45,7 +51,7 @@ from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route, segment_facts
 from cdclake.spark.segments import ParsedSegment, parse_segment
-from cdclake.spark.writer import write_stream
+from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.wal.lsn import format_lsn
 
 if TYPE_CHECKING:
@@ -67,20 +73,25 @@ class BatchResult:
 
 
 def spark_session(config: Config) -> SparkSession:
-    """A session on ``config.spark_master`` (``local[*]`` by default).
+    """A session on ``config.spark_master`` (``local[*]`` by default), with
+    ``config.spark_conf`` applied over cdclake's defaults.
 
     Workers run this interpreter unless PYSPARK_PYTHON says otherwise: they import cdclake.
+    Settings the JVM reads at start (``spark.driver.memory``) only take effect in a process
+    that has no session yet.
     """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return (SparkSession.builder.master(config.spark_master)
-            .appName(f"cdclake-decode-{config.stream}")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")  # cdclake logs its own progress
-            .config("spark.default.parallelism", str(config.spark_partitions))
-            .getOrCreate())
+    builder = (SparkSession.builder.master(config.spark_master)
+               .appName(f"cdclake-decode-{config.stream}")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")  # cdclake logs its progress
+               .config("spark.default.parallelism", str(config.spark_partitions)))
+    for key, value in config.spark_conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def decode_batch(config: Config, *, spark: SparkSession | None = None,
@@ -107,7 +118,8 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     store = open_store(config)
     layout = Layout()
     progress = load_progress(store, layout)
-    plan = plan_batch(store, layout, progress, until_segment)
+    plan = plan_batch(store, layout, progress, until_segment, config.max_batch_segments,
+                      config.max_batch_bytes)
     if plan is None:
         return None
     if dry_run:  # what would be decoded: no manifest, nothing written
@@ -123,9 +135,17 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
                           "or CDCLAKE_SOURCE_DSN to a superuser, who may read it")
     spark = spark or spark_session(config)
     _clear(store, layout.spill_prefix(plan.name))  # left by an attempt that did not finish
-    results, next_lsn, version, state = _run(spark, config, store, layout, plan, state, key)
-    return _finish(config, store, layout, plan, progress, state, results, next_lsn, version,
-                   fence)
+    # this attempt's runs (cdclake.spark.writer) under a name of their own: an attempt that
+    # died, or one still running that lost its lease, never writes over them
+    runs = f"{layout.changes_prefix(plan.name)}_runs/{uuid.uuid4().hex[:12]}/"
+    try:
+        results, next_lsn, version, state = _run(spark, config, store, layout, plan, state,
+                                                 key, runs)
+        return _finish(spark, config, store, layout, plan, progress, state, results,
+                       next_lsn, version, fence, runs)
+    except BaseException:
+        _clear(store, runs)
+        raise
 
 
 @dataclass
@@ -170,7 +190,7 @@ class _Inherited:
 
 
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
-         plan: BatchPlan, state: _Inherited, key: bytes
+         plan: BatchPlan, state: _Inherited, key: bytes, runs: str
          ) -> tuple[list[PartitionResult], int, int, _Inherited]:
     """The Spark part: parse, collect routing facts, shuffle, decode per partition; the
     state with the first batch's start LSN resolved."""
@@ -202,7 +222,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         ctx = PartitionContext(
             partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
             version=version, segment_size=size, work_mem=config.work_mem,
-            tables=frozenset(config.tables), rows_per_part=ROWS_PER_PART,
+            tables=frozenset(config.tables), rows_per_part=ROWS_PER_PART, runs_prefix=runs,
             dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
             store=store, layout=layout,
             spill_dir=str(config.spill_dir) if config.spill_dir else None,
@@ -273,11 +293,13 @@ def _check_joins(plan: BatchPlan, summaries: list[_Summary]) -> None:
                                   lsn=b.first_lsn)
 
 
-def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
-            progress: Progress | None, state: _Inherited, results: list[PartitionResult],
-            next_lsn: int, version: int, fence: Callable[[], None]) -> BatchResult:
-    """Check the partitions agree, write the stream, then the state (progress last).
-    ``fence`` raises when this run may no longer write (it lost its lease)."""
+def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
+            plan: BatchPlan, progress: Progress | None, state: _Inherited,
+            results: list[PartitionResult], next_lsn: int, version: int,
+            fence: Callable[[], None], runs: str) -> BatchResult:
+    """Check the partitions agree, merge their runs into the stream, then write the state
+    (progress last). ``fence`` raises when this run may no longer write (it lost its
+    lease)."""
     fence()
     dictionaries = {r.dictionary for r in results}
     startups = {json.dumps(r.startup.to_json()) for r in results}
@@ -285,11 +307,17 @@ def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
         raise DecodingError(f"batch {plan.name}: reorder-buffer partitions ended with "
                             "different dictionaries or decoder states; a record every "
                             "partition needs was not broadcast (a cdclake bug)")
-    _clear(store, layout.changes_prefix(plan.name))
-    fs, root = changes_filesystem(config, store, layout.changes_prefix(plan.name))
+    root = layout.changes_prefix(plan.name)
+    for info in list(store.list(root)):  # what an earlier attempt left, but our runs
+        if not info.key.startswith(runs):
+            store.delete(info.key)
+    merged = _merge_runs(spark, store, root, results)
     commits = sum(r.commits for r in results)
-    manifest = write_stream(fs, root, plan.name, (v for r in results for v in r.versions),
-                            commits, plan.read_from, next_lsn, ROWS_PER_PART)
+    manifest = build_manifest(plan.name, plan.read_from, next_lsn, commits,
+                              [(m.relation, m.paths, m.rows) for m in merged])
+    fs, path = changes_filesystem(config, store, root)
+    write_manifest(fs, path.rstrip("/"), manifest)
+    _clear(store, runs)
     dictionary_key = layout.dictionary_key(f"{plan.name}.json")
     store.put(dictionary_key, dictionaries.pop().encode())
     open_txns = sorted((t for r in results for t in r.open_txns), key=lambda t: t.xid)
@@ -309,6 +337,23 @@ def _finish(config: Config, store: ObjectStore, layout: Layout, plan: BatchPlan,
             stats[k] = stats.get(k, 0) + v
     return BatchResult(plan.name, manifest, plan.read_from, next_lsn, commits, plan.segments,
                        stats)
+
+
+def _merge_runs(spark: SparkSession, store: ObjectStore, root: str,
+                results: list[PartitionResult]) -> list[MergedVersion]:
+    """Stage two of commit emit (:func:`cdclake.spark.writer.merge_runs`), one task per
+    relation version; the versions in the order of their first rows."""
+    groups: dict[str, tuple[RelationVersion, list[list[str]]]] = {}
+    for r in results:
+        for run in r.runs:
+            key = json.dumps(run.relation.to_json(), sort_keys=True)
+            groups.setdefault(key, (run.relation, []))[1].append(run.keys)
+    if not groups:
+        return []
+    jobs = list(groups.values())
+    merged = spark.sparkContext.parallelize(jobs, len(jobs)).map(
+        lambda job: merge_runs(store, root, job[0], job[1], ROWS_PER_PART)).collect()
+    return sorted(merged, key=lambda m: m.first)
 
 
 def _clear(store: ObjectStore, prefix: str) -> None:

@@ -1,12 +1,13 @@
-"""Stages 2-6 in one Spark partition: decode, buffer, reassemble and collect owned rows.
+"""Stages 2-6 in one Spark partition: decode, buffer, reassemble and write owned rows.
 
 Every partition builds its decoding context as a local decode does
 (:func:`cdclake.decoding.context.create_decoding_context`) and feeds it the records routed to
 it in LSN order: its own transactions' changes plus the broadcast records, so each keeps the
 same dictionary. Only transactions it owns are emitted; the Arrow plugin's row builder hands
-their rows, per relation version, to a sink that keeps them for the task result, and the
-driver orders them by commit LSN and writes the batch. What the partition adds is moving
-bytes: the previous batch's open transactions from the store, this batch's to it.
+their rows, per relation version, to :class:`~cdclake.spark.writer.RunParts`, which writes
+them to the store as this partition's sorted runs; the task result carries only their keys
+and counts. What the partition adds is moving bytes: the previous batch's open transactions
+from the store, this batch's to it.
 """
 
 from __future__ import annotations
@@ -18,52 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.catalog.model import RelationVersion
-from cdclake.decoding import stream
 from cdclake.decoding.carry import OpenTxn
 from cdclake.decoding.context import DecodeOptions, create_decoding_context
 from cdclake.decoding.plugins.arrow import ArrowRows
 from cdclake.decoding.startup import Startup
 from cdclake.spark.routing import owner
+from cdclake.spark.writer import RunParts, VersionRun
 from cdclake.wal.record import XLogRecord
-
-#: (commit LSN, LSN, seq) of a row: the stream's order
-RowKey = tuple[int, int, int]
-
-
-class KeptParts:
-    """A row sink keeping each relation version's parts as Arrow tables for the task result."""
-
-    def __init__(self) -> None:
-        self._tables: dict[int, tuple[RelationVersion, list[pa.Table]]] = {}
-
-    def part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
-        self._tables.setdefault(id(rel), (rel, []))[1].append(table)
-        return f"part-{index}"
-
-    def versions(self) -> list[VersionRows]:
-        """Each relation version's rows with the stream key of its first row."""
-        out = []
-        for rel, tables in self._tables.values():
-            first = tables[0]
-            key = (first.column(stream.COMMIT_LSN)[0].as_py(), first.column(stream.LSN)[0].as_py(),
-                   first.column(stream.SEQ)[0].as_py())
-            out.append(VersionRows(rel, key, tables))
-        return out
-
-
-@dataclass
-class VersionRows:
-    """A relation version's rows from one partition, in that partition's commit order."""
-
-    relation: RelationVersion
-    first: RowKey
-    tables: list[pa.Table]
 
 
 @dataclass
@@ -79,6 +44,7 @@ class PartitionContext:
     work_mem: int
     tables: frozenset[str]
     rows_per_part: int
+    runs_prefix: str  #: where partition i writes its runs: ``<runs_prefix>p<i>/``
     dictionary: dict[str, Any]
     startup: Startup | None  #: the previous batch's decoder start-up; None for a new stream
     open_txns: list[OpenTxn]
@@ -92,7 +58,7 @@ class PartitionContext:
 @dataclass
 class PartitionResult:
     index: int
-    versions: list[VersionRows]
+    runs: list[VersionRun]
     commits: int
     last_commit: int
     open_txns: list[OpenTxn]
@@ -115,8 +81,8 @@ def run_partition(index: int, records: Iterable[tuple[int, XLogRecord]],
 def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
             ctx: PartitionContext, spill_dir: Path) -> PartitionResult:
     dictionary = Dictionary.from_json(ctx.dictionary)
-    kept = KeptParts()
-    rows = ArrowRows(dictionary.types, kept, rows_per_part=ctx.rows_per_part)
+    runs = RunParts(ctx.store, f"{ctx.runs_prefix}p{index}/")
+    rows = ArrowRows(dictionary.types, runs, rows_per_part=ctx.rows_per_part)
     options = DecodeOptions(db_oid=ctx.db_oid, start_lsn=ctx.start_lsn, work_mem=ctx.work_mem,
                             spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before,
                             ddl_key=ctx.ddl_key)
@@ -140,7 +106,7 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     st = decoding.decoder.stats
     buffer = decoding.buffer
     result = PartitionResult(
-        index=index, versions=kept.versions(), commits=rows.commits,
+        index=index, runs=runs.runs(), commits=rows.commits,
         last_commit=rows.last_lsn, open_txns=open_txns,
         dictionary=json.dumps(dictionary.to_json(), sort_keys=True),
         startup=decoding.startup, records=n,

@@ -37,8 +37,13 @@ class BatchPlan:
 
 
 def plan_batch(store: ObjectStore, layout: Layout, progress: Progress | None,
-               until_segment: str | None) -> BatchPlan | None:
-    """The next batch's segment tasks, or None when nothing new is archived."""
+               until_segment: str | None, max_segments: int | None = None,
+               max_bytes: int | None = None) -> BatchPlan | None:
+    """The next batch's segment tasks, or None when nothing new is archived.
+
+    At most ``max_segments`` segments and ``max_bytes`` of WAL (at least one segment): a
+    backlog is decoded as several bounded batches, the later ones planned from the progress
+    the earlier ones saved."""
     source = StoreSegmentSource(store, layout)
     if progress is not None:
         size = progress.segment_size
@@ -70,6 +75,10 @@ def plan_batch(store: ObjectStore, layout: Layout, progress: Progress | None,
         except ValueError as exc:
             raise ConfigError(f"until_segment {until_segment!r}: {exc}") from exc
         chosen = [x for x in run if x <= until]
+    if max_segments:
+        chosen = chosen[:max_segments]
+    if max_bytes:
+        chosen = chosen[:max(1, max_bytes // size)]
     if not chosen:
         return None
     if (progress is not None and len(run) == 1

@@ -1,61 +1,158 @@
-"""The driver's half of commit emit: merge partitions' rows in commit order and write a batch.
+"""Commit emit without the driver in the data path: executors write runs, then merge them.
 
-Each transaction was emitted whole by one partition, so ordering the rows of a relation
-version by (``_commit_lsn``, ``_lsn``, ``_seq``) restores exactly the order a single-process
-decode produces; files, part sizes and the manifest come from the same functions the Arrow
-plugin uses (:func:`cdclake.decoding.plugins.arrow.write_part` / ``build_manifest``), so the
-stream is the one a local ``ArrowChanges`` run writes for the same WAL.
+Stage one (in each reorder-buffer partition): the Arrow plugin's row builder hands each full
+part of a relation version's rows to :class:`RunParts`, which writes it to the store as
+Parquet under ``changes/<batch>/_runs/<attempt>/p<partition>/``. A partition emits its
+transactions in commit order, so each partition's parts of a version are one sorted *run*.
+
+Stage two (one task per relation version, :func:`merge_runs`): transactions are owned by
+exactly one partition, so a commit LSN is in one run only, and the version's stream order
+(``_commit_lsn``, ``_lsn``, ``_seq``) is a merge of its runs by commit LSN. The task streams
+the runs part by part and writes the version's parts, ``rows_per_part`` rows each, with the
+names the local Arrow plugin gives them (:func:`cdclake.decoding.plugins.arrow.part_path`):
+the batch is the one a single-process decode writes for the same WAL. Memory per task is one
+part per run plus one part being filled; the driver receives keys, counts and first rows.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyarrow import fs as pafs
+import pyarrow.parquet as pq
 
+from cdclake.archive.store import ObjectStore
 from cdclake.catalog.model import RelationVersion
 from cdclake.decoding import stream
-from cdclake.decoding.plugins.arrow import build_manifest, write_manifest, write_part
-from cdclake.spark.partition import RowKey, VersionRows
+from cdclake.decoding.plugins.arrow import part_path
 
-_ORDER = [(stream.COMMIT_LSN, "ascending"), (stream.LSN, "ascending"),
-          (stream.SEQ, "ascending")]
-
-
-def merge_versions(parts: Iterable[VersionRows]) -> list[tuple[RelationVersion, RowKey,
-                                                                 pa.Table]]:
-    """One table per relation version, rows in stream order; versions by their first row."""
-    groups: dict[str, tuple[RelationVersion, RowKey, list[pa.Table]]] = {}
-    for v in parts:
-        key = json.dumps(v.relation.to_json(), sort_keys=True)
-        seen = groups.get(key)
-        if seen is None:
-            groups[key] = (v.relation, v.first, list(v.tables))
-        else:
-            seen[2].extend(v.tables)
-            groups[key] = (seen[0], min(seen[1], v.first), seen[2])
-    out = []
-    for rel, first, tables in sorted(groups.values(), key=lambda g: g[1]):
-        table = pa.concat_tables(tables)
-        table = table.take(pc.sort_indices(table, sort_keys=_ORDER))
-        out.append((rel, first, table))
-    return out
+#: (commit LSN, LSN, seq) of a row: the stream's order
+RowKey = tuple[int, int, int]
 
 
-def write_stream(fs: pafs.FileSystem, root: str, batch: str, parts: Iterable[VersionRows],
-                 commits: int, start_lsn: int, end_lsn: int,
-                 rows_per_part: int) -> dict[str, Any]:
-    """Write ``root`` (the batch directory) and its manifest, last; returns the manifest."""
-    root = root.rstrip("/")
-    entries = []
-    for rel, _first, table in merge_versions(parts):
-        paths = [write_part(fs, root, rel, i, table.slice(off, rows_per_part))
-                 for i, off in enumerate(range(0, table.num_rows, rows_per_part))]
-        entries.append((rel, paths, table.num_rows))
-    manifest = build_manifest(batch, start_lsn, end_lsn, commits, entries)
-    write_manifest(fs, root, manifest)
-    return manifest
+@dataclass
+class VersionRun:
+    """A relation version's rows from one partition: store keys of its parts, in order."""
+
+    relation: RelationVersion
+    first: RowKey  #: stream key of its first row
+    keys: list[str] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class MergedVersion:
+    """A relation version as the batch holds it: part paths relative to the batch root."""
+
+    relation: RelationVersion
+    first: RowKey
+    paths: list[str]
+    rows: int
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _first_key(table: pa.Table) -> RowKey:
+    return (table.column(stream.COMMIT_LSN)[0].as_py(), table.column(stream.LSN)[0].as_py(),
+            table.column(stream.SEQ)[0].as_py())
+
+
+class RunParts:
+    """A row sink (executor side) writing each part to the store under ``prefix``."""
+
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix
+        self._runs: dict[int, VersionRun] = {}  # id(RelationVersion) -> run
+
+    def part(self, rel: RelationVersion, index: int, table: pa.Table) -> str:
+        key = self.prefix + part_path(rel, index)
+        self.store.put(key, parquet_bytes(table))
+        run = self._runs.get(id(rel))
+        if run is None:
+            run = self._runs[id(rel)] = VersionRun(rel, _first_key(table))
+        run.keys.append(key)
+        run.rows += table.num_rows
+        return key
+
+    def runs(self) -> list[VersionRun]:
+        return list(self._runs.values())
+
+
+class _RunReader:
+    """One run read a part at a time: the rows not yet taken, by commit LSN."""
+
+    def __init__(self, store: ObjectStore, keys: list[str]) -> None:
+        self.store = store
+        self.keys = list(reversed(keys))
+        self.table: pa.Table | None = None
+        self.commits = np.empty(0, dtype=np.int64)
+        self.offset = 0
+        self._load()
+
+    def _load(self) -> None:
+        self.table = None
+        while self.keys and self.table is None:
+            table = pq.read_table(pa.BufferReader(self.store.get(self.keys.pop())))
+            if table.num_rows:
+                self.table = table
+                self.commits = table.column(stream.COMMIT_LSN).to_numpy()
+                self.offset = 0
+
+    @property
+    def head(self) -> int:
+        return int(self.commits[self.offset])
+
+    def take_before(self, bound: int | None) -> pa.Table:
+        """The rows from here whose commit LSN is below ``bound`` (all of this part's rest
+        when None); at least one row, since the head is below every other run's head."""
+        assert self.table is not None
+        end = len(self.commits) if bound is None else self.offset + int(
+            np.searchsorted(self.commits[self.offset:], bound, side="left"))
+        piece = self.table.slice(self.offset, end - self.offset)
+        self.offset = end
+        if self.offset == len(self.commits):
+            self._load()
+        return piece
+
+
+def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
+               runs: list[list[str]], rows_per_part: int) -> MergedVersion:
+    """Stage two for one relation version: ``runs`` (each a list of part keys, sorted by
+    commit LSN) merged into the version's parts under ``root`` (the batch prefix)."""
+    readers = [r for r in (_RunReader(store, keys) for keys in runs) if r.table is not None]
+    paths: list[str] = []
+    pending: list[pa.Table] = []
+    buffered = total = 0
+    first: RowKey | None = None
+
+    def write(table: pa.Table) -> None:
+        path = part_path(relation, len(paths))
+        store.put(root + path, parquet_bytes(table))
+        paths.append(path)
+
+    while readers:
+        readers.sort(key=lambda r: r.head)
+        bound = readers[1].head if len(readers) > 1 else None
+        piece = readers[0].take_before(bound)
+        if readers[0].table is None:
+            readers.pop(0)
+        if first is None:
+            first = _first_key(piece)
+        pending.append(piece)
+        buffered += piece.num_rows
+        total += piece.num_rows
+        while buffered >= rows_per_part:
+            table = pa.concat_tables(pending)
+            write(table.slice(0, rows_per_part))
+            rest = table.slice(rows_per_part)
+            pending, buffered = [rest], rest.num_rows
+    if buffered:
+        write(pa.concat_tables(pending))
+    assert first is not None, "a run without rows"
+    return MergedVersion(relation, first, paths, total)

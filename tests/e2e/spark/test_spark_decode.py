@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,10 @@ from cdclake.archive.layout import Layout
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.local.postgres import LocalPostgres
+from cdclake.pipeline import steps
 from cdclake.spark.job import decode_batch
 from cdclake.spark.progress import load_progress
+from cdclake.wal.lsn import format_lsn
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
 from tests.e2e.spark.workload import Archived, run
 
@@ -129,6 +134,48 @@ def test_batches_cut_at_segment_boundaries_equal_one_batch(pg: LocalPostgres,
     leftovers = [i.key for i in store.list("spill/")]
     assert leftovers == [], leftovers
     json.dumps(final.to_json())  # progress is plain JSON
+
+
+def test_a_backlog_is_decoded_as_bounded_batches_in_one_step(pg: LocalPostgres,
+                                                            archived: Archived, tmp_path: Path,
+                                                            spark: Any) -> None:
+    """``max_batch_segments`` cuts the archive into batches of two segments; the decode step
+    takes them all, one after the other, and together they are the one-batch stream."""
+    one = _config(tmp_path, "one", pg.dsn(archived.database))
+    ship_to(one, archived)
+    whole = decode_batch(one, spark=spark)
+    assert whole is not None
+
+    bounded = _config(tmp_path, "bounded", pg.dsn(archived.database)).replace(
+        max_batch_segments=2)
+    ship_to(bounded, archived)
+    out = steps.decode(bounded, spark=spark)
+    segs = archived.segments
+    assert len(out["batches"]) == (len(segs) + 1) // 2 >= 2, out["batches"]
+    assert out["segments"] == segs and out["commits"] == whole.commits
+    assert out["end_lsn"] == format_lsn(whole.end_lsn)
+    progress = load_progress(open_store(bounded), Layout())
+    assert progress is not None and progress.seq == len(out["batches"])
+    expected = tables_of(Path(one.home) / "store" / "changes", [whole.batch])
+    got = tables_of(Path(bounded.home) / "store" / "changes", out["batches"])
+    assert set(got) == set(expected)
+    for name, table in expected.items():
+        assert rows(got[name]) == rows(table), name
+    assert steps.decode(bounded, spark=spark)["batch"] is None
+
+
+def test_spark_settings_reach_a_new_session(tmp_path: Path) -> None:
+    """``CDCLAKE_SPARK_CONF`` is applied when cdclake starts Spark (a fresh JVM: the driver's
+    memory can only be set there)."""
+    probe = ("from cdclake.config import Config\n"
+             "from cdclake.spark.job import spark_session\n"
+             "conf = spark_session(Config.load()).sparkContext.getConf()\n"
+             "print(conf.get('spark.driver.memory'), conf.get('spark.driver.maxResultSize'))")
+    env = {**os.environ, "CDCLAKE_HOME": str(tmp_path),
+           "CDCLAKE_SPARK_CONF": "spark.driver.memory=1g,spark.driver.maxResultSize=64m"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    assert out.split()[-2:] == ["1g", "64m"], out
 
 
 def test_one_batch_over_s3(pg: LocalPostgres, archived: Archived, tmp_path: Path, spark: Any,

@@ -62,3 +62,18 @@ def test_nothing_new(tmp_path: Path) -> None:
     store.put(Layout().wal_key(segment_name(1, 5, SEGSIZE)), segment_bytes(1, 5))
     plan = plan_batch(store, Layout(), _progress(4 * SEGSIZE + 500, 4), None)
     assert plan is not None and plan.tasks[0].read_from == 4 * SEGSIZE + 500
+
+
+def test_a_backlog_is_cut_into_bounded_batches(tmp_path: Path) -> None:
+    store = _store(tmp_path, [3, 4, 5, 6, 7])
+    by_count = plan_batch(store, Layout(), None, None, max_segments=2)
+    assert by_count is not None and [t.segment.segno for t in by_count.tasks] == [3, 4]
+    # the last task still reads past the cut to finish a record that straddles it
+    assert [s.segno for s in by_count.tasks[-1].window] == [4, 5, 6, 7]
+    by_bytes = plan_batch(store, Layout(), None, None, max_bytes=3 * SEGSIZE + 1)
+    assert by_bytes is not None and [t.segment.segno for t in by_bytes.tasks] == [3, 4, 5]
+    tiny = plan_batch(store, Layout(), None, None, max_bytes=1)  # never less than a segment
+    assert tiny is not None and [t.segment.segno for t in tiny.tasks] == [3]
+    both = plan_batch(store, Layout(), _progress(5 * SEGSIZE, 4), None, max_segments=4,
+                      max_bytes=2 * SEGSIZE)
+    assert both is not None and [t.segment.segno for t in both.tasks] == [5, 6]

@@ -258,13 +258,19 @@ def column_fields(layout: RowLayout, types: Mapping[int, TypeInfo]) -> list[pa.F
             for lc in layout.live]
 
 
+def part_path(rel: RelationVersion, index: int) -> str:
+    """Part ``index`` of a relation version, relative to the batch root."""
+    return f"{version_dir(rel)}/part-{index:05d}.parquet"
+
+
 def write_part(fs: pafs.FileSystem, root: str, rel: RelationVersion, index: int,
                table: pa.Table) -> str:
     """Write one Parquet part of a relation version; its path relative to the batch root.
 
-    Shared with the Spark writer so both produce the same files for the same rows.
+    The Spark writer names its parts with :func:`part_path` too, so both produce the same
+    files for the same rows.
     """
-    rel_path = f"{version_dir(rel)}/part-{index:05d}.parquet"
+    rel_path = part_path(rel, index)
     path = f"{root}/{rel_path}"
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
