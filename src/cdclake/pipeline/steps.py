@@ -35,7 +35,7 @@ from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, LAKE, Lease
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, redact
+from cdclake.errors import CdclakeError, ConcurrentRunError, redact
 from cdclake.lake.batch import manifest_rows, selected
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
@@ -177,20 +177,23 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
     params = params or RunParams()
     store, layout = open_store(config), Layout()
     catalog = catalog or _catalog(config)
-    todo = pending(list_batches(store, layout), _merged_end(catalog, config))
     out: list[dict[str, Any]] = []
-    for decoded in todo:
-        batch = open_batch(config, store, layout, decoded)
-        tables, relations = stream_tables(batch, params.tables)
-        if not tables:
-            out.append({"batch": decoded.name, "tables": 0, "success": True})
-            continue
-        report = gx_validate_stream(config, tables, relations, run_name=decoded.name,
-                                    context=context)
-        out.append({"batch": decoded.name, "tables": len(tables), "success": report.success,
-                    "warnings": [n.table for n in report.identity_nothing],
-                    "data_docs_index": report.data_docs_index, "summary": report.summary()})
-        raise_for_failures(report)
+    with _lease(config, store, LAKE, "validate_stream", params.dry_run):
+        todo = pending(list_batches(store, layout), _merged_end(catalog, config))
+        for decoded in todo:
+            batch = open_batch(config, store, layout, decoded)
+            tables, relations = stream_tables(batch, params.tables)
+            if not tables:
+                out.append({"batch": decoded.name, "tables": 0, "success": True})
+                continue
+            report = gx_validate_stream(config, tables, relations, run_name=decoded.name,
+                                        context=context)
+            out.append({"batch": decoded.name, "tables": len(tables),
+                        "success": report.success,
+                        "warnings": [n.table for n in report.identity_nothing],
+                        "data_docs_index": report.data_docs_index,
+                        "summary": report.summary()})
+            raise_for_failures(report)
     return {"batches": out, "dry_run": params.dry_run}
 
 
@@ -275,12 +278,13 @@ def validate_tables(config: Config, params: RunParams | None = None,
         relations = {k: v for k, v in relations.items() if k in wanted}
     if params.tables:
         relations = {k: v for k, v in relations.items() if selected(params.tables, k, [v])}
-    data, missing = read_mirrors(config, catalog or _catalog(config), relations)
-    if not data:
-        return {"tables": [], "missing": missing, "success": True}
-    run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
-    report = validate_mirrors(config, data, {k: relations[k] for k in data}, run_name=run_name,
-                              context=context)
+    with _lease(config, store, LAKE, "validate_tables"):
+        data, missing = read_mirrors(config, catalog or _catalog(config), relations)
+        if not data:
+            return {"tables": [], "missing": missing, "success": True}
+        run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
+        report = validate_mirrors(config, data, {k: relations[k] for k in data},
+                                  run_name=run_name, context=context)
     result = {"tables": sorted(data), "rows": {k: v.num_rows for k, v in data.items()},
               "missing": missing, "success": report.success,
               "data_docs_index": report.data_docs_index, "summary": report.summary()}
@@ -304,12 +308,18 @@ def report(config: Config, params: RunParams | None = None,
     from cdclake.lake.tables import mirror_status
 
     merged = results.get("merge") or {}
-    mirrors = mirror_status(config, catalog, merged.get("tables") or None)
+    try:
+        with _lease(config, open_store(config), LAKE, "report", params.dry_run):
+            mirrors = mirror_status(config, catalog, merged.get("tables") or None)
+            merged_end = _merged_end(catalog, config)
+    except ConcurrentRunError as exc:  # the report of a run that failed still gets written
+        mirrors, merged_end = {}, None
+        results["mirrors_not_read"] = str(exc)
     index = config.reports_path() / "data_docs" / "index.html"
     out = {"run_id": run_id, "stream": config.stream, "store": config.effective_store_url(),
            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
            "params": params.to_json(), "steps": results, "mirrors": mirrors,
-           "merged_end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
+           "merged_end_lsn": format_lsn_or_none(merged_end),
            "data_docs_index": str(index) if index.exists() else None}
     if not params.dry_run:
         text = json.dumps(out, indent=2, sort_keys=True, default=str)

@@ -10,6 +10,7 @@ starts from there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -101,20 +102,26 @@ class Stream:
                                  f"extra {list((got - want).items())[:5]}")
 
 
-@pytest.fixture(scope="module")
-def stream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stream]:
+@contextlib.contextmanager
+def bank_stream(home: Path) -> Iterator[Stream]:
+    """A PostgreSQL 15 cluster with the bank's tables, installed, and a cdclake home."""
     pg = LocalPostgres.create(15, wal_segsize_mb=1).start()
     try:
         pg.sql(f"CREATE ROLE {ROLE} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
         db = pg.create_database("bank")
         for stmt in SCHEMA:
             pg.sql(stmt, db)
-        home = tmp_path_factory.mktemp("bank")
         env = env_for(pg, home, dsn(pg, db), CDCLAKE_LEASE_WAIT="300")
         ok(cdclake(env, "source", "install"))
         yield Stream(pg, db, home, env)
     finally:
         pg.destroy()
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stream]:
+    with bank_stream(tmp_path_factory.mktemp("bank")) as s:
+        yield s
 
 
 def start_run(stream: Stream, run_id: str) -> subprocess.Popen[str]:
@@ -134,9 +141,11 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
 
 
 def metadata_locations(config: Config) -> dict[str, str]:
-    """Each mirror's current metadata file, as the SQLite catalog says (read-only)."""
+    """Each mirror's current metadata file, as the SQLite catalog says (only read; not
+    ``mode=ro``: a read-only connection cannot open a WAL-mode database whose shared-memory
+    file is gone)."""
     db = Path(config.effective_catalog_uri().removeprefix("sqlite:///"))
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         return {name: loc for name, loc in conn.execute(
             "SELECT table_name, metadata_location FROM iceberg_tables")}
 
@@ -213,7 +222,7 @@ def test_a_run_while_another_holds_the_stream_waits_or_refuses(stream: Stream) -
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for i in (1, 2)]
     errs = [p.communicate(timeout=600)[1] for p in runs]
-    assert [p.returncode for p in runs] == [0, 0], errs
+    assert [p.returncode for p in runs] == [0, 0], "\n---\n".join(e[-6000:] for e in errs)
     stream.assert_mirrors_equal()
     progress = load_progress(store, Layout())
     assert progress is not None and progress.seq > seq
