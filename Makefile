@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
 	$(VENV)/bin/pip install -q -e ".[dev]"
+	$(VENV)/bin/python -m cdclake.lake.sparksql --build
 	touch $(STAMP)
 
 system:

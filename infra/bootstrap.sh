@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make demo` and `make test` need from Debian when it is missing: PostgreSQL 15
-# (server, contrib with test_decoding, pg_waldump) and a Java runtime for Spark. Idempotent.
+# (server, contrib with test_decoding, pg_waldump), a Java runtime for Spark and the jars Spark
+# SQL on the mirrors needs. Idempotent.
 set -euo pipefail
 
 need=()
@@ -12,6 +13,10 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -x /usr/bin/python3.11 ] || need+=(python3.11)
 /usr/bin/python3.11 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3.11-venv)
 [ -e /usr/include/python3.11/Python.h ] || need+=(python3.11-dev)
+# Spark SQL on the mirrors: jarjar relocates Iceberg's Jackson; JDBC drivers for the catalog
+[ -e /usr/share/java/jarjar.jar ] || need+=(libjarjar-java)
+[ -e /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
+[ -e /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${need[*]}"

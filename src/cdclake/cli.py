@@ -27,6 +27,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cdclake.pipeline", "run one batch: ship, snapshot, decode, validate, merge, report"),
     "snapshot": ("cdclake.pipeline", "copy tables' current rows into their mirrors again"),
     "status": ("cdclake.pipeline", "show the stream's progress and the archive's state"),
+    "maintain": ("cdclake.pipeline.maintenance",
+                 "compact the mirrors and expire old snapshots (the watermark kept)"),
+    "sql": ("cdclake.lake.sparksql", "run a Spark SQL query on the mirrors and print the result"),
     "demo": ("cdclake.demo", "start local services, run a workload and the DAG, compare"),
 }
 

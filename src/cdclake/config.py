@@ -36,6 +36,17 @@ def parse_size(text: str | int) -> int:
     return int(m.group(1)) * _UNITS[(m.group(2) or "B").lower()]
 
 
+def positive_int(text: str) -> int:
+    """A whole number of at least 1 (an argument type: ValueError names what is wrong)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise ValueError(f"must be at least 1, got {n}")
+    return n
+
+
 @dataclass(slots=True)
 class Config:
     """What a cdclake run needs to know. Field docs give the env var and default."""
@@ -103,6 +114,13 @@ class Config:
     lease_wait: float = 120.0
     #: CDCLAKE_SCHEDULE: Airflow schedule of the ingest DAG.
     schedule: str = "*/10 * * * *"
+    #: CDCLAKE_MAINTENANCE_SCHEDULE: Airflow schedule of the maintenance DAG.
+    maintenance_schedule: str = "0 3 * * *"
+    #: CDCLAKE_KEEP_SNAPSHOTS / CDCLAKE_KEEP_HOURS: maintenance expires a table's snapshots
+    #: beyond the newest ``keep_snapshots`` once older than ``keep_hours``, and removes files
+    #: no snapshot references once older than ``keep_hours``.
+    keep_snapshots: int = 10
+    keep_hours: float = 24.0
 
     # -- derived paths -------------------------------------------------------------------
 
@@ -163,7 +181,7 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}, got "
                               f"{value!r}")
         return value
-    if name in ("snapshot_wait", "lease_ttl", "lease_wait"):
+    if name in ("snapshot_wait", "lease_ttl", "lease_wait", "keep_hours"):
         try:
             seconds = float(value)
         except ValueError as exc:
@@ -172,7 +190,7 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be at least {1 if name == 'lease_ttl' else 0} "
                               f"seconds, got {value!r}")
         return seconds
-    if name in ("spark_partitions", "max_batch_segments"):
+    if name in ("spark_partitions", "max_batch_segments", "keep_snapshots"):
         try:
             n = int(value)
         except ValueError as exc:

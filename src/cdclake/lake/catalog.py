@@ -57,7 +57,10 @@ def open_catalog(config: Config, *, create: bool = True) -> Catalog:
             if not create:
                 props["init_catalog_tables"] = "false"
             props.pop("type", None)
-            return SqlCatalog(config.catalog_name, **props)
+            catalog = SqlCatalog(config.catalog_name, **props)
+            if create and uri.startswith("sqlite:///"):
+                _write_ahead_log(catalog)
+            return catalog
         return load_catalog(config.catalog_name, **props)
     except LakeError:
         raise
@@ -65,3 +68,12 @@ def open_catalog(config: Config, *, create: bool = True) -> Catalog:
         raise LakeError(f"cannot open Iceberg catalog {config.catalog_name!r} "
                         f"({props.get('type', 'sql')}, uri {props.get('uri', '-')}): "
                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def _write_ahead_log(catalog: SqlCatalog) -> None:
+    """Put a SQLite catalog in WAL mode (kept in the file: once is enough). In the default
+    rollback mode a reader's lock blocks every writer: Spark's JDBC catalog keeps one between
+    statements, so a commit beside it — pyiceberg's, or Spark's own from a second connection —
+    failed with "database is locked"; two runs of the stream met it too."""
+    with catalog.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")

@@ -26,21 +26,35 @@ BATCH = "cdclake.batch"
 
 
 def committed_lsn(table: Table, stream: str) -> int | None:
-    """The last commit LSN applied to ``table`` by ``stream``, or None if none was."""
+    """The last commit LSN applied to ``table`` by ``stream``, or None if none was.
+
+    From the newest snapshot in the table's ancestry that carries one; when maintenance
+    (:mod:`cdclake.lake.maintenance`) has rewritten the files and expired every such
+    snapshot, from the table properties it wrote first."""
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
         summary = snapshot.summary
         if summary is None:
             continue
         lsn = summary.additional_properties.get(COMMIT_LSN)
-        if lsn is None:
-            continue
-        owner = summary.additional_properties.get(STREAM)
-        if owner != stream:
-            raise LakeError(f"table {'.'.join(table.name())} was last written by cdclake stream "
-                            f"{owner!r}, not {stream!r}: one mirror takes one stream; use "
-                            "another namespace or drop the table")
-        return int(lsn)
+        if lsn is not None:
+            return _owned(table, summary.additional_properties.get(STREAM), stream, lsn)
+    lsn = table.properties.get(COMMIT_LSN)
+    if lsn is not None:
+        return _owned(table, table.properties.get(STREAM), stream, lsn)
     return None
+
+
+def _owned(table: Table, owner: str | None, stream: str, lsn: str) -> int:
+    if owner != stream:
+        raise LakeError(f"table {'.'.join(table.name())} was last written by cdclake stream "
+                        f"{owner!r}, not {stream!r}: one mirror takes one stream; use "
+                        "another namespace or drop the table")
+    return int(lsn)
+
+
+def watermark_properties(stream: str, commit_lsn: int) -> dict[str, str]:
+    """The table properties that keep a table's watermark through snapshot expiry."""
+    return {COMMIT_LSN: str(commit_lsn), STREAM: stream}
 
 
 def merged_end_lsn(catalog: Catalog, namespace: str, stream: str) -> int | None:
