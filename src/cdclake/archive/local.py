@@ -15,8 +15,10 @@ import errno
 import hashlib
 import os
 import secrets
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from cdclake.archive.store import ObjectInfo, ObjectStore, check_key, check_url_key
 from cdclake.errors import ObjectNotFound, StoreError
@@ -53,6 +55,35 @@ class LocalStore(ObjectStore):
             raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        return self._write(key, lambda f: f.write(data), if_absent)
+
+    def put_file(self, key: str, path: Path) -> None:
+        try:
+            with open(path, "rb") as src:
+                self._write(key, lambda f: shutil.copyfileobj(src, f, 1 << 20), False)
+        except FileNotFoundError as exc:
+            raise StoreError(f"cannot write {key!r} to {self.url()}: no file {path}") from exc
+
+    def get_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
+        try:
+            src = open(source, "rb")  # noqa: SIM115 - closed below, after the copy
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise ObjectNotFound(f"no object {key!r} in {self.url()}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot read {source}: {exc.strerror or exc}") from exc
+        with src:
+            try:
+                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                               "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            except OSError as exc:
+                raise StoreError(f"cannot copy {source} to {path}: "
+                                 f"{exc.strerror or exc}") from exc
+
+    def _write(self, key: str, write: Callable[[BinaryIO], object], if_absent: bool) -> bool:
+        """Write a new object through ``write`` into a private temporary file, then move it
+        into place (or link it, if absent): never a partial object under the key."""
         path = self._path(key)
         tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{secrets.token_hex(6)}")
         try:
@@ -60,7 +91,7 @@ class LocalStore(ObjectStore):
             if path.is_dir():
                 raise StoreError(f"cannot write {key!r} in {self.url()}: {path} is a directory")
             with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-                f.write(data)
+                write(f)
                 f.flush()
                 os.fsync(f.fileno())
             if if_absent:

@@ -20,10 +20,12 @@ never a prefix. ``put(..., if_absent=True)`` is the primitive that archive-push 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from cdclake.errors import ObjectNotFound
 
@@ -122,6 +124,19 @@ class ObjectStore(ABC):
         """A URL naming the object (``s3://bucket/prefix/key``, ``file:///dir/key``), for
         messages and for tools that take URLs (pyiceberg, Spark). A key ending in ``/`` names
         a "directory" (``changes/<batch>/``) and keeps its slash; ``""`` is the root."""
+
+    def put_file(self, key: str, path: Path) -> None:
+        """Store the file at ``path`` under ``key`` (replacing it, atomically), streamed
+        where the store can: the spill file of a large open transaction must not pass
+        through memory whole. This default reads it whole."""
+        self.put(key, Path(path).read_bytes())
+
+    def get_file(self, key: str, path: Path) -> None:
+        """Write the object to a new private (0600) file ``path``, streamed where the store
+        can; raises like :meth:`get`. This default reads it whole."""
+        data = self.get(key)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(data)
 
     def exists(self, key: str) -> bool:
         """Whether the key exists; raises like :meth:`head`."""

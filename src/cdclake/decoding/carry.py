@@ -103,14 +103,19 @@ def open_memberships(txns: Iterable[OpenTxn]) -> dict[int, int]:
     return out
 
 
-#: stores one open transaction's changes (xid, first LSN, spill-file bytes); returns their key
-Put = Callable[[int, int, bytes], str]
-#: fetches the bytes stored under a key
-Get = Callable[[str], bytes]
+#: stores one open transaction's changes (xid, first LSN, the spill file holding them);
+#: returns their key
+Put = Callable[[int, int, Path], str]
+#: writes what is stored under a key to a new private file
+Get = Callable[[str, Path], None]
 
 
 def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put) -> list[OpenTxn]:
-    """Store the changes of the open transactions this decoder owns; their bookkeeping."""
+    """Store the changes of the open transactions this decoder owns; their bookkeeping.
+
+    Each transaction's changes are streamed into one spill file in the buffer's spill
+    directory and handed to ``put`` as a file: a transaction larger than memory stays out of
+    it (:meth:`cdclake.archive.store.ObjectStore.put_file` streams it on)."""
     out = []
     for t in buffer.by_txn.values():
         top = t.top or t.xid
@@ -119,11 +124,17 @@ def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put) -> l
         key = None
         n = 0
         if t.changes or t.spill_files:
-            parts = [MAGIC]
-            for ch in t.stream():
-                parts.append(encode_change(ch))
-                n += 1
-            key = put(t.xid, t.first_lsn, b"".join(parts))
+            private_dir(buffer.spill_dir)
+            path = buffer.spill_dir / f"carry-{spill_file_name(t.xid, t.first_lsn)}"
+            try:
+                with open_private(path, "wb") as f:
+                    f.write(MAGIC)
+                    for ch in t.stream():
+                        f.write(encode_change(ch))
+                        n += 1
+                key = put(t.xid, t.first_lsn, path)
+            finally:
+                path.unlink(missing_ok=True)
         out.append(OpenTxn(t.xid, t.top, t.first_lsn, tuple(t.subxids), t.prepared, t.gid,
                            tuple(encode_event(lsn, e) for lsn, e in t.ddl), key, n))
     return out
@@ -142,7 +153,6 @@ def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], owns: Callable[[int
         if o.spill and owns(o.toplevel):
             private_dir(spill_dir)
             path = spill_dir / spill_file_name(o.xid, o.first_lsn)
-            with open_private(path, "wb") as f:
-                f.write(get(o.spill))
+            get(o.spill, path)
             t.spill_files[RESTORED] = path
             t.nspilled = o.changes

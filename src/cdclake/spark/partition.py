@@ -88,7 +88,7 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
                             ddl_key=ctx.ddl_key)
     decoding = create_decoding_context(
         options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
-        startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get,
+        startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get_file,
         owns=lambda xid: owner(xid, ctx.partitions) == index, messages=index == 0)
     process = decoding.process
     n = 0
@@ -96,9 +96,9 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
         process(rec)
         n += 1
 
-    def put(xid: int, first_lsn: int, data: bytes) -> str:
+    def put(xid: int, first_lsn: int, path: Path) -> str:
         key = ctx.layout.spill_key(ctx.batch, xid, first_lsn)
-        ctx.store.put(key, data)
+        ctx.store.put_file(key, path)
         return key
 
     open_txns = decoding.save_open(put)

@@ -153,3 +153,16 @@ def test_objects_and_the_directories_made_for_them_are_private(tmp_path: Path) -
         assert (tmp_path / "store" / key).stat().st_mode & 0o777 == 0o600
     for d in ("store", "store/wal", "store/state", "store/state/progress"):
         assert (tmp_path / d).stat().st_mode & 0o777 == 0o700, d
+
+
+def test_files_go_in_and_out_whole_and_private(store: LocalStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.write_bytes(b"x" * (3 << 20))
+    store.put_file("spill/b/x.spill", src)
+    assert store.get("spill/b/x.spill") == src.read_bytes()
+    out = tmp_path / "out"
+    store.get_file("spill/b/x.spill", out)
+    assert out.read_bytes() == src.read_bytes() and out.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ObjectNotFound, match="'spill/b/none'"):
+        store.get_file("spill/b/none", tmp_path / "none")
+    assert not (tmp_path / "none").exists()

@@ -40,9 +40,9 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
 
     layout = Layout()
 
-    def put(xid: int, first_lsn: int, data: bytes) -> str:
+    def put(xid: int, first_lsn: int, path: Path) -> str:
         key = layout.spill_key("000002-x", xid, first_lsn)
-        store.put(key, data)
+        store.put_file(key, path)
         return key
 
     saved = save_open(before, lambda xid: xid != 12, put)
@@ -52,7 +52,7 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     assert as_json == saved
 
     after = ReorderBuffer(600, tmp_path / "spill-b", 1 << 20)
-    restore_open(after, as_json, lambda xid: True, store.get, tmp_path / "spill-b")
+    restore_open(after, as_json, lambda xid: True, store.get_file, tmp_path / "spill-b")
     assert _stream(after, 10, [11]) == expected
     assert after.txn(11, 0).top == 10 and after.txn(10, 0).subxids == [11]
     assert after.txn(10, 0).ddl == [(150, b'{"kind": "relations"}')]
@@ -63,7 +63,7 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
 
     # a partition that does not own the transaction keeps its bookkeeping, not its changes
     other = ReorderBuffer(600, tmp_path / "spill-c", 1 << 20)
-    restore_open(other, as_json, lambda xid: False, store.get, tmp_path / "spill-c")
+    restore_open(other, as_json, lambda xid: False, store.get_file, tmp_path / "spill-c")
     assert other.txn(10, 0).ddl and not other.txn(10, 0).spill_files
 
 
@@ -74,9 +74,19 @@ def test_spilled_and_restored_changes_are_private(tmp_path: Path) -> None:
     files = list((tmp_path / "spill").iterdir())
     assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
     assert (tmp_path / "spill").stat().st_mode & 0o777 == 0o700
-    saved = save_open(buffer, lambda xid: True, lambda xid, lsn, data: "k")
-    stored = {"k": b"".join(f.read_bytes() for f in files)}
+    store = LocalStore(tmp_path / "store")
+    carried: list[int] = []
+
+    def put(xid: int, lsn: int, path: Path) -> str:
+        carried.append(path.stat().st_mode & 0o777)
+        store.put_file("k", path)
+        return "k"
+
+    saved = save_open(buffer, lambda xid: True, put)
+    assert carried == [0o600]  # the file a transaction is carried in, too
+    assert sorted((tmp_path / "spill").iterdir()) == sorted(files)  # and it is gone
     after = ReorderBuffer(1, tmp_path / "restored", 1 << 20)
-    restore_open(after, saved, lambda xid: True, stored.__getitem__, tmp_path / "restored")
+    restore_open(after, saved, lambda xid: True, store.get_file, tmp_path / "restored")
     (restored,) = (tmp_path / "restored").iterdir()
     assert restored.stat().st_mode & 0o777 == 0o600
+    assert [c.lsn for c in after.txn(10, 0).stream()] == [100]

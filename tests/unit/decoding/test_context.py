@@ -80,9 +80,12 @@ def test_a_cut_batch_decodes_as_one_run(tmp_path: Path) -> None:
 
     store: dict[str, bytes] = {}
 
-    def put(xid: int, first_lsn: int, data: bytes) -> str:
-        store[f"{xid}-{first_lsn}"] = data
+    def put(xid: int, first_lsn: int, path: Path) -> str:
+        store[f"{xid}-{first_lsn}"] = path.read_bytes()
         return f"{xid}-{first_lsn}"
+
+    def get(key: str, path: Path) -> None:
+        path.write_bytes(store[key])
 
     cut: list[str] = []
     first = context(tmp_path / "a", cut)
@@ -93,7 +96,7 @@ def test_a_cut_batch_decodes_as_one_run(tmp_path: Path) -> None:
     assert {t.xid for t in carried} == {10, 11}
     assert all(t.spill in store for t in carried)
     state = Startup.from_json(first.startup.to_json())
-    second = context(tmp_path / "b", cut, startup=state, carried=carried, get=store.__getitem__)
+    second = context(tmp_path / "b", cut, startup=state, carried=carried, get=get)
     for r in workload()[CUT:]:
         second.process(r)
     assert cut == whole

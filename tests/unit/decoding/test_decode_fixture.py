@@ -61,9 +61,12 @@ def test_batches_cut_anywhere_decode_as_one_run(decfix: DecodingFixture, tmp_pat
     carried: list[OpenTxn] = []
     carried_any = False
 
-    def put(xid: int, first_lsn: int, data: bytes) -> str:
-        store[f"{xid}/{first_lsn}"] = data
+    def put(xid: int, first_lsn: int, path: Path) -> str:
+        store[f"{xid}/{first_lsn}"] = path.read_bytes()
         return f"{xid}/{first_lsn}"
+
+    def get(key: str, path: Path) -> None:
+        path.write_bytes(store[key])
 
     for n, (lo, hi) in enumerate(zip([0, *bounds], [*bounds, len(records)], strict=True)):
         # each batch starts from the JSON the previous one left, as the Spark job does
@@ -72,7 +75,7 @@ def test_batches_cut_anywhere_decode_as_one_run(decfix: DecodingFixture, tmp_pat
             decfix.options(tmp_path / f"spill{n}"), dictionary,
             TestDecoding(lines.append, dictionary.types, version=version),
             version=version, segment_size=segment_size, startup=startup, carried=carried,
-            get=store.__getitem__)
+            get=get)
         for rec in records[lo:hi]:
             ctx.process(rec)
         carried = [OpenTxn.from_json(t.to_json()) for t in ctx.save_open(put)]
