@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/waldump.py
 	$(VENV)/bin/python bench/decode.py
 	$(VENV)/bin/python bench/snapshot.py
+	$(VENV)/bin/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) .cdclake .pytest_cache

@@ -1,0 +1,169 @@
+"""Decoding at two sizes on a small Spark driver: throughput, batches and peak RSS.
+
+For each pgbench scale: a fresh PostgreSQL 15 runs `cdclake source install`, `pgbench -i` and
+pgbench transactions; the archived WAL is shipped to a local store; then one process runs
+the pipeline's decode step (`cdclake.pipeline.steps.decode`) with
+``spark.driver.memory=1g, spark.driver.maxResultSize=64m`` on ``local[2]``, batches bounded
+by ``--batch-segments``. Reported per size: changes decoded, batches, seconds, changes/s and
+the peak RSS of the Python driver, Spark's JVM and the largest Python worker (each
+process's own high-water mark, ``VmHWM`` in ``/proc/<pid>/status``, sampled over the process
+tree while it runs). Rows go from executors to the store, so no peak may grow with the
+size.
+
+This measures the decode stage only; the merge is still pyiceberg's (issue 12 moves it to
+Spark).
+
+    .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from cdclake.catalog.install import install
+from cdclake.local.postgres import LocalPostgres
+
+DRIVER = "spark.driver.memory=1g,spark.driver.maxResultSize=64m"
+
+CHILD = """
+import json, sys
+from cdclake.config import Config
+from cdclake.pipeline import steps
+config = Config.load()
+steps.ship(config)
+result = steps.decode(config)
+print(json.dumps({"batches": result.get("batches", []), "tables": result.get("tables", {}),
+                  "commits": result.get("commits", 0)}))
+"""
+
+
+def workload(pg: LocalPostgres, db: str, scale: int) -> None:
+    cmd = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
+    subprocess.run([*cmd, "-i", "-q", "-s", str(scale), db], check=True, capture_output=True)
+    pg.sql("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY", db)
+    subprocess.run([*cmd, "-c", "4", "-j", "2", "-t", str(2500 * scale), "-n", db],
+                   check=True, capture_output=True)
+
+
+def wait_archived(pg: LocalPostgres, timeout: float = 600) -> None:
+    ready = pg.data_dir / "pg_wal" / "archive_status"
+    deadline = time.monotonic() + timeout
+    while list(ready.glob("*.ready")):
+        if time.monotonic() > deadline:
+            raise TimeoutError("WAL was not archived in time")
+        time.sleep(0.2)
+
+
+class Peak(threading.Thread):
+    """The largest ``VmHWM`` per kind of process in the tree under ``root`` while it runs:
+    the Python driver (``root``), Spark's JVM, the Python workers."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.kib = {"driver": 0, "jvm": 0, "worker": 0}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.2):
+            for pid in _tree(self.root):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+                kib = int(fields.get("VmHWM", "0 kB").split()[0])
+                name = fields.get("Name", "").strip()
+                kind = "driver" if pid == self.root else "jvm" if name == "java" else "worker"
+                self.kib[kind] = max(self.kib[kind], kib)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def measure(scale: int, batch_segments: int) -> dict[str, object]:
+    base = Path(tempfile.mkdtemp(prefix="cdclake-scale-"))
+    base.chmod(0o755)  # the server runs as postgres and must reach its data directory
+    pg = LocalPostgres.create(15, base / "pg").start()
+    try:
+        db = pg.create_database("bench")
+        install(pg.dsn(db))
+        workload(pg, db, scale)
+        pg.sql("SELECT pg_switch_wal()", db)
+        wait_archived(pg)
+        home = base / "home"
+        env = {**os.environ, "CDCLAKE_HOME": str(home),
+               "CDCLAKE_STORE_URL": (home / "store").as_uri(),
+               "CDCLAKE_ARCHIVE_DIR": str(pg.archive_dir), "CDCLAKE_SOURCE_DSN": pg.dsn(db),
+               "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": DRIVER,
+               "CDCLAKE_MAX_BATCH_SEGMENTS": str(batch_segments),
+               "CDCLAKE_SPILL_DIR": str(base / "spill")}
+        started = time.monotonic()
+        child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        peak = Peak(child.pid)
+        peak.start()
+        out = child.stdout.read() if child.stdout else ""
+        status = child.wait()
+        seconds = time.monotonic() - started
+        peak.stop()
+        if status:
+            raise SystemExit(f"the decode at scale {scale} failed (status {status})")
+        result = json.loads(out.strip().splitlines()[-1])
+        changes = sum(result["tables"].values())
+        segments = len(list(Path(pg.archive_dir).glob("0000000*")))
+        return {"scale": scale, "changes": changes, "segments": segments,
+                "batches": len(result["batches"]), "seconds": seconds,
+                "rate": changes / seconds,
+                **{kind: kib / 1024 for kind, kib in peak.kib.items()}}
+    finally:
+        pg.destroy()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scales", type=int, nargs=2, default=[5, 20], metavar=("SMALL", "LARGE"))
+    ap.add_argument("--batch-segments", type=int, default=16)
+    args = ap.parse_args()
+    print(f"decode step, local[2], {DRIVER}, batches of {args.batch_segments} segments")
+    print("| pgbench scale | changes | WAL segments | batches | seconds | changes/s "
+          "| peak RSS driver (MiB) | JVM | largest Python worker |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = [measure(scale, args.batch_segments) for scale in args.scales]
+    for r in rows:
+        print(f"| {r['scale']} | {r['changes']:,} | {r['segments']} | {r['batches']} | "
+              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {r['driver']:,.0f} | {r['jvm']:,.0f} "
+              f"| {r['worker']:,.0f} |", flush=True)
+    small, large = rows
+    growth = {k: large[k] / small[k] for k in ("driver", "jvm", "worker")}  # type: ignore[operator]
+    print(f"changes x{large['changes'] / small['changes']:.1f} "  # type: ignore[operator]
+          "-> peak RSS " + ", ".join(f"{k} x{v:.2f}" for k, v in growth.items()))
+
+
+if __name__ == "__main__":
+    main()
