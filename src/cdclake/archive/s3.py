@@ -120,12 +120,8 @@ class S3Store(ObjectStore):
         while True:
             try:
                 body = self._client().get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
-            except bex.ClientError as exc:
-                if _code(exc) in _NOT_FOUND:
-                    raise ObjectNotFound(f"no object {key!r} in {self.url()}") from exc
-                raise self._error(exc, "reading", key) from exc
-            except bex.BotoCoreError as exc:
-                raise self._error(exc, "reading", key) from exc
+            except (bex.ClientError, bex.BotoCoreError) as exc:
+                raise self._read_error(exc, key) from exc
             try:
                 return bytes(body.read())
             except bex.BotoCoreError as exc:
@@ -211,12 +207,8 @@ class S3Store(ObjectStore):
             with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
                            "wb") as out:
                 self._client().download_fileobj(self.bucket, self._key(key), out)
-        except bex.ClientError as exc:
-            if _code(exc) in _NOT_FOUND:
-                raise ObjectNotFound(f"no object {key!r} in {self.url()}") from exc
-            raise self._error(exc, "reading", key) from exc
-        except bex.BotoCoreError as exc:
-            raise self._error(exc, "reading", key) from exc
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._read_error(exc, key) from exc
         except OSError as exc:
             raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
@@ -250,6 +242,12 @@ class S3Store(ObjectStore):
             raise self._error(exc, "deleting", key) from exc
 
     # -- errors --------------------------------------------------------------------------
+
+    def _read_error(self, exc: Exception, key: str) -> CdclakeError:
+        """What a failed read of ``key`` raises: ObjectNotFound for a missing object."""
+        if isinstance(exc, bex.ClientError) and _code(exc) in _NOT_FOUND:
+            return ObjectNotFound(f"no object {key!r} in {self.url()}")
+        return self._error(exc, "reading", key)
 
     def _error(self, exc: Exception, action: str, key: str,
                attempts: int | None = None) -> CdclakeError:
