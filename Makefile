@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/decode.py
 	$(VENV)/bin/python bench/snapshot.py
 	$(VENV)/bin/python bench/scale.py
+	$(VENV)/bin/python bench/merge.py
 
 clean:
 	rm -rf $(VENV) .cdclake .pytest_cache

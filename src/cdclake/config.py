@@ -94,6 +94,12 @@ class Config:
     catalog_uri: str = ""
     catalog_properties: dict[str, str] = field(default_factory=dict)
     warehouse: str = ""
+    #: CDCLAKE_MERGE_ENGINE: ``pyiceberg`` — the merge replays each table's batch in this
+    #: process and rewrites the data files it touches (copy-on-write); ``spark`` — one
+    #: ``MERGE INTO`` per table on Iceberg's Spark runtime, writing position deletes
+    #: (merge-on-read), for the tables it can take (cdclake.lake.sparkmerge; the others go
+    #: to the pyiceberg merge and the report says why).
+    merge_engine: str = "pyiceberg"
     #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
     namespace: str = "cdc"
     #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.
@@ -168,6 +174,10 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
+MERGE_ENGINES = ("pyiceberg", "spark")
+_CHOICES = {"snapshot_mode": SNAPSHOT_MODES, "merge_engine": MERGE_ENGINES}
+
+
 def _coerce(cls: type, name: str, value: Any) -> Any:
     if name in ("home", "archive_dir", "spill_dir", "ddl_key_file"):
         return Path(value).expanduser().resolve()
@@ -176,9 +186,9 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
         if size < 1:
             raise ConfigError(f"{name} must be positive, got {value!r}")
         return size
-    if name == "snapshot_mode":
-        if value not in SNAPSHOT_MODES:
-            raise ConfigError(f"snapshot_mode must be one of {', '.join(SNAPSHOT_MODES)}, got "
+    if name in _CHOICES:
+        if value not in _CHOICES[name]:
+            raise ConfigError(f"{name} must be one of {', '.join(_CHOICES[name])}, got "
                               f"{value!r}")
         return value
     if name in ("snapshot_wait", "lease_ttl", "lease_wait", "keep_hours"):

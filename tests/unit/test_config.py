@@ -19,6 +19,8 @@ def test_spark_settings_and_batch_bounds_from_the_environment() -> None:
     assert config.max_batch_segments == 8 and config.max_batch_bytes == 64 << 20
     defaults = Config.load(env={})
     assert defaults.spark_conf == {} and defaults.max_batch_segments >= 1
+    assert defaults.merge_engine == "pyiceberg"
+    assert Config.load(env={"CDCLAKE_MERGE_ENGINE": "spark"}).merge_engine == "spark"
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
@@ -27,6 +29,7 @@ def test_spark_settings_and_batch_bounds_from_the_environment() -> None:
     ("CDCLAKE_MAX_BATCH_SEGMENTS", "0", "max_batch_segments must be at least 1"),
     ("CDCLAKE_MAX_BATCH_SEGMENTS", "many", "max_batch_segments must be an integer"),
     ("CDCLAKE_MAX_BATCH_BYTES", "lots", "not a size"),
+    ("CDCLAKE_MERGE_ENGINE", "duckdb", "merge_engine must be one of pyiceberg, spark"),
 ])
 def test_a_bad_value_names_the_setting(key: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

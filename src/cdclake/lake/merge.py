@@ -18,8 +18,7 @@ as a multiset (two identical rows, one deleted), and knows nothing of unchanged-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -32,7 +31,7 @@ from pyiceberg.types import NestedField
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
-from cdclake.lake import labels
+from cdclake.lake import labels, sparkmerge
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, selected
 from cdclake.lake.changelog import append_changelog
@@ -45,6 +44,7 @@ from cdclake.lake.region import (
     Region,
     affected_region,
 )
+from cdclake.lake.reports import MergeReport, TableReport
 from cdclake.lake.rows import row_texts, rows_from_arrow, rows_to_arrow
 from cdclake.lake.schema import (
     apply_evolution,
@@ -70,61 +70,20 @@ from cdclake.lake.watermark import (
 )
 from cdclake.wal.lsn import format_lsn
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = ["MergeReport", "TableReport", "merge_batch", "merge_table", "mirror_identifier"]
-
-
-@dataclass
-class TableReport:
-    """What the merge did to one mirror; every field is JSON-friendly."""
-
-    table: str  #: source ``schema.table``
-    mirror: str  #: Iceberg ``namespace.name``
-    changes: int  #: change rows for this table in the batch
-    skipped_applied: int = 0  #: change rows already applied by an earlier run (commit LSN <=)
-    #: change rows of transactions the mirror's initial snapshot saw (already in its rows)
-    skipped_snapshot: int = 0
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    truncated: int = 0
-    rewritten: int = 0  #: rows of table rewrites, which replaced the table's rows
-    identity_nothing: int = 0  #: UPDATE/DELETE not applied: the table has no replica identity
-    not_found: int = 0  #: UPDATE/DELETE whose old row was not in the mirror
-    rows_written: int = 0  #: rows appended (new rows plus rows of the region written back)
-    strategy: str = "none"  #: none, append, region, full-table, truncate
-    schema_changes: list[str] = field(default_factory=list)
-    previous_lsn: int | None = None  #: the table's commit LSN before this merge
-    commit_lsn: int | None = None  #: the table's commit LSN after it
-    snapshot_id: int | None = None  #: the table's current snapshot after it
-    attempts: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class MergeReport:
-    """The merge of one batch: one entry per table (and per changelog table)."""
-
-    batch: str
-    stream: str
-    tables: list[TableReport] = field(default_factory=list)
-    changelogs: list[dict[str, Any]] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)  #: tables not in ``config.tables``
-    previous_end_lsn: int | None = None  #: the stream's merged end LSN before this batch
-    end_lsn: int | None = None  #: and after it (set once every table is merged)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"batch": self.batch, "stream": self.stream,
-                "previous_end_lsn": self.previous_end_lsn, "end_lsn": self.end_lsn,
-                "tables": [t.to_json() for t in self.tables],
-                "changelogs": self.changelogs, "excluded": self.excluded}
 
 
 def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequence[str] = (),
                 changelog: bool = False, max_filter_keys: int = MAX_FILTER_KEYS,
-                max_attempts: int = 5) -> MergeReport:
+                max_attempts: int = 5, spark: SparkSession | None = None) -> MergeReport:
     """Apply ``batch`` to every mirror (and, with ``changelog``, append it to the changelogs).
+
+    With a ``spark`` session (Iceberg's runtime on its class path), each table goes through
+    :func:`cdclake.lake.sparkmerge.merge_table` when that path can take it exactly, the rest
+    through :func:`merge_table` with the reason in the report.
 
     Tables commit one after another, each atomically; a failure leaves the tables already
     committed at the new LSN and the rest at the old one, and a re-run finishes the job.
@@ -146,11 +105,19 @@ def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequenc
                 or (only and not selected(only, entry.table, relations))):
             report.excluded.append(entry.table)
             continue
-        changes = batch.load(entry)
-        report.tables.append(merge_table(catalog, config, batch.name, changes,
-                                         max_filter_keys=max_filter_keys,
-                                         max_attempts=max_attempts))
+        done = sparkmerge.merge_table(spark, catalog, config, batch, entry) if spark else None
+        on_spark = isinstance(done, TableReport)
+        changes = batch.load(entry) if changelog or not on_spark else None
+        if isinstance(done, TableReport):
+            report.tables.append(done)
+        else:
+            assert changes is not None
+            table = merge_table(catalog, config, batch.name, changes,
+                                max_filter_keys=max_filter_keys, max_attempts=max_attempts)
+            table.fallback = done or ""
+            report.tables.append(table)
         if changelog:
+            assert changes is not None
             report.changelogs.append(append_changelog(catalog, config, batch.name, changes,
                                                       max_attempts=max_attempts))
     report.end_lsn = merged if only else record_merged(catalog, config.namespace,

@@ -263,8 +263,12 @@ def catalog_conf(config: Config) -> dict[str, str]:
     props = catalog_properties(config)
     uri, jdbc = jdbc_catalog(config)
     # V1: the layout pyiceberg's SQL catalog writes (iceberg_type tells tables from views)
+    # init-catalog-tables off: pyiceberg creates the tables (spark_session opens the catalog
+    # first), and Iceberg's check leaves a result set open, so a SQLite connection of the pool
+    # would keep reading the catalog as it was then (tables pyiceberg adds later not found)
     conf = {"type": "jdbc", "uri": uri, "warehouse": props["warehouse"],
-            "jdbc.schema-version": "V1", "default-namespace": config.namespace, **jdbc}
+            "jdbc.schema-version": "V1", "jdbc.init-catalog-tables": "false",
+            "default-namespace": config.namespace, **jdbc}
     if props["warehouse"].startswith(S3_SCHEMES) or "s3.endpoint" in props:
         conf["io-impl"] = S3_FILE_IO
         if "s3.endpoint" in props:
@@ -309,6 +313,8 @@ def spark_session(config: Config, *, quiet: bool = False,
     ``quiet`` keeps Spark's own log below ERROR (the ``sql`` command's output is the result).
     """
     jars = ensure_jars(config, cache=cache)
+    if _is_sql(config):
+        open_catalog(config)  # creates the catalog's tables (see catalog_conf)
     from pyspark.sql import SparkSession
 
     _drop_jvm_without_iceberg()

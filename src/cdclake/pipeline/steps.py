@@ -217,6 +217,11 @@ def merge(config: Config, params: RunParams | None = None, *,
         before = _merged_end(catalog, config)
         todo = pending(list_batches(store, layout), before)
         reports: list[dict[str, Any]] = []
+        spark = None
+        if todo and not params.dry_run and config.merge_engine == "spark":
+            from cdclake.lake.sparksql import spark_session
+
+            spark = spark_session(config, quiet=True)
         for decoded in todo:
             if params.dry_run:
                 reports.append({"batch": decoded.name,
@@ -228,7 +233,7 @@ def merge(config: Config, params: RunParams | None = None, *,
             log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
                      format_lsn(decoded.end_lsn))
             lease.check()
-            report = merge_batch(catalog, config, batch, only=params.tables)
+            report = merge_batch(catalog, config, batch, only=params.tables, spark=spark)
             reports.append(_merge_json(report))
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),

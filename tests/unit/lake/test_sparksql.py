@@ -39,6 +39,7 @@ def test_default_sqlite_catalog_is_pyicebergs(tmp_path: Path) -> None:
     assert py["uri"] == f"sqlite:///{tmp_path / 'home' / 'catalog.db'}"
     assert conf == {"type": "jdbc", "uri": f"jdbc:sqlite:{tmp_path / 'home' / 'catalog.db'}",
                     "warehouse": py["warehouse"], "jdbc.schema-version": "V1",
+                    "jdbc.init-catalog-tables": "false",
                     "default-namespace": "cdc"}
     assert conf["warehouse"] == (tmp_path / "home" / "warehouse").as_uri()
 

@@ -1,0 +1,505 @@
+"""Merging one table's batch with Iceberg's Spark runtime: one ``MERGE INTO``, merge-on-read.
+
+The pyiceberg merge (:mod:`cdclake.lake.merge`) replays a batch in one process and rewrites
+every data file holding a touched row. Here the batch never enters the driver: executors read
+the change Parquet from the store, Spark reduces it to the last change per key and one
+``MERGE INTO`` applies that, writing position-delete files for the rows it replaces
+(``write.*.mode = merge-on-read``; never equality deletes, so pyiceberg and DuckDB still read
+the mirror). A batch costs O(changes + the data files holding touched keys).
+
+The reduction keeps the pyiceberg merge's semantics for the tables it takes:
+
+- every change is an *event* on a key: INSERT and UPDATE set the new key's row, DELETE removes
+  the old key, and an UPDATE that changes the key also removes the old one; per key the last
+  event (commit LSN, LSN, seq) wins, so a key deleted last is deleted from the mirror;
+- a column whose TOASTed value was not logged (``_unchanged_toast``) takes the value of the
+  key's previous event in the batch that carried it, else the mirror's (``UPDATE SET c = t.c``);
+- changes at or below the table's summary LSN are skipped: a re-run commits nothing;
+- columns are matched by attnum, so RENAME / ADD / DROP COLUMN inside the batch line up; the
+  schema evolves (pyiceberg, metadata only) before the MERGE;
+- the batch's last commit LSN goes into the MERGE's own snapshot summary (Iceberg's
+  ``CommitMetadata`` commit properties), so the data and the watermark land together.
+
+A table this path cannot take exactly is left to the pyiceberg merge, and the report says
+why (:func:`static_reason`, :func:`data_reason`): replica identity FULL or NOTHING, a key that
+changes inside the batch, ADD COLUMN ... DEFAULT (older rows read the default), ``time``
+columns (Spark 3.5 cannot read them), renamed enum labels, TRUNCATE or a table rewrite, values
+kept as exact text, a key-changing UPDATE with unchanged TOAST, and changes of transactions an
+initial snapshot may already hold.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.types import ListType, NestedField, TimeType, UUIDType
+
+from cdclake.config import Config
+from cdclake.decoding import stream
+from cdclake.errors import LakeError
+from cdclake.lake import labels
+from cdclake.lake.batch import Batch, TableEntry, VersionEntry
+from cdclake.lake.changes import KEY, VersionInfo
+from cdclake.lake.reports import TableReport
+from cdclake.lake.schema import (
+    CDC_COMMIT_LSN,
+    CDC_COMMIT_TS,
+    CDC_PG_TEXT,
+    apply_evolution,
+    iceberg_schema,
+    mirror_fields,
+    mirror_system_fields,
+    plan_evolution,
+)
+from cdclake.lake.tables import MIRROR, ensure_table, mirror_identifier, snapshot_id
+from cdclake.lake.visibility import facts_of
+from cdclake.lake.watermark import committed_lsn, summary_properties
+from cdclake.wal.lsn import format_lsn
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+#: the table properties that make Spark's row-level writes merge-on-read
+MERGE_ON_READ = {"write.merge.mode": "merge-on-read", "write.update.mode": "merge-on-read",
+                 "write.delete.mode": "merge-on-read"}
+ENGINE = "spark"
+_ORDER = (stream.COMMIT_LSN, stream.LSN, stream.SEQ)
+_SET, _DEL = "set", "del"
+
+
+@dataclass(frozen=True)
+class _Version:
+    """A relation version of the batch: its files and what its rows need."""
+
+    entry: VersionEntry
+    info: VersionInfo
+    paths: tuple[str, ...]  #: on the batch's filesystem
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one aggregation over a table's pending changes tells (nothing else is collected)."""
+
+    rows: int
+    ops: Mapping[str, int]
+    texts: int  #: rows with values kept as exact text
+    toast_moves: int  #: key-changing UPDATEs with unchanged TOAST columns
+    min_commit: int | None
+    max_commit: int | None
+    toast: frozenset[int]  #: attnums some change left unchanged (TOAST)
+
+
+def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Batch,
+                entry: TableEntry) -> TableReport | str:
+    """Merge ``entry``'s changes of ``batch`` with one MERGE INTO; or, when this path cannot
+    take the table exactly, the reason (nothing was committed)."""
+    versions = _versions(batch, entry)
+    if not versions:
+        return "no change rows"
+    latest = versions[-1].info.relation
+    ident = mirror_identifier(config, latest.schema, latest.name)
+    report = TableReport(entry.table, ".".join(ident), sum(v.entry.rows for v in versions),
+                         engine=ENGINE, not_found=None)
+    table = ensure_table(catalog, ident, iceberg_schema(latest, versions[-1].info.arrow_schema),
+                         stream=config.stream, source_table=f"{latest.schema}.{latest.name}",
+                         source_oid=entry.oid, kind=MIRROR)
+    stored_labels = labels.stored_labels(table.properties)
+    reason = static_reason([v.info for v in versions], table, stored_labels)
+    if reason:
+        return reason
+    stored = committed_lsn(table, config.stream)
+    report.previous_lsn = report.commit_lsn = stored
+    report.snapshot_id = snapshot_id(table)
+
+    evolution = plan_evolution(table.schema(), [v.info.columns for v in versions],
+                               entry.table, mirror_system_fields())
+    enums = labels.combine([stored_labels, *(v.info.labels for v in versions)])
+    props = {k: v for k, v in MERGE_ON_READ.items() if table.properties.get(k) != v}
+    if enums != stored_labels:
+        props[labels.PROPERTY] = labels.property_value(enums)
+    if evolution or props:  # metadata only; a re-run finds it done
+        tx = table.transaction()
+        apply_evolution(tx, evolution)
+        if props:
+            tx.set_properties(props)
+        table = tx.commit_transaction()
+    target = _spark_name(config, ident)
+    spark.catalog.refreshTable(target)
+    fields = mirror_fields(table.schema(), entry.table)
+    types = {f.name: f.dataType for f in spark.table(target).schema.fields}
+    key = versions[-1].info.identity.attnums
+
+    changes = _changes(spark, batch.filesystem, versions, fields, types, key, stored)
+    stats = batch_stats(changes, versions, key, fields)
+    report.skipped_applied = report.changes - stats.rows
+    reason = data_reason(stats, facts_of(table.properties, entry.table))
+    if reason:
+        return reason
+    if stats.rows == 0:
+        return report  # already applied: no commit, no snapshot
+    assert stats.max_commit is not None
+    report.inserted = stats.ops.get(stream.OP_INSERT, 0)
+    report.updated = stats.ops.get(stream.OP_UPDATE, 0)
+    report.deleted = stats.ops.get(stream.OP_DELETE, 0)
+    report.schema_changes = [c.describe() for c in evolution]
+    report.strategy = "merge-on-read"
+    report.attempts = 1
+
+    net = last_per_key(_events(changes, key, fields, stats.toast),
+                       [fields[a].name for a in key], [fields[a].name for a in stats.toast])
+    view = f"cdclake_merge_{uuid.uuid4().hex[:12]}"
+    net.createOrReplaceTempView(view)
+    sql = merge_sql(target, view, [fields[a].name for a in key],
+                    [f.name for f in fields.values()], {fields[a].name for a in stats.toast},
+                    entry.table)
+    what = f"merge of {entry.table} into {report.mirror}"
+    try:
+        with_commit_properties(
+            spark, summary_properties(config.stream, batch.name, stats.max_commit),
+            lambda: spark.sql(sql))
+    except Exception as exc:  # Spark raises Py4J and pyspark errors: the table decides
+        lost = str(exc).find(_LOST)
+        if lost >= 0:
+            raise LakeError(str(exc)[lost + len(_LOST):].splitlines()[0]) from exc
+        landed = catalog.load_table(ident)
+        if (committed_lsn(landed, config.stream) or -1) < stats.max_commit:
+            kept = "none" if stored is None else format_lsn(stored)
+            raise LakeError(f"{what} failed ({_first_line(exc)}); the table keeps commit LSN "
+                            f"{kept}: re-run the merge when the cause is fixed") from exc
+    finally:
+        spark.catalog.dropTempView(view)
+    table = catalog.load_table(ident)
+    if committed_lsn(table, config.stream) != stats.max_commit:
+        raise LakeError(f"{what}: the MERGE committed without cdclake's commit LSN in its "
+                        "snapshot summary (is the Iceberg Spark runtime older than 1.4?)")
+    snap = table.current_snapshot()
+    summary = snap.summary.additional_properties if snap and snap.summary else {}
+    report.rows_written = int(summary.get("added-records", 0))
+    report.commit_lsn = stats.max_commit
+    report.snapshot_id = snapshot_id(table)
+    return report
+
+
+# -- what this path takes --------------------------------------------------------------------
+
+
+def static_reason(infos: Sequence[VersionInfo], table: Table,
+                  stored_labels: labels.Labels) -> str:
+    """Why the batch's relation versions and the mirror cannot go through a Spark MERGE ('':
+    they can)."""
+    if any(i.identity.kind != KEY for i in infos):
+        return "replica identity FULL or NOTHING (rows are matched as a multiset)"
+    if len({i.identity.attnums for i in infos}) > 1:
+        return "the replica identity changes inside the batch"
+    if any(i.defaults for i in infos):
+        return "ADD COLUMN ... DEFAULT: rows written before it read the default"
+    if table.format_version < 2:
+        return "the mirror is an Iceberg v1 table (no position deletes)"
+    for f in table.schema().fields:
+        t = f.field_type
+        if isinstance(t, TimeType) or (isinstance(t, ListType)
+                                       and isinstance(t.element_type, (TimeType, UUIDType))):
+            return f"column {f.name} is {t} (Spark 3.5 cannot read it)"
+    combined = labels.combine([stored_labels, *(i.labels for i in infos)])
+    if labels.translation(stored_labels, combined) or any(
+            labels.translation(i.labels, combined) for i in infos):
+        return "an enum label was renamed (stored rows are relabelled)"
+    return ""
+
+
+def data_reason(stats: BatchStats, facts: Any) -> str:
+    """Why the batch's pending changes cannot go through a Spark MERGE ('': they can)."""
+    other = {op for op, n in stats.ops.items() if n and op not in _ROW_OPS}
+    if other:
+        return f"the batch holds {'/'.join(sorted(other))} changes (TRUNCATE or a table rewrite)"
+    if stats.texts:
+        return f"{stats.texts} change rows keep values as exact text (_cdc_pg_text)"
+    if stats.toast_moves:
+        return f"{stats.toast_moves} key-changing UPDATEs leave TOASTed columns unchanged"
+    if facts is not None and stats.min_commit is not None and stats.min_commit < facts.end_lsn:
+        return "changes of transactions the mirror's initial snapshot may hold"
+    return ""
+
+
+_ROW_OPS = frozenset({stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE})
+
+
+# -- reading the batch on executors ------------------------------------------------------------
+
+
+def _versions(batch: Batch, entry: TableEntry) -> list[_Version]:
+    out = []
+    for v in entry.versions:
+        if not v.paths or v.rows == 0:
+            continue
+        paths = tuple(f"{batch.directory}/{p}" for p in v.paths)
+        try:
+            schema = pq.read_schema(paths[0], filesystem=batch.filesystem)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise LakeError(f"batch {batch.name}: cannot read {paths[0]} of table "
+                            f"{entry.table}: {exc}") from exc
+        out.append(_Version(v, VersionInfo.of(v.relation, schema), paths))
+    return out
+
+
+def spark_ready(t: pa.DataType) -> pa.DataType:
+    """The Arrow type Spark takes for a change-stream type: uuid (16-byte fixed binary) as
+    its text, which is how Iceberg's Spark runtime holds a uuid column."""
+    if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
+        return pa.string()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(spark_ready(f.type)) for f in t])
+    return t
+
+
+def _ready_column(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.Array:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if arr.type == t:
+        return arr
+    if pa.types.is_struct(arr.type):
+        children = [_ready_column(arr.field(i), t.field(i).type)
+                    for i in range(arr.type.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=arr.is_null())
+    return pa.array([None if b is None else str(uuid.UUID(bytes=b)) for b in arr.to_pylist()],
+                    pa.string())
+
+
+def read_parts(filesystem: pafs.FileSystem, schema: pa.Schema
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow body: each input row names a Parquet part; yield its rows as ``schema``."""
+    def read(paths: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for names in paths:
+            for path in names.column(0).to_pylist():
+                part = pq.read_table(path, filesystem=filesystem)
+                arrays = [_ready_column(part.column(f.name), f.type) for f in schema]
+                yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
+    return read
+
+
+def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequence[_Version],
+             fields: Mapping[int, NestedField], types: Mapping[str, Any],
+             key: Sequence[int], stored: int | None) -> DataFrame:
+    """Every version's pending change rows with the mirror's column names and Spark types,
+    plus the stream's order, op, old key (``_old_<name>``) and unchanged-TOAST flags."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frames = []
+    for v in versions:
+        schema = pa.schema([f.with_type(spark_ready(f.type)) for f in v.info.arrow_schema])
+        raw = (spark.createDataFrame([(p,) for p in v.paths], "path string")
+               .repartition(max(1, min(len(v.paths), 64)))
+               .mapInArrow(read_parts(filesystem, schema), from_arrow_schema(schema)))
+        if stored is not None:
+            raw = raw.where(F.col(stream.COMMIT_LSN) > F.lit(stored))
+        by_attnum = {c.attnum: c.name for c in v.info.columns}
+        cols: list[Column] = []
+        for attnum, f in fields.items():
+            value = F.col(_q(by_attnum[attnum])) if attnum in by_attnum else F.lit(None)
+            cols.append(value.cast(types[f.name]).alias(f.name))
+        for attnum in key:
+            old = F.col(stream.OLD_KEY).getField(by_attnum[attnum])
+            cols.append(old.cast(types[fields[attnum].name]).alias(_old(fields[attnum].name)))
+        toast = F.coalesce(F.col(stream.UNCHANGED_TOAST), F.array().cast("array<string>"))
+        cols += [F.col(c) for c in (*_ORDER, stream.COMMIT_TS, stream.OP)]
+        cols.append(toast.alias(stream.UNCHANGED_TOAST))
+        # attnums, not names: the flags of two versions line up
+        attnums = F.create_map(*(F.lit(x) for a, n in by_attnum.items() for x in (n, a)))
+        cols.append(F.transform(toast, _lookup(attnums)).alias("_toast_attnums"))
+        cols.append(F.coalesce(F.size(F.col(stream.PG_TEXT)), F.lit(0)).alias("_texts"))
+        frames.append(raw.select(*cols))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def _lookup(mapping: Column) -> Callable[[Column], Column]:
+    return lambda key: mapping[key]
+
+
+def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[int],
+                fields: Mapping[int, NestedField]) -> BatchStats:
+    """Counts per op and the facts :func:`data_reason` needs, in one Spark job."""
+    from pyspark.sql import functions as F
+
+    op = F.col(stream.OP)
+    moved = (op == stream.OP_UPDATE) & _key_changed(key, fields) & (
+        F.size(stream.UNCHANGED_TOAST) > 0)
+    row = changes.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.collect_set(op).alias("seen"),
+        *(F.sum((op == o).cast("long")).alias(f"n_{o}") for o in sorted(_ALL_OPS)),
+        F.sum((F.col("_texts") > 0).cast("long")).alias("texts"),
+        F.sum(moved.cast("long")).alias("moved"),
+        F.min(stream.COMMIT_LSN).alias("min_commit"), F.max(stream.COMMIT_LSN).alias("max_commit"),
+        F.array_distinct(F.flatten(F.collect_set("_toast_attnums"))).alias("toast"),
+    ).first()
+    assert row is not None
+    ops = {o: int(row[f"n_{o}"] or 0) for o in sorted(_ALL_OPS)}
+    unknown = set(row["seen"] or ()) - _ALL_OPS
+    if unknown:
+        raise LakeError(f"unknown _op values {sorted(unknown)} in the change stream of "
+                        f"{versions[-1].info.relation.schema}.{versions[-1].info.relation.name}")
+    return BatchStats(int(row["rows"]), ops, int(row["texts"] or 0), int(row["moved"] or 0),
+                      row["min_commit"], row["max_commit"],
+                      frozenset(a for a in row["toast"] or () if a is not None))
+
+
+_ALL_OPS = frozenset({stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE,
+                      stream.OP_REWRITE_BEGIN, stream.OP_REWRITE})
+
+
+def _key_changed(key: Sequence[int], fields: Mapping[int, NestedField]) -> Column:
+    from pyspark.sql import functions as F
+
+    same = F.lit(True)
+    for a in key:
+        name = fields[a].name
+        same = same & F.col(_q(name)).eqNullSafe(F.col(_old(name)))
+    return F.col(_old(fields[key[0]].name)).isNotNull() & ~same
+
+
+# -- reduce, then MERGE --------------------------------------------------------------------------
+
+
+def _events(changes: DataFrame, key: Sequence[int], fields: Mapping[int, NestedField],
+            toast: frozenset[int]) -> DataFrame:
+    """One row per (key, change): INSERT/UPDATE set the new key, DELETE and a key-changing
+    UPDATE remove the old one."""
+    from pyspark.sql import functions as F
+
+    names = [f.name for f in fields.values()]
+    keys = [fields[a].name for a in key]
+    op = F.col(stream.OP)
+    flags = [F.array_contains("_toast_attnums", a).alias(_flag(fields[a].name)) for a in toast]
+    order = [F.col(c) for c in (*_ORDER, stream.COMMIT_TS)]
+    sets = changes.where(op.isin(stream.OP_INSERT, stream.OP_UPDATE)).select(
+        *(F.col(_q(n)) for n in names), *order, F.lit(_SET).alias("_kind"), *flags)
+
+    def removal(rows: DataFrame) -> DataFrame:
+        cols = [(F.col(_old(n)) if n in keys else F.lit(None).cast(changes.schema[n].dataType))
+                .alias(n) for n in names]
+        return rows.select(*cols, *order, F.lit(_DEL).alias("_kind"),
+                           *(F.lit(False).alias(_flag(fields[a].name)) for a in toast))
+
+    deletes = removal(changes.where(op == stream.OP_DELETE))
+    moves = removal(changes.where((op == stream.OP_UPDATE) & _key_changed(key, fields)))
+    return sets.unionByName(deletes).unionByName(moves)
+
+
+def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -> DataFrame:
+    """The last event per key; an unchanged TOAST column takes the value of the key's previous
+    event that carried one (its flag stays set when none did: the MERGE keeps the mirror's)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    part = [F.col(_q(k)) for k in keys]
+    before = Window.partitionBy(*part).orderBy(*_ORDER).rowsBetween(Window.unboundedPreceding, -1)
+    out = events
+    for name in toast:
+        flag = F.col(_flag(name))
+        carried = (F.col("_kind") == _SET) & ~flag
+        prev = F.last(F.when(carried, F.struct(F.col(_q(name)).alias("v"))), ignorenulls=True)
+        out = out.withColumn("_prev", prev.over(before))
+        out = (out.withColumn(name, F.when(flag & F.col("_prev").isNotNull(),
+                                           F.col("_prev.v")).otherwise(F.col(_q(name))))
+               .withColumn(_flag(name), flag & F.col("_prev").isNull())
+               .drop("_prev"))
+    last = Window.partitionBy(*part).orderBy(*(F.col(c).desc() for c in _ORDER))
+    return (out.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
+            .drop("_rank"))
+
+
+def merge_sql(target: str, view: str, keys: Sequence[str], columns: Sequence[str],
+              toast: set[str], table: str) -> str:
+    """The MERGE INTO applying the reduced changes in ``view`` to ``target`` (the mirror of
+    source ``table``). A row whose unchanged TOAST value is neither in the batch nor in the
+    mirror stops the statement (nothing commits), as the pyiceberg merge stops: its value is
+    nowhere to take from, and a null would be a lie."""
+    on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
+    values = {c: (f"CASE WHEN s.{_q(_flag(c))} THEN t.{_q(c)} ELSE s.{_q(c)} END"
+                  if c in toast else f"s.{_q(c)}") for c in columns}
+    system = {CDC_COMMIT_LSN: f"s.{stream.COMMIT_LSN}", CDC_COMMIT_TS: f"s.{stream.COMMIT_TS}",
+              CDC_PG_TEXT: "NULL"}
+    update = ", ".join(f"t.{_q(c)} = {v}" for c, v in {**values, **system}.items())
+    inserted = {c: (f"CASE WHEN s.{_q(_flag(c))} THEN raise_error({_sql_text(_lost(table, c))}) "
+                    f"ELSE s.{_q(c)} END" if c in toast else f"s.{_q(c)}")
+                for c in columns} | system
+    return (f"MERGE INTO {target} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s._kind = '{_DEL}' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {update} "
+            f"WHEN NOT MATCHED AND s._kind = '{_SET}' THEN INSERT "
+            f"({', '.join(_q(c) for c in inserted)}) VALUES ({', '.join(inserted.values())})")
+
+
+_LOST = "cdclake: lost TOAST: "
+
+
+def _lost(table: str, column: str) -> str:
+    return (f"{_LOST}table {table}: an UPDATE left the TOASTed column {column} unchanged, but "
+            f"the row is not in the mirror to take its value from; snapshot the table again: "
+            f"cdclake snapshot --tables {table}")
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def with_commit_properties(spark: SparkSession, properties: Mapping[str, str],
+                           run: Callable[[], object]) -> None:
+    """Run ``run`` (a Spark SQL write) with ``properties`` in its Iceberg snapshot summary.
+
+    Iceberg's Spark writes add ``CommitMetadata.commitProperties()`` to the snapshot they
+    commit; that is a thread-local its ``withCommitProperties`` sets around a Java callable.
+    PySpark pins each Python thread to one JVM thread, so setting the thread-local from here
+    (the Java method would need a Python callback) reaches the commit of the statement this
+    thread runs next. Spark 3.5's session conf ``spark.sql.iceberg.snapshot-property.*`` does
+    not reach SQL MERGE commits.
+    """
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    try:
+        holder = (jvm.java.lang.Class.forName("org.apache.iceberg.spark.CommitMetadata")
+                  .getDeclaredField("COMMIT_PROPERTIES"))
+        holder.setAccessible(True)
+        local = holder.get(None)
+    except Exception as exc:
+        raise LakeError(f"this Iceberg Spark runtime has no CommitMetadata commit properties "
+                        f"({_first_line(exc)}); the merge needs Iceberg 1.4 or later") from exc
+    values = jvm.java.util.HashMap()
+    for k, v in properties.items():
+        values.put(k, v)
+    local.set(values)
+    try:
+        run()
+    finally:
+        local.remove()
+
+
+def _spark_name(config: Config, ident: tuple[str, str]) -> str:
+    return ".".join(_q(p) for p in (config.catalog_name, *ident))
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _old(name: str) -> str:
+    return f"_old_{name}"
+
+
+def _flag(name: str) -> str:
+    return f"_unchanged_{name}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

@@ -1,0 +1,290 @@
+"""The Spark merge (``merge_engine = "spark"``): one MERGE INTO per table, merge-on-read.
+
+A real PostgreSQL 15 stream in three batches, decoded from the archived WAL and merged with
+Iceberg's Spark runtime. The batches exercise what the reduction must get right: a key that
+changes (and changes back), a key inserted, updated and deleted inside one batch, a row updated
+twice, TOASTed values left unchanged by updates (once in a chain inside the batch, once from
+the mirror), ADD COLUMN and RENAME COLUMN between changes of one batch, uuid keys, and a table
+with REPLICA IDENTITY FULL that the Spark path leaves to the pyiceberg merge, saying why.
+
+Every mirror is then read with DuckDB's iceberg extension and with Spark SQL and compared with
+the source (as multisets). The Spark-merged mirrors hold position deletes and no equality
+deletes, each batch's commit LSN sits in the MERGE's own snapshot summary, and merging a
+batch again commits nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake.catalog.install import install
+from cdclake.config import Config
+from cdclake.decoding.session import DecodeOptions
+from cdclake.errors import LakeError
+from cdclake.lake.batch import Batch, read_batch
+from cdclake.lake.catalog import open_catalog
+from cdclake.lake.merge import MergeReport, merge_batch
+from cdclake.lake.sparksql import spark_session
+from cdclake.lake.tables import mirror_identifier
+from cdclake.lake.watermark import COMMIT_LSN, committed_lsn
+from cdclake.local.postgres import LocalPostgres
+from cdclake.wal.lsn import parse_lsn
+from tests.e2e.lake import duck
+from tests.e2e.lake.test_spark_sql_reads_mirrors import _decode
+from tests.oracle.decoding.harness import archive_all
+
+pytestmark = pytest.mark.e2e
+
+#: a value PostgreSQL stores out of line (incompressible, over 2 kB)
+BIG = "(SELECT string_agg(md5(g::text || {seed}), '') FROM generate_series(1, 200) g)"
+
+SETUP = [
+    """CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(10,2),
+         seen timestamptz)""",
+    "CREATE TABLE docs (id bigint PRIMARY KEY, n int, body text)",
+    "CREATE TABLE tokens (id uuid PRIMARY KEY, label text)",
+    "CREATE TABLE plain (a int, b text)",
+    "ALTER TABLE plain REPLICA IDENTITY FULL",
+    # a row from before the stream: no mirror holds it
+    "CREATE TABLE orphan (id int PRIMARY KEY, n int, body text)",
+    f"INSERT INTO orphan VALUES (1, 0, {BIG.format(seed=99)})",
+]
+BATCHES = [
+    [
+        "INSERT INTO items SELECT g, 'item ' || g, g * 1.25, timestamptz '2024-01-01 UTC' "
+        "+ g * interval '1 minute' FROM generate_series(1, 200) g",
+        *(f"INSERT INTO docs VALUES ({i}, 0, {BIG.format(seed=i)})" for i in range(1, 7)),
+        "INSERT INTO tokens SELECT md5(g::text)::uuid, 't' || g FROM generate_series(1, 20) g",
+        "INSERT INTO plain VALUES (1, 'x'), (1, 'x'), (2, 'y')",
+    ],
+    [
+        "UPDATE items SET price = price + 1 WHERE id % 10 = 0",
+        "UPDATE items SET name = 'twice ' || id WHERE id % 10 = 0",
+        "DELETE FROM items WHERE id BETWEEN 50 AND 59",
+        "UPDATE items SET id = id + 1000 WHERE id IN (3, 4)",  # key changes
+        "UPDATE items SET id = 3 WHERE id = 1003",  # and back
+        "INSERT INTO items VALUES (500, 'short-lived', 1, now())",
+        "UPDATE items SET name = 'still short-lived' WHERE id = 500",
+        "DELETE FROM items WHERE id = 500",
+        "DELETE FROM items WHERE id = 7",
+        "INSERT INTO items VALUES (7, 'reborn', 7, NULL)",
+        # unchanged TOAST: from the mirror (1, 2), a chain in the batch (3), rewritten (4)
+        "UPDATE docs SET n = n + 1 WHERE id IN (1, 2, 3)",
+        "UPDATE docs SET n = n + 1 WHERE id = 3",
+        f"UPDATE docs SET body = {BIG.format(seed=40)} WHERE id = 4",
+        "UPDATE docs SET n = 9 WHERE id = 4",
+        "DELETE FROM docs WHERE id = 5",
+        "UPDATE tokens SET label = upper(label) WHERE label LIKE 't1%'",
+        "DELETE FROM tokens WHERE label = 't2'",
+        "DELETE FROM plain WHERE a = 1",  # one of two identical rows: a multiset
+    ],
+    [
+        "UPDATE items SET price = 0 WHERE id = 1",
+        "ALTER TABLE items ADD COLUMN note text",
+        "UPDATE items SET note = 'noted ' || id WHERE id % 20 = 1",
+        "ALTER TABLE items RENAME COLUMN name TO title",
+        "UPDATE items SET title = 'renamed' WHERE id = 2",
+        "INSERT INTO items (id, title, price, note) VALUES (900, 'new', 9, 'n')",
+        "UPDATE docs SET n = 100 WHERE id = 2",
+        "INSERT INTO plain VALUES (3, 'z')",
+    ],
+]
+#: source table -> the columns compared, after the last batch
+COLUMNS = {
+    "public.items": ["id", "title", "price", "seen", "note"],
+    "public.docs": ["id", "n", "body"],
+    "public.tokens": ["id", "label"],
+    "public.plain": ["a", "b"],
+}
+SPARK_TABLES = {"public.items", "public.docs", "public.tokens"}
+
+
+@dataclass
+class Lake:
+    pg: LocalPostgres
+    database: str
+    config: Config
+    spark: Any
+    root: Path
+    options: DecodeOptions  #: of the next batch (its start_lsn / end_lsn are set per batch)
+    reports: list[MergeReport] = field(default_factory=list)
+
+    def decode(self, name: str, statements: list[str]) -> Batch:
+        """Run ``statements`` on the source and decode what they wrote as batch ``name``."""
+        for stmt in statements:
+            self.pg.sql(stmt, self.database)
+        hi = archive_all(self.pg, self.database)
+        self.options = dataclasses.replace(self.options, end_lsn=hi)
+        _decode(self.pg, self.options, self.root, name)
+        self.options = dataclasses.replace(self.options, start_lsn=hi)
+        return read_batch(self.root, name)
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
+    pg = LocalPostgres.create(15, wal_segsize_mb=1).start()
+    try:
+        db = pg.create_database("shop")
+        read_from = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", db)[0][0])
+        pg.sql("CHECKPOINT")
+        key = install(pg.dsn(db)).key
+        for stmt in SETUP:
+            pg.sql(stmt, db)
+        # the stream starts here: rows written before are in no batch (nor in the mirror)
+        lo = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", db)[0][0])
+        db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = current_database()",
+                        db)[0][0]
+        tmp = tmp_path_factory.mktemp("sparkmerge")
+        config = Config(home=tmp / "home", stream="sparkmerge", spark_master="local[2]",
+                        merge_engine="spark")
+        catalog = open_catalog(config)
+        spark = spark_session(config, quiet=True)
+        lake = Lake(pg, db, config, spark, tmp / "changes",
+                    DecodeOptions(db_oid=db_oid, start_lsn=lo, read_from=read_from,
+                                  spill_dir=tmp / "spill", ddl_key=key))
+        for i, statements in enumerate(BATCHES):
+            batch = lake.decode(f"b{i}", statements)
+            lake.reports.append(merge_batch(catalog, config, batch, spark=spark))
+        yield lake
+        spark.stop()
+    finally:
+        pg.destroy()
+
+
+def _table(lake: Lake, source: str) -> Any:
+    return open_catalog(lake.config).load_table(mirror_identifier(lake.config,
+                                                                  *source.split(".")))
+
+
+def _source(lake: Lake, table: str) -> Counter[tuple[Any, ...]]:
+    cols = ", ".join(f'"{c}"' for c in COLUMNS[table])
+    rows = lake.pg.sql(f"SELECT {cols} FROM {table}", lake.database)
+    return Counter(tuple(str(v) if _is_uuid(v) else v for v in r) for r in rows)
+
+
+def _is_uuid(v: Any) -> bool:
+    return type(v).__name__ == "UUID"
+
+
+def _duck(lake: Lake, table: str) -> Counter[tuple[Any, ...]]:
+    rows = duck.rows(_table(lake, table), COLUMNS[table])
+    return Counter(tuple(str(r[c]) if _is_uuid(r[c]) else r[c] for c in COLUMNS[table])
+                   for r in rows)
+
+
+def _spark_name(lake: Lake, table: str) -> str:
+    ns, name = mirror_identifier(lake.config, *table.split("."))
+    return f"{lake.config.catalog_name}.{ns}.{name}"
+
+
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_duckdb_reads_what_the_source_holds(lake: Lake, table: str) -> None:
+    source, mirror = _source(lake, table), _duck(lake, table)
+    assert sum(source.values()) > 0
+    assert mirror == source, (f"only in source {list((source - mirror).elements())[:3]}, "
+                              f"only in mirror {list((mirror - source).elements())[:3]}")
+
+
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_spark_sql_reads_what_the_source_holds(lake: Lake, table: str) -> None:
+    df = lake.spark.table(_spark_name(lake, table)).select(*COLUMNS[table])
+    mirror = Counter(tuple(r) for r in df.collect())
+    # Spark shows a timestamptz as a naive time in the session's zone (UTC)
+    source = Counter({tuple(_naive_utc(v) for v in row): n
+                      for row, n in _source(lake, table).items()})
+    assert mirror == source
+
+
+def _naive_utc(v: Any) -> Any:
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.astimezone(dt.UTC).replace(tzinfo=None)
+    return v
+
+
+def test_tables_take_the_spark_path_or_say_why_not(lake: Lake) -> None:
+    for report in lake.reports:
+        engines = {t.table: (t.engine, t.fallback) for t in report.tables}
+        for table in SPARK_TABLES & engines.keys():
+            assert engines[table] == ("spark", ""), (table, engines[table])
+        assert engines["public.plain"][0] == "pyiceberg"
+        assert "FULL" in engines["public.plain"][1]
+
+
+def test_the_stream_left_toasted_values_unchanged(lake: Lake) -> None:
+    """The TOAST cases above are real: the decoded batch says which values were not logged."""
+    batch = read_batch(lake.root, "b1")
+    docs = batch.load(next(e for e in batch.entries if e.table == "public.docs"))
+    unchanged = [(row, toast) for v in docs.versions
+                 for row, toast in zip(v.changes.column("id").to_pylist(),
+                                       v.changes.column("_unchanged_toast").to_pylist(),
+                                       strict=True) if toast]
+    assert sorted(row for row, _ in unchanged) == [1, 2, 3, 3, 4], unchanged
+    assert all(toast == ["body"] for _, toast in unchanged)
+
+
+def test_counts_are_those_of_the_changes(lake: Lake) -> None:
+    items = next(t for t in lake.reports[1].tables if t.table == "public.items")
+    # 20 + 20 updates, 3 key changes, 1 of the short-lived row; 10 + 2 deletes; 2 inserts
+    assert (items.inserted, items.updated, items.deleted) == (2, 44, 12)
+    assert items.strategy == "merge-on-read" and items.not_found is None
+
+
+@pytest.mark.parametrize("table", sorted(SPARK_TABLES))
+def test_position_deletes_never_equality_deletes(lake: Lake, table: str) -> None:
+    content = {r[0]: r[1] for r in lake.spark.sql(
+        f"SELECT content, count(*) FROM {_spark_name(lake, table)}.all_files "
+        "GROUP BY content").collect()}
+    assert content.get(1, 0) > 0, content  # the replaced rows are deleted by position
+    assert 2 not in content, content
+
+
+def test_the_merge_commit_carries_the_commit_lsn(lake: Lake) -> None:
+    batch = read_batch(lake.root, "b2")
+    entry = next(e for e in batch.entries if e.table == "public.items")
+    last = max(max(v.changes.column("_commit_lsn").to_pylist())
+               for v in batch.load(entry).versions)
+    items = _table(lake, "public.items")
+    assert committed_lsn(items, lake.config.stream) == last
+    snap = items.current_snapshot()
+    assert snap.summary.operation.value == "overwrite"  # the MERGE's own commit
+    assert snap.summary.additional_properties[COMMIT_LSN] == str(last)
+
+
+def test_the_schema_followed_the_source(lake: Lake) -> None:
+    items = lake.reports[2].tables[[t.table for t in lake.reports[2].tables].index(
+        "public.items")]
+    assert any("add column note" in c for c in items.schema_changes), items.schema_changes
+    assert any("rename column name to title" in c for c in items.schema_changes)
+
+
+def test_merging_a_batch_again_commits_nothing(lake: Lake) -> None:
+    catalog = open_catalog(lake.config)
+    before = {t: _table(lake, t).current_snapshot().snapshot_id for t in SPARK_TABLES}
+    again = merge_batch(catalog, lake.config, read_batch(lake.root, "b2"), spark=lake.spark)
+    for t in again.tables:
+        if t.table in SPARK_TABLES:
+            assert t.skipped_applied == t.changes > 0, t
+            assert t.snapshot_id == before[t.table]
+    assert {t: _table(lake, t).current_snapshot().snapshot_id for t in SPARK_TABLES} == before
+
+
+def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -> None:
+    """The UPDATE does not log the TOASTed body and the mirror never had the row: nothing to
+    take the value from. The merge stops, naming table, column and the fix; nothing commits."""
+    batch = lake.decode("b-orphan", ["UPDATE orphan SET n = 1 WHERE id = 1"])
+    with pytest.raises(LakeError) as caught:
+        merge_batch(open_catalog(lake.config), lake.config, batch, spark=lake.spark)
+    message = str(caught.value)
+    assert message.startswith("table public.orphan: an UPDATE left the TOASTed column body "
+                              "unchanged"), message
+    assert message.endswith("cdclake snapshot --tables public.orphan")
+    orphan = _table(lake, "public.orphan")
+    assert orphan.current_snapshot() is None

@@ -1,0 +1,38 @@
+"""`cdclake run` with ``CDCLAKE_MERGE_ENGINE=spark``: the whole pipeline on the Spark merge.
+
+The bank's stream (tests/e2e/pipeline/test_faults.py): keyed tables and a REPLICA IDENTITY FULL
+one, an initial snapshot, then rounds of every kind of change. The first round overlaps the
+snapshot and the FULL table is a multiset: those go to the pyiceberg merge and the run report
+says why; the other rounds of the keyed tables are MERGE INTO commits. The mirrors are compared
+with the source through DuckDB after every run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.pipeline.test_faults import bank_stream
+from tests.e2e.pipeline.test_snapshot_cli import cdclake, ok
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_runs_on_the_spark_merge_keep_the_mirrors_exact(tmp_path: Path) -> None:
+    with bank_stream(tmp_path / "home") as stream:
+        stream.env["CDCLAKE_MERGE_ENGINE"] = "spark"
+        engines: dict[str, set[tuple[str, str]]] = {}
+        for i in range(3):
+            stream.changes()
+            out = ok(cdclake(stream.env, "run", "--run-id", f"spark-{i}", "--json"))
+            stream.assert_mirrors_equal()
+            report = json.loads(out.stdout)
+            for batch in report["steps"]["merge"]["batches"]:
+                for t in batch["tables"]:
+                    engines.setdefault(t["table"], set()).add((t["engine"], t["fallback"]))
+        for table in ("public.accounts", "public.events"):
+            assert ("spark", "") in engines[table], engines[table]
+        assert {e for e, _ in engines["public.tags"]} == {"pyiceberg"}
+        assert all("FULL" in why for _, why in engines["public.tags"])

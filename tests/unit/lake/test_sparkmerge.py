@@ -1,0 +1,66 @@
+"""The Spark merge's pure parts: which batches it takes, the MERGE statement, uuid as text.
+
+The MERGE itself runs against real Spark and PostgreSQL in tests/e2e/lake/test_spark_merge.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+
+from cdclake.decoding import stream
+from cdclake.lake.sparkmerge import BatchStats, _ready_column, data_reason, merge_sql, spark_ready
+from cdclake.lake.visibility import SnapshotFacts
+
+
+def stats(**kw: object) -> BatchStats:
+    base = {"rows": 3, "ops": {"I": 2, "U": 1, "D": 0}, "texts": 0, "toast_moves": 0,
+            "min_commit": 100, "max_commit": 200, "toast": frozenset()}
+    return BatchStats(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def facts(end_lsn: int) -> SnapshotFacts:
+    return SnapshotFacts("s", 10, end_lsn, 5, 9, (), 0)
+
+
+def test_row_changes_are_taken() -> None:
+    assert data_reason(stats(), None) == ""
+    assert data_reason(stats(), facts(end_lsn=100)) == ""  # all committed after the snapshot
+
+
+def test_truncate_rewrite_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
+    assert "TRUNCATE" in data_reason(stats(ops={"I": 1, stream.OP_TRUNCATE: 1}), None)
+    assert "W" in data_reason(stats(ops={stream.OP_REWRITE_BEGIN: 1, stream.OP_REWRITE: 4}),
+                              None)
+    assert "exact text" in data_reason(stats(texts=2), None)
+    assert "TOAST" in data_reason(stats(toast_moves=1), None)
+    assert "snapshot" in data_reason(stats(min_commit=100), facts(end_lsn=101))
+
+
+def test_merge_sql_deletes_updates_and_inserts_by_key() -> None:
+    sql = merge_sql("`c`.`ns`.`t`", "v", ["id"], ["id", "body", "we`ird"], {"body"},
+                    "public.t")
+    assert sql.startswith("MERGE INTO `c`.`ns`.`t` t USING v s ON t.`id` = s.`id` ")
+    assert "WHEN MATCHED AND s._kind = 'del' THEN DELETE" in sql
+    # an unchanged TOAST value keeps the mirror's
+    assert ("t.`body` = CASE WHEN s.`_unchanged_body` THEN t.`body` ELSE s.`body` END"
+            in sql)
+    assert "t.`we``ird` = s.`we``ird`" in sql
+    assert "t.`_cdc_commit_lsn` = s._commit_lsn" in sql
+    assert "WHEN NOT MATCHED AND s._kind = 'set' THEN INSERT" in sql
+    assert sql.count("DELETE") == 1  # never a delete of unmatched rows
+    # a new row whose unchanged TOAST value is nowhere: the statement fails, nothing commits
+    assert ("CASE WHEN s.`_unchanged_body` THEN raise_error('cdclake: lost TOAST: table "
+            "public.t: an UPDATE left the TOASTed column body unchanged") in sql
+    assert "cdclake snapshot --tables public.t') ELSE s.`body` END" in sql
+
+
+def test_uuid_goes_to_spark_as_text() -> None:
+    u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    raw = pa.array([u.bytes, None], pa.binary(16))
+    assert spark_ready(raw.type) == pa.string()
+    assert _ready_column(raw, pa.string()).to_pylist() == [str(u), None]
+    key = pa.StructArray.from_arrays([raw], names=["id"], mask=pa.array([False, True]))
+    ready = _ready_column(key, spark_ready(key.type))
+    assert ready.to_pylist() == [{"id": str(u)}, None]
