@@ -49,7 +49,7 @@ from cdclake.errors import ConfigError, DecodingError, StoreError, WalCorruptErr
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress, load_progress, save_progress
-from cdclake.spark.routing import RouteMap, partition_of, route, segment_facts
+from cdclake.spark.routing import RouteMap, partition_of, route
 from cdclake.spark.segments import ParsedSegment, parse_segment
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.wal.lsn import format_lsn
@@ -198,12 +198,13 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
 
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
-    parsed = sc.parallelize(list(plan.tasks), len(plan.tasks)).map(
+    # each task streams its segment's records, then its summary: records reach the shuffle
+    # in serialized batches, never a whole segment's worth of Python objects
+    parsed = sc.parallelize(list(plan.tasks), len(plan.tasks)).flatMap(
         lambda t: parse_segment(t, store, layout, size, db, key))
     parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        facts = parsed.map(lambda p: (_summary(p), segment_facts(p, db))).collect()
-        summaries = [f[0] for f in facts]
+        summaries: list[ParsedSegment] = parsed.filter(_is_summary).collect()
         _check_joins(plan, summaries)
         versions = {s.version for s in summaries if s.version} | (
             {state.version} if state.version else set())
@@ -217,7 +218,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         n = config.spark_partitions
         pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
         rmap = sc.broadcast(RouteMap.merge(
-            n, (f[1] for f in facts), open_memberships(state.open_txns),
+            n, (p.facts for p in summaries), open_memberships(state.open_txns),
             pg_class[1] if pg_class else None))
         ctx = PartitionContext(
             partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
@@ -229,7 +230,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
             skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key)
         # the shuffle key is an int (partition, then LSN): sorted as is; pyspark's stubs
         # reject int as an orderable key type
-        routed = parsed.flatMap(lambda p: route(p, rmap.value))
+        routed = parsed.filter(lambda x: not _is_summary(x)).flatMap(
+            lambda kr: route(kr[0], kr[1], rmap.value))
         results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
                        n, partitionFunc=partition_of)
                    .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
@@ -240,24 +242,11 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     return sorted(results, key=lambda r: r.index), next_lsn, version, state
 
 
-@dataclass(frozen=True)
-class _Summary:
-    segno: int
-    version: int
-    first_lsn: int | None
-    first_prev: int
-    last_lsn: int | None
-    end_of_wal: int
-    end_reason: str
-    dictionary_lsn: int | None
+def _is_summary(item: object) -> bool:
+    return isinstance(item, ParsedSegment)
 
 
-def _summary(p: ParsedSegment) -> _Summary:
-    return _Summary(p.segno, p.version, p.first_lsn, p.first_prev, p.last_lsn, p.end_of_wal,
-                    p.end_reason, p.dictionary_lsn)
-
-
-def _dictionary_start(plan: BatchPlan, summaries: list[_Summary],
+def _dictionary_start(plan: BatchPlan, summaries: list[ParsedSegment],
                       state: _Inherited) -> _Inherited:
     """The first batch's state starting at the first full dictionary its tasks saw.
 
@@ -276,7 +265,7 @@ def _dictionary_start(plan: BatchPlan, summaries: list[_Summary],
     return dataclasses.replace(state, start_lsn=min(found))
 
 
-def _check_joins(plan: BatchPlan, summaries: list[_Summary]) -> None:
+def _check_joins(plan: BatchPlan, summaries: list[ParsedSegment]) -> None:
     """Consecutive tasks must join: no WAL ends early but the last, prev-links continue."""
     size = plan.segment_size
     for i in range(len(summaries) - 1):

@@ -21,37 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from cdclake.decoding.rmgrs import TXN, memberships
-from cdclake.decoding.walclass import PG_CLASS_OID
-from cdclake.spark.segments import ParsedSegment
-from cdclake.wal.record import RM_RELMAP_ID, XLogRecord
-from cdclake.wal.rmgr import relmap
+from cdclake.decoding.rmgrs import TXN
+from cdclake.spark.segments import SegmentFacts
+from cdclake.wal.record import XLogRecord
 
 
 def owner(xid: int, partitions: int) -> int:
     """The partition that buffers and emits top-level transaction ``xid``."""
     return xid % partitions
-
-
-@dataclass(frozen=True)
-class SegmentFacts:
-    """What routing needs to know from one segment, collected before the shuffle."""
-
-    parent_of: dict[int, int]  #: subtransaction xid -> parent xid (maybe itself a subxact)
-    pg_class_filenodes: frozenset[int]  #: relfilenodes pg_class moved to (VACUUM FULL)
-
-
-def segment_facts(parsed: ParsedSegment, db_oid: int) -> SegmentFacts:
-    parent_of: dict[int, int] = {}
-    filenodes: set[int] = set()
-    for _kind, rec in parsed.records:
-        for sub, parent in memberships(rec, parsed.version):
-            parent_of[sub] = parent
-        if rec.rmid == RM_RELMAP_ID:
-            upd = relmap.parse(rec)
-            if upd is not None and upd.db_id in (0, db_oid) and PG_CLASS_OID in upd.mappings:
-                filenodes.add(upd.mappings[PG_CLASS_OID])
-    return SegmentFacts(parent_of, frozenset(filenodes))
 
 
 def resolve(parent_of: Mapping[int, int]) -> dict[int, int]:
@@ -104,13 +81,12 @@ def partition_of(key: int) -> int:
     return key >> 64
 
 
-def route(parsed: ParsedSegment, rmap: RouteMap) -> Iterator[tuple[int, XLogRecord]]:
+def route(kind: int, rec: XLogRecord, rmap: RouteMap) -> Iterator[tuple[int, XLogRecord]]:
     """``(shuffle_key(partition, lsn), record)``: one for the owner, or one per partition."""
     n = rmap.partitions
-    for kind, rec in parsed.records:
-        if kind == TXN and not (rec.blocks and
-                                rec.blocks[0].rlocator.rel in rmap.pg_class_filenodes):
-            yield shuffle_key(owner(rmap.top(rec), n), rec.lsn), rec
-        else:  # every partition (a TXN record on pg_class's new relfilenode among them)
-            for p in range(n):
-                yield shuffle_key(p, rec.lsn), rec
+    if kind == TXN and not (rec.blocks and
+                            rec.blocks[0].rlocator.rel in rmap.pg_class_filenodes):
+        yield shuffle_key(owner(rmap.top(rec), n), rec.lsn), rec
+    else:  # every partition (a TXN record on pg_class's new relfilenode among them)
+        for p in range(n):
+            yield shuffle_key(p, rec.lsn), rec

@@ -12,17 +12,19 @@ tasks join up (prev-links) and where WAL ended, and where the first full diction
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.signing import DDL_PREFIX, open_signed
-from cdclake.decoding.rmgrs import TXN, route
+from cdclake.decoding.rmgrs import TXN, memberships, route
+from cdclake.decoding.walclass import PG_CLASS_OID
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import XLogReader
-from cdclake.wal.record import RM_LOGICALMSG_ID, XLogRecord
-from cdclake.wal.rmgr import logicalmsg
+from cdclake.wal.record import RM_LOGICALMSG_ID, RM_RELMAP_ID, XLogRecord
+from cdclake.wal.rmgr import logicalmsg, relmap
 
 
 class StoreWindow:
@@ -67,9 +69,18 @@ class SegmentTask:
     window: tuple[SegmentName, ...]  #: this segment and the archived ones after it
 
 
+@dataclass(frozen=True)
+class SegmentFacts:
+    """What routing needs to know from one segment, collected before the shuffle."""
+
+    parent_of: dict[int, int]  #: subtransaction xid -> parent xid (maybe itself a subxact)
+    pg_class_filenodes: frozenset[int]  #: relfilenodes pg_class moved to (VACUUM FULL)
+
+
 @dataclass
 class ParsedSegment:
-    """What a task found in its segment."""
+    """What a task found in its segment, besides the records (a few numbers: it goes to the
+    driver)."""
 
     segno: int
     version: int = 0  #: PostgreSQL major version from the page magic
@@ -81,8 +92,7 @@ class ParsedSegment:
     #: the first full-dictionary ``cdclake.ddl`` message of the database starting in the
     #: segment (its record's LSN), if any
     dictionary_lsn: int | None = None
-    #: (routing class of :mod:`cdclake.decoding.rmgrs`, record)
-    records: list[tuple[int, XLogRecord]] = field(default_factory=list)
+    facts: SegmentFacts = field(default_factory=lambda: SegmentFacts({}, frozenset()))
 
 
 def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
@@ -127,11 +137,17 @@ def is_dictionary_message(rec: XLogRecord, db_oid: int, key: bytes) -> bool:
 
 
 def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
-                  db_oid: int, key: bytes) -> ParsedSegment:
-    """Read the records starting in the task's range and keep the ones decoding needs."""
+                  db_oid: int, key: bytes) -> Iterator[tuple[int, XLogRecord] | ParsedSegment]:
+    """The records starting in the task's range that decoding needs, as (routing class,
+    record), one at a time, then what the segment tells the driver (a :class:`ParsedSegment`).
+
+    Records stream: a task holds one record at a time, not its segment's (a segment of small
+    records parses into hundreds of MB of Python objects).
+    """
     source = StoreWindow(store, layout, segment_size, list(task.window))
     reader = XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
     out = ParsedSegment(task.segment.segno)
+    facts = FactCollector(db_oid)
     first = True
     for rec in reader:
         if first:
@@ -140,10 +156,32 @@ def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment
         if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
             out.dictionary_lsn = rec.lsn
         for kind, kept in route(rec, db_oid, first=first and task.keep_first):
-            out.records.append((kind, freeze(kept, drop_images=kind == TXN)))
+            facts.add(kept, reader.version)
+            yield kind, freeze(kept, drop_images=kind == TXN)
         first = False
     out.version = reader.version
     out.end_of_wal = reader.end_of_wal
     out.end_reason = reader.end_reason
-    return out
+    out.facts = facts.facts()
+    yield out
 
+
+class FactCollector:
+    """A segment's :class:`SegmentFacts`, gathered as its kept records go by."""
+
+    def __init__(self, db_oid: int) -> None:
+        self.db_oid = db_oid
+        self.parent_of: dict[int, int] = {}
+        self.filenodes: set[int] = set()
+
+    def add(self, rec: XLogRecord, version: int) -> None:
+        """Subtransaction memberships, and where pg_class moved (a relation map update)."""
+        for sub, parent in memberships(rec, version):
+            self.parent_of[sub] = parent
+        if rec.rmid == RM_RELMAP_ID:
+            upd = relmap.parse(rec)
+            if upd is not None and upd.db_id in (0, self.db_oid) and PG_CLASS_OID in upd.mappings:
+                self.filenodes.add(upd.mappings[PG_CLASS_OID])
+
+    def facts(self) -> SegmentFacts:
+        return SegmentFacts(dict(self.parent_of), frozenset(self.filenodes))

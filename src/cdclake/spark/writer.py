@@ -8,7 +8,9 @@ transactions in commit order, so each partition's parts of a version are one sor
 Stage two (one task per relation version, :func:`merge_runs`): transactions are owned by
 exactly one partition, so a commit LSN is in one run only, and the version's stream order
 (``_commit_lsn``, ``_lsn``, ``_seq``) is a merge of its runs by commit LSN. The task streams
-the runs part by part and writes the version's parts, ``rows_per_part`` rows each, with the
+the runs part by part — each round takes, from every run, the rows up to the lowest commit LSN
+any run has loaded, and orders them with one stable sort — and writes the version's parts,
+``rows_per_part`` rows each, with the
 names the local Arrow plugin gives them (:func:`cdclake.decoding.plugins.arrow.part_path`):
 the batch is the one a single-process decode writes for the same WAL. Memory per task is one
 part per run plus one part being filled; the driver receives keys, counts and first rows.
@@ -105,20 +107,30 @@ class _RunReader:
                 self.offset = 0
 
     @property
-    def head(self) -> int:
-        return int(self.commits[self.offset])
+    def last(self) -> int:
+        """The commit LSN of the loaded part's last row."""
+        return int(self.commits[-1])
 
-    def take_before(self, bound: int | None) -> pa.Table:
-        """The rows from here whose commit LSN is below ``bound`` (all of this part's rest
-        when None); at least one row, since the head is below every other run's head."""
+    def take_through(self, limit: int) -> pa.Table:
+        """The rows from here whose commit LSN is at most ``limit``; the next part is loaded
+        when this one is used up."""
         assert self.table is not None
-        end = len(self.commits) if bound is None else self.offset + int(
-            np.searchsorted(self.commits[self.offset:], bound, side="left"))
+        end = self.offset + int(np.searchsorted(self.commits[self.offset:], limit, side="right"))
         piece = self.table.slice(self.offset, end - self.offset)
         self.offset = end
         if self.offset == len(self.commits):
             self._load()
         return piece
+
+
+def _in_commit_order(pieces: list[pa.Table]) -> pa.Table:
+    """Pieces of different runs as one table in commit order. A commit LSN is in one run
+    only and each piece is in stream order, so a stable sort on it is the stream's order."""
+    if len(pieces) == 1:
+        return pieces[0]
+    table = pa.concat_tables(pieces)
+    order = np.argsort(table.column(stream.COMMIT_LSN).to_numpy(), kind="stable")
+    return table.take(order)
 
 
 def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
@@ -137,11 +149,13 @@ def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
         paths.append(path)
 
     while readers:
-        readers.sort(key=lambda r: r.head)
-        bound = readers[1].head if len(readers) > 1 else None
-        piece = readers[0].take_before(bound)
-        if readers[0].table is None:
-            readers.pop(0)
+        # every row up to the lowest last-loaded commit LSN can go now: any row still unread
+        # in a run commits later (a commit cut by a part boundary continues in its own run,
+        # and comes first in the next round). Each round uses up at least one loaded part.
+        limit = min(r.last for r in readers)
+        pieces = [p for p in (r.take_through(limit) for r in readers) if p.num_rows]
+        readers = [r for r in readers if r.table is not None]
+        piece = _in_commit_order(pieces)
         if first is None:
             first = _first_key(piece)
         pending.append(piece)

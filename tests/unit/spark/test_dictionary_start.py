@@ -12,9 +12,9 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.signing import new_key, sign
 from cdclake.config import Config
 from cdclake.errors import DecodingError
-from cdclake.spark.job import _dictionary_start, _Inherited, _Summary
+from cdclake.spark.job import _dictionary_start, _Inherited
 from cdclake.spark.plan import plan_batch
-from cdclake.spark.segments import is_dictionary_message
+from cdclake.spark.segments import ParsedSegment, is_dictionary_message
 from cdclake.wal.lsn import segment_name
 from cdclake.wal.record import XLogRecord
 from tests.unit.archive.walfiles import SEGSIZE
@@ -49,9 +49,9 @@ def test_only_a_signed_full_dictionary_of_the_database_counts() -> None:
     assert not is_dictionary_message(heap_record(100, 7), DB, KEY)
 
 
-def _summary(segno: int, dictionary_lsn: int | None) -> _Summary:
+def _summary(segno: int, dictionary_lsn: int | None) -> ParsedSegment:
     start = segno * SEGSIZE
-    return _Summary(segno, 15, start + 40, start - 8, start + SEGSIZE - 80, start + SEGSIZE,
+    return ParsedSegment(segno, 15, start + 40, start - 8, start + SEGSIZE - 80, start + SEGSIZE,
                     "", dictionary_lsn)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.decoding import rmgrs
@@ -10,15 +11,13 @@ from cdclake.decoding.decode import Decoder
 from cdclake.decoding.rmgrs import TXN
 from cdclake.spark.routing import (
     RouteMap,
-    SegmentFacts,
     owner,
     partition_of,
     resolve,
     route,
-    segment_facts,
     shuffle_key,
 )
-from cdclake.spark.segments import ParsedSegment, freeze
+from cdclake.spark.segments import FactCollector, SegmentFacts, freeze
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, xact
 from tests.unit.decoding.records import (
@@ -32,18 +31,32 @@ N = 2
 TOP, SUB, NESTED = 100, 101, 103  # a top-level xid and subxids its partition does not own
 
 
-def _segment(*recs: XLogRecord, version: int = 15) -> ParsedSegment:
-    """What a task returns for these records: classified and frozen by the rmgr table."""
-    seg = ParsedSegment(0, version)
+@dataclass
+class Segment:
+    """What a task yields for a segment: its kept records, then its facts."""
+
+    records: list[tuple[int, XLogRecord]]
+    facts: SegmentFacts
+
+
+def _segment(*recs: XLogRecord, version: int = 15) -> Segment:
+    """These records classified and frozen by the rmgr table, as a task streams them."""
+    facts = FactCollector(DB)
+    records = []
     for rec in recs:
         for kind, kept in rmgrs.route(rec, DB):
-            seg.records.append((kind, freeze(kept, drop_images=kind == TXN)))
-    return seg
+            facts.add(kept, version)
+            records.append((kind, freeze(kept, drop_images=kind == TXN)))
+    return Segment(records, facts.facts())
 
 
-def _shuffle(segs: list[ParsedSegment], rmap: RouteMap) -> dict[int, list[XLogRecord]]:
+def _routed(seg: Segment, rmap: RouteMap) -> list[tuple[int, XLogRecord]]:
+    return [kr for kind, rec in seg.records for kr in route(kind, rec, rmap)]
+
+
+def _shuffle(segs: list[Segment], rmap: RouteMap) -> dict[int, list[XLogRecord]]:
     """Every partition's records in LSN order, as repartitionAndSortWithinPartitions does."""
-    keyed = sorted(((k, i, r) for s in segs for i, (k, r) in enumerate(route(s, rmap))),
+    keyed = sorted(((k, i, r) for s in segs for i, (k, r) in enumerate(_routed(s, rmap))),
                    key=lambda t: (t[0], t[1]))
     out: dict[int, list[XLogRecord]] = {p: [] for p in range(rmap.partitions)}
     for key, _i, rec in keyed:
@@ -85,7 +98,7 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
     ]
     # a batch that ends before the commit: the owner holds everything, knowing the subxacts
     seg = _segment(*work)
-    rmap = RouteMap.merge(N, [segment_facts(seg, DB)], {}, None)
+    rmap = RouteMap.merge(N, [seg.facts], {}, None)
     assert rmap.top_of == {SUB: TOP, NESTED: TOP}
     decoders = _decode(_shuffle([seg], rmap), tmp_path / "open")
     assert _buffered(decoders[owner(TOP, N)]) == {TOP: (0, [10]), SUB: (TOP, [30]),
@@ -95,7 +108,7 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
                                                   NESTED: (TOP, [])}
     # one batch up to the commit: the owner emits all of it
     seg = _segment(*work, commit_record(60, TOP, (SUB, NESTED)))
-    rmap = RouteMap.merge(N, [segment_facts(seg, DB)], {}, None)
+    rmap = RouteMap.merge(N, [seg.facts], {}, None)
     emitted = _emitted(_decode(_shuffle([seg], rmap), tmp_path / "whole"))
     assert emitted[owner(TOP, N)] == {TOP: [10, 30, 50]}
     assert emitted[owner(SUB, N)] == {}
@@ -104,7 +117,7 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
 def test_memberships_known_only_from_the_commit_record(tmp_path: Path) -> None:
     """The subxact's first record was in an earlier batch: the commit's list still routes."""
     seg = _segment(heap_record(10, TOP), heap_record(30, SUB), commit_record(60, TOP, (SUB,)))
-    rmap = RouteMap.merge(N, [segment_facts(seg, DB)], {}, None)
+    rmap = RouteMap.merge(N, [seg.facts], {}, None)
     assert rmap.top(seg.records[1][1]) == TOP
     assert _emitted(_decode(_shuffle([seg], rmap), tmp_path))[owner(TOP, N)] == {TOP: [10, 30]}
 
@@ -112,7 +125,7 @@ def test_memberships_known_only_from_the_commit_record(tmp_path: Path) -> None:
 def test_nested_parents_resolve_to_the_top_level_transaction() -> None:
     # a ROLLBACK TO SAVEPOINT of SUB lists its released child NESTED
     abort = commit_record(5, SUB, (NESTED,), op=xact.XLOG_XACT_ABORT)
-    facts = segment_facts(_segment(abort), DB)
+    facts = _segment(abort).facts
     assert facts.parent_of == {NESTED: SUB}
     rmap = RouteMap.merge(N, [facts], {SUB: TOP}, None)
     assert rmap.top_of == {NESTED: TOP, SUB: TOP}
@@ -127,14 +140,14 @@ def test_carried_memberships_include_the_subxid_lists() -> None:
     carried = open_memberships([txn(TOP, subxids=(SUB, NESTED)), txn(SUB, TOP), txn(7)])
     assert carried == {SUB: TOP, NESTED: TOP}
     later = _segment(heap_record(70, NESTED))
-    rmap = RouteMap.merge(N, [segment_facts(later, DB)], carried, None)
-    assert [partition_of(k) for k, _ in route(later, rmap)] == [owner(TOP, N)]
+    rmap = RouteMap.merge(N, [later.facts], carried, None)
+    assert [partition_of(k) for k, _ in _routed(later, rmap)] == [owner(TOP, N)]
 
 
 def test_broadcasts_and_moved_pg_class() -> None:
     seg = _segment(heap_record(10, SUB, toplevel=TOP), commit_record(30, TOP, (SUB,)))
-    rmap = RouteMap.merge(3, [segment_facts(seg, DB)], {}, None)
-    out = sorted((rec.lsn, partition_of(key), rec.rmid) for key, rec in route(seg, rmap))
+    rmap = RouteMap.merge(3, [seg.facts], {}, None)
+    out = sorted((rec.lsn, partition_of(key), rec.rmid) for key, rec in _routed(seg, rmap))
     # the change to its owner; the assignment it names and the commit to every partition
     assert [(lsn, p) for lsn, p, rm in out if rm == heap_record(0, 0).rmid] == \
         [(10, owner(TOP, 3))]
@@ -144,9 +157,9 @@ def test_broadcasts_and_moved_pg_class() -> None:
 
     moved = _segment(heap_record(10, SUB, rel=30000))
     rmap = RouteMap.merge(2, [SegmentFacts({}, frozenset())], {SUB: 200}, 30000)
-    assert len(list(route(moved, rmap))) == 2  # broadcast: it may be a pg_class row
+    assert len(_routed(moved, rmap)) == 2  # broadcast: it may be a pg_class row
     rmap = RouteMap.merge(2, [], {SUB: 200}, None)
-    assert [k for k, _ in route(moved, rmap)] == [shuffle_key(owner(200, 2), 10)]
+    assert [k for k, _ in _routed(moved, rmap)] == [shuffle_key(owner(200, 2), 10)]
 
 
 def test_freeze_keeps_images_only_where_they_are_the_only_data() -> None:
