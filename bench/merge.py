@@ -1,15 +1,16 @@
 """One merge touching 1% of a large mirror: the pyiceberg merge against the Spark merge.
 
-A fresh PostgreSQL 15 gets ``pgbench -i -s N`` (N x 100,000 rows in ``pgbench_accounts``);
-two cdclake homes each copy it in an initial snapshot (ship, snapshot, decode, merge), so both
-start from the same mirror. Then 1% of the rows are updated (``aid % 100 = 0``, spread over
-every data file), archived and decoded in each home, and each home's merge step runs in its
-own process: one with ``CDCLAKE_MERGE_ENGINE=pyiceberg`` (copy-on-write: every data file
-holding a touched row is rewritten), one with ``spark`` (MERGE INTO, merge-on-read: position
-deletes plus the new rows). Reported per engine, from the merge commit's snapshot summary and
-the warehouse: files and bytes added and removed, the table's size, the merge's seconds and
-the bytes its process tree read (``rchar``: every read, the JVM's jars included). Both
-mirrors are then compared with the source through DuckDB.
+A fresh PostgreSQL 15 gets ``pgbench -i -s N`` (N x 100,000 rows in ``pgbench_accounts``, the
+filler made 64 characters of hex so the rows have a width in Parquet too); two cdclake homes
+each copy it in an initial snapshot (ship, snapshot, decode, merge), so both start from the
+same mirror. Then 1% of the rows are updated (``aid % 100 = 0``, spread over every data file),
+archived and decoded in each home, and each home's merge step runs in its own process: one
+with ``CDCLAKE_MERGE_ENGINE=pyiceberg`` (copy-on-write: every data file holding a touched row
+is rewritten), one with ``spark`` (MERGE INTO, merge-on-read: position deletes plus the new
+rows). Reported per engine, from the snapshots the merge committed and the warehouse: files
+added and removed, bytes written, the table's size before, the merge's seconds and the bytes
+its process tree read (``rchar``: every read, the JVM's jars included). Both mirrors are then
+compared with the source through DuckDB.
 
     .venv/bin/python bench/merge.py [--scale 20]
 """
@@ -26,6 +27,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from cdclake.catalog.install import install
 from cdclake.config import Config
@@ -104,25 +106,38 @@ def files_under(root: Path) -> dict[Path, int]:
     return {p: p.stat().st_size for p in root.rglob("*") if p.is_file()}
 
 
-def measure(engine: str, env: dict[str, str], home: Path) -> dict[str, object]:
+def _mirror(env: dict[str, str]) -> Any:
     config = Config.load(env=env)
+    return open_catalog(config).load_table(mirror_identifier(config, *TABLE.split(".")))
+
+
+def measure(env: dict[str, str], home: Path) -> dict[str, Any]:
+    """Run the merge step; what it did, summed over the snapshots it committed."""
     before = files_under(home / "warehouse")
+    old = {s.snapshot_id for s in _mirror(env).snapshots()}
+    data_bytes = int(_mirror(env).current_snapshot().summary.additional_properties.get(
+        "total-files-size", 0))
     out, seconds, read = child(MERGE, env)
     after = files_under(home / "warehouse")
-    table = open_catalog(config).load_table(mirror_identifier(config, *TABLE.split(".")))
-    snap = table.current_snapshot()
-    summary = snap.summary.additional_properties if snap and snap.summary else {}
+    table = _mirror(env)
+    new = [s.summary.additional_properties for s in table.snapshots()
+           if s.snapshot_id not in old and s.summary is not None]
+
+    def total(key: str) -> int:
+        return sum(int(summary.get(key, 0)) for summary in new)
+
+    final = table.current_snapshot().summary.additional_properties
     merged = json.loads(out.strip().splitlines()[-1])
     report = next(t for b in merged["batches"] for t in b["tables"] if t["table"] == TABLE)
     return {"engine": report["engine"], "fallback": report["fallback"],
             "changes": report["changes"], "seconds": seconds, "read": read,
+            "snapshots": len(new), "table_bytes": data_bytes,
             "written": sum(size for p, size in after.items() if p not in before),
-            "table_bytes": int(summary.get("total-files-size", 0)),
-            "added_data": int(summary.get("added-data-files", 0)),
-            "removed_data": int(summary.get("deleted-data-files", 0)),
-            "added_deletes": int(summary.get("added-position-delete-files", 0)),
-            "rows": int(summary.get("total-records", 0))
-            - int(summary.get("total-position-deletes", 0))}
+            "added_data": total("added-data-files"), "removed_data": total("deleted-data-files"),
+            "removed_bytes": total("removed-files-size"),
+            "added_deletes": total("added-position-delete-files"),
+            "rows": int(final.get("total-records", 0))
+            - int(final.get("total-position-deletes", 0))}
 
 
 def mirror_matches_source(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
@@ -144,10 +159,13 @@ def main() -> None:
     pg = LocalPostgres.create(15, base / "pg").start()
     try:
         db = pg.create_database("bench")
-        install(pg.dsn(db))
         cmd = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
         subprocess.run([*cmd, "-i", "-q", "-s", str(args.scale), db], check=True,
                        capture_output=True)
+        # pgbench's filler is blank (Parquet shrinks it to nothing): give rows a real width
+        pg.sql("UPDATE pgbench_accounts SET filler = md5(aid::text) || md5((-aid)::text)", db)
+        pg.sql("VACUUM FULL pgbench_accounts", db)
+        install(pg.dsn(db))  # the data is there before the stream: the snapshot copies it
         pg.sql("SELECT pg_switch_wal()", db)
         wait_archived(pg)
         envs = {}
@@ -166,18 +184,19 @@ def main() -> None:
         rows = []
         for engine, env in envs.items():
             child(DECODE, env)
-            r = measure(engine, env, base / engine)
+            r = measure(env, base / engine)
             r["exact"] = mirror_matches_source(pg, db, env)
             rows.append(r)
         print(f"merge of a 1% update, pgbench scale {args.scale}, local[2]")
-        print("| engine | changes | table rows | table MiB | seconds | data files removed "
-              "| data files added | delete files added | MiB written | MiB read (rchar) "
-              "| mirror == source |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("| engine | changes | table rows | table MiB before | seconds | snapshots "
+              "| data files removed (MiB) | data files added | delete files added "
+              "| MiB written | MiB read (rchar) | mirror == source |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for r in rows:
             print(f"| {r['engine']} | {r['changes']:,} | {r['rows']:,} "
-                  f"| {r['table_bytes'] / 2**20:,.0f} | {r['seconds']:.1f} "
-                  f"| {r['removed_data']} | {r['added_data']} | {r['added_deletes']} "
+                  f"| {r['table_bytes'] / 2**20:,.1f} | {r['seconds']:.1f} | {r['snapshots']} "
+                  f"| {r['removed_data']} ({r['removed_bytes'] / 2**20:,.1f}) "
+                  f"| {r['added_data']} | {r['added_deletes']} "
                   f"| {r['written'] / 2**20:,.1f} | {r['read'] / 2**20:,.0f} | {r['exact']} |")
             if r["fallback"]:
                 print(f"  ({r['engine']}: {r['fallback']})")

@@ -10,8 +10,7 @@ process's own high-water mark, ``VmHWM`` in ``/proc/<pid>/status``, sampled over
 tree while it runs). Rows go from executors to the store, so no peak may grow with the
 size.
 
-This measures the decode stage only; the merge is still pyiceberg's (issue 12 moves it to
-Spark).
+This measures the decode stage only; bench/merge.py measures the merge.
 
     .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16]
 """

@@ -59,6 +59,7 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
+from cdclake.lake.sparksql import error_line
 from cdclake.lake.tables import MIRROR, ensure_table, mirror_identifier, snapshot_id
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import committed_lsn, summary_properties
@@ -132,13 +133,18 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
             tx.set_properties(props)
         table = tx.commit_transaction()
     target = _spark_name(config, ident)
-    spark.catalog.refreshTable(target)
     fields = mirror_fields(table.schema(), entry.table)
-    types = {f.name: f.dataType for f in spark.table(target).schema.fields}
     key = versions[-1].info.identity.attnums
-
-    changes = _changes(spark, batch.filesystem, versions, fields, types, key, stored)
-    stats = batch_stats(changes, versions, key, fields)
+    try:
+        spark.catalog.refreshTable(target)
+        types = {f.name: f.dataType for f in spark.table(target).schema.fields}
+        changes = _changes(spark, batch.filesystem, versions, fields, types, key, stored)
+        stats = batch_stats(changes, versions, key, fields)
+    except LakeError:
+        raise
+    except Exception as exc:  # Py4J and pyspark errors: one line, nothing committed
+        raise LakeError(f"merge of {entry.table} on Spark: cannot read its batch or its mirror "
+                        f"{target} ({error_line(exc)}); nothing was committed") from exc
     report.skipped_applied = report.changes - stats.rows
     reason = data_reason(stats, facts_of(table.properties, entry.table))
     if reason:
@@ -172,7 +178,7 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
         landed = catalog.load_table(ident)
         if (committed_lsn(landed, config.stream) or -1) < stats.max_commit:
             kept = "none" if stored is None else format_lsn(stored)
-            raise LakeError(f"{what} failed ({_first_line(exc)}); the table keeps commit LSN "
+            raise LakeError(f"{what} failed ({error_line(exc)}); the table keeps commit LSN "
                             f"{kept}: re-run the merge when the cause is fixed") from exc
     finally:
         spark.catalog.dropTempView(view)
@@ -473,7 +479,7 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str],
         local = holder.get(None)
     except Exception as exc:
         raise LakeError(f"this Iceberg Spark runtime has no CommitMetadata commit properties "
-                        f"({_first_line(exc)}); the merge needs Iceberg 1.4 or later") from exc
+                        f"({error_line(exc)}); the merge needs Iceberg 1.4 or later") from exc
     values = jvm.java.util.HashMap()
     for k, v in properties.items():
         values.put(k, v)
@@ -499,7 +505,3 @@ def _old(name: str) -> str:
 def _flag(name: str) -> str:
     return f"_unchanged_{name}"
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"

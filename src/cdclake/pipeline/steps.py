@@ -35,7 +35,7 @@ from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, LAKE, Lease
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, ConcurrentRunError, redact
+from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
 from cdclake.lake.batch import manifest_rows, selected
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
@@ -219,9 +219,7 @@ def merge(config: Config, params: RunParams | None = None, *,
         reports: list[dict[str, Any]] = []
         spark = None
         if todo and not params.dry_run and config.merge_engine == "spark":
-            from cdclake.lake.sparksql import spark_session
-
-            spark = spark_session(config, quiet=True)
+            spark = _merge_session(config)
         for decoded in todo:
             if params.dry_run:
                 reports.append({"batch": decoded.name,
@@ -239,6 +237,19 @@ def merge(config: Config, params: RunParams | None = None, *,
     return {"previous_end_lsn": format_lsn_or_none(before),
             "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
             "batches": reports, "tables": touched, "dry_run": params.dry_run}
+
+
+def _merge_session(config: Config) -> Any:
+    """The Spark session of ``merge_engine = "spark"`` (Iceberg's runtime on its class path)."""
+    from cdclake.lake.sparksql import error_line, spark_session
+
+    try:
+        return spark_session(config, quiet=True)
+    except CdclakeError:
+        raise
+    except Exception as exc:  # the JVM did not start: no Java, a bad spark_conf
+        raise LakeError(f"merge_engine is spark, but Spark does not start ({error_line(exc)}); "
+                        "nothing was merged") from exc
 
 
 def _merge_json(report: MergeReport) -> dict[str, Any]:
