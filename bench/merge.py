@@ -165,7 +165,12 @@ def main() -> None:
         # pgbench's filler is blank (Parquet shrinks it to nothing): give rows a real width
         pg.sql("UPDATE pgbench_accounts SET filler = md5(aid::text) || md5((-aid)::text)", db)
         pg.sql("VACUUM FULL pgbench_accounts", db)
-        install(pg.dsn(db))  # the data is there before the stream: the snapshot copies it
+        # the data is there before the stream (the snapshot copies it): its WAL is not needed
+        pg.sql("SELECT pg_switch_wal()", db)
+        wait_archived(pg)
+        for segment in Path(pg.archive_dir).iterdir():
+            segment.unlink()
+        install(pg.dsn(db))
         pg.sql("SELECT pg_switch_wal()", db)
         wait_archived(pg)
         envs = {}

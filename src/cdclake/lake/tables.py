@@ -29,13 +29,17 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.expressions import And, GreaterThan, In, Or
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, LongType, StringType
 
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
+from cdclake.lake.changes import KEY, Identity
+from cdclake.lake.schema import CDC_COMMIT_LSN
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import STREAM, committed_lsn
 from cdclake.wal.lsn import format_lsn_or_none
@@ -223,11 +227,20 @@ def mirror_status(config: Config, catalog: Catalog,
     return out
 
 
-def read_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion]
+def read_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],
+                 *, since: Mapping[str, int | None] | None = None
                  ) -> tuple[dict[str, pa.Table], list[str]]:
     """The rows of the mirror of each source table in ``relations`` (keyed as given, in key
     order), and the keys that have no mirror: the table is outside ``config.tables``, or no
-    change of it was merged yet. The suite of the mirrors reads them whole."""
+    change of it was merged yet.
+
+    Without ``since`` each mirror is read whole (the scheduled full check). With it (source
+    table -> the commit LSN its mirror had before the run; None: read it whole), only what the
+    run can have broken is read: the rows it wrote (``_cdc_commit_lsn`` above that LSN, so
+    data files written before are pruned by their metrics) and, for a table with a key, the
+    stored rows with the same keys (a key written twice shows up as a duplicate). The cost
+    follows the run's changes, not the table.
+    """
     data: dict[str, pa.Table] = {}
     missing: list[str] = []
     for name, rel in sorted(relations.items()):
@@ -235,5 +248,31 @@ def read_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, Relat
         if not catalog.table_exists(ident):
             missing.append(name)
             continue
-        data[name] = catalog.load_table(ident).scan().to_arrow()
+        table = catalog.load_table(ident)
+        lsn = since.get(name) if since is not None else None
+        data[name] = table.scan().to_arrow() if lsn is None else _written_since(table, rel, lsn)
     return data, missing
+
+
+#: key types whose Python values pyiceberg binds as they come from Arrow
+_KEY_TYPES = (IntegerType, LongType, StringType)
+#: the most keys a run's check looks up in the stored rows (an ``In`` filter per key column)
+MAX_CHECKED_KEYS = 10_000
+
+
+def _written_since(table: Table, rel: RelationVersion, lsn: int) -> pa.Table:
+    run = GreaterThan(CDC_COMMIT_LSN, lsn)  # type: ignore[call-arg,arg-type]
+    written = table.scan(row_filter=run).to_arrow()
+    identity = Identity.of(rel)
+    schema = table.schema()
+    keys = [rel.column_by_attnum(a).name for a in identity.attnums] if identity.kind == KEY else []
+    if (not keys or not 0 < written.num_rows <= MAX_CHECKED_KEYS
+            or not all(isinstance(schema.find_field(k).field_type, _KEY_TYPES) for k in keys)):
+        return written
+    values = [{v for v in written.column(k).to_pylist() if v is not None} for k in keys]
+    if not all(values):
+        return written
+    terms = [In(k, v) for k, v in zip(keys, values, strict=True)]  # type: ignore[call-arg,arg-type]
+    same_keys = terms[0] if len(terms) == 1 else And(*terms)
+    # the written rows (a null key among them) and the stored rows sharing their keys
+    return table.scan(row_filter=Or(run, same_keys)).to_arrow()

@@ -40,7 +40,7 @@ from cdclake.lake.batch import manifest_rows, selected
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
 from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import format_lsn, format_lsn_or_none
+from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -294,18 +294,31 @@ def validate_tables(config: Config, params: RunParams | None = None,
         relations = {k: v for k, v in relations.items() if k in wanted}
     if params.tables:
         relations = {k: v for k, v in relations.items() if selected(params.tables, k, [v])}
+    since = None if merged is None else _merged_since(merged)
     with _lease(config, store, LAKE, "validate_tables"):
-        data, missing = read_mirrors(config, catalog or _catalog(config), relations)
+        data, missing = read_mirrors(config, catalog or _catalog(config), relations, since=since)
         if not data:
             return {"tables": [], "missing": missing, "success": True}
         run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
         report = validate_mirrors(config, data, {k: relations[k] for k in data},
                                   run_name=run_name, context=context)
     result = {"tables": sorted(data), "rows": {k: v.num_rows for k, v in data.items()},
+              "scope": "full" if since is None else "written by this run",
               "missing": missing, "success": report.success,
               "data_docs_index": report.data_docs_index, "summary": report.summary()}
     raise_for_failures(report)
     return result
+
+
+def _merged_since(merged: Mapping[str, Any]) -> dict[str, int | None]:
+    """Per table, the commit LSN its mirror had before the run's first batch (None: it had
+    none, so everything in it is the run's). Batches are in the order they merged."""
+    since: dict[str, int | None] = {}
+    for batch in merged.get("batches", ()):
+        for t in batch.get("tables", ()):
+            lsn = t.get("previous_lsn")
+            since.setdefault(t["table"], None if lsn is None else parse_lsn(lsn))
+    return since
 
 
 # -- 7. report --------------------------------------------------------------------------------
