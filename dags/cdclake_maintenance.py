@@ -1,8 +1,9 @@
 """Airflow DAG ``cdclake_maintenance``: compact the mirrors, expire old snapshots, remove
-orphan files, with the stream's watermark kept (:mod:`cdclake.pipeline.maintenance`).
+orphan files, with the stream's watermark kept (:mod:`cdclake.pipeline.maintenance`); then
+the full check of every mirror (an ingest run checks only what it wrote).
 
-Thin on purpose, like ``cdclake_ingest``: one task, one call. It takes the stream's lake
-lease, so it waits for (or is waited for by) an ingest run's merge.
+Thin on purpose, like ``cdclake_ingest``: one call per task. Both take the stream's lake
+lease, so they wait for (or are waited for by) an ingest run's merge.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from airflow.sdk import Param, dag, task
 
 from cdclake.config import Config
 from cdclake.pipeline.maintenance import maintain
+from cdclake.pipeline.steps import validate_tables
 
 
 @dag(
@@ -45,7 +47,11 @@ def cdclake_maintenance() -> None:
                         keep_snapshots=params.get("keep_snapshots"),
                         keep_hours=params.get("keep_hours"))
 
-    maintain_tables()
+    @task
+    def check_mirrors() -> dict[str, Any]:
+        return validate_tables(Config.load())
+
+    maintain_tables() >> check_mirrors()
 
 
 cdclake_maintenance()

@@ -269,7 +269,9 @@ def catalog_conf(config: Config) -> dict[str, str]:
     conf = {"type": "jdbc", "uri": uri, "warehouse": props["warehouse"],
             "jdbc.schema-version": "V1", "jdbc.init-catalog-tables": "false",
             "default-namespace": config.namespace, **jdbc}
-    if props["warehouse"].startswith(S3_SCHEMES) or "s3.endpoint" in props:
+    # S3FileIO only for a warehouse on S3: an S3 store (the WAL, the change stream) with a
+    # local warehouse needs none of it, and the AWS SDK is not part of the runtime jar
+    if props["warehouse"].startswith(S3_SCHEMES):
         conf["io-impl"] = S3_FILE_IO
         if "s3.endpoint" in props:
             conf["s3.path-style-access"] = "true"  # MinIO, moto: no bucket subdomains

@@ -11,6 +11,7 @@ read by an Iceberg reader cdclake did not write.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -94,13 +95,13 @@ def snapshots(config: Config) -> dict[str, int | None]:
     return out
 
 
-def run_dag(airflow_home: Path, **conf: Any) -> Any:
+def run_dag(airflow_home: Path, dag_id: str = "cdclake_ingest", **conf: Any) -> Any:
     """One ``dag.test()`` run of the DAG as the dags folder defines it; its final DagRun."""
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
-    dag = bag.dags["cdclake_ingest"]
+    dag = bag.dags[dag_id]
     for task in dag.tasks:  # a failure must fail the test now, not a minute later
         task.retries = 0
     run = dag.test(run_conf=conf or None)
@@ -227,6 +228,44 @@ def test_a_merge_killed_between_two_table_commits_is_healed_by_the_next_run(
     assert merged_end_lsn(open_catalog(config), config.namespace, config.stream) == end
 
 
+def test_the_spark_merge_then_maintenance_keep_the_mirrors_exact(
+        airflow_home: Path, source: Source, cdclake_env: Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ingest DAG with ``CDCLAKE_MERGE_ENGINE=spark``: the keyed tables merge with MERGE
+    INTO (the FULL table goes to pyiceberg, saying why); then the maintenance DAG compacts
+    them, keeps each watermark and checks every mirror whole."""
+    from cdclake.lake.catalog import open_catalog
+    from cdclake.lake.tables import mirror_identifier
+    from cdclake.lake.watermark import committed_lsn
+
+    monkeypatch.setenv("CDCLAKE_MERGE_ENGINE", "spark")
+    config = Config.load()
+    for sql in PHASE_4:
+        source.sql(sql)
+    archive_all(source)
+    run_dag(airflow_home)
+    assert_mirrors_equal(source, config)
+    newest = max((config.reports_path() / "runs").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    merged = json.loads(newest.read_text())["steps"]["merge"]
+    engines = {t["table"]: (t["engine"], t["fallback"])
+               for b in merged["batches"] for t in b["tables"]}
+    assert engines["public.accounts"] == ("spark", "")
+    assert engines["public.tags"][0] == "pyiceberg" and "FULL" in engines["public.tags"][1]
+    checked = json.loads(newest.read_text())["steps"]["validate_tables"]
+    assert checked["scope"] == "written by this run" and checked["success"]
+
+    catalog = open_catalog(config)
+    tables = {t: catalog.load_table(mirror_identifier(config, *t.split("."))) for t in TABLES}
+    before = {t: committed_lsn(tbl, config.stream) for t, tbl in tables.items()}
+    run = run_dag(airflow_home, "cdclake_maintenance", keep_hours=0)
+    assert run.state == "success"
+    assert_mirrors_equal(source, config)
+    catalog = open_catalog(config)
+    after = {t: committed_lsn(catalog.load_table(mirror_identifier(config, *t.split("."))),
+                              config.stream) for t in TABLES}
+    assert after == before
+
+
 # -- the workload --------------------------------------------------------------------------------
 
 BIG_NOTE = "SELECT string_agg(md5(g::text || {seed}), '') FROM generate_series(1, 200) g"
@@ -259,6 +298,14 @@ PHASE_2 = [
     "UPDATE tags SET weight = 20 WHERE tag = 'blue'",
 ]
 
+PHASE_4 = [
+    "UPDATE accounts SET balance = balance * 2 WHERE id % 3 = 0",
+    "UPDATE accounts SET id = id + 5000 WHERE id = 11",
+    "DELETE FROM accounts WHERE id = 13",
+    "INSERT INTO accounts VALUES (700, 'spark', 7, 'merged on Spark', now())",
+    "UPDATE events SET amount = amount + 1",
+    "DELETE FROM tags WHERE tag = 'violet'",
+]
 PHASE_3 = [
     "UPDATE accounts SET balance = 0 WHERE id < 5",
     "INSERT INTO accounts VALUES (600, 'crash test', 6, 'x', now())",
