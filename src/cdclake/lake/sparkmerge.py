@@ -164,7 +164,7 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
     view = f"cdclake_merge_{uuid.uuid4().hex[:12]}"
     net.createOrReplaceTempView(view)
     sql = merge_sql(target, view, [fields[a].name for a in key],
-                    [f.name for f in fields.values()], {fields[a].name for a in stats.toast},
+                    [f.name for f in fields.values()], {fields[a].name: a for a in stats.toast},
                     entry.table)
     what = f"merge of {entry.table} into {report.mirror}"
     try:
@@ -426,17 +426,26 @@ def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -
 
 
 def merge_sql(target: str, view: str, keys: Sequence[str], columns: Sequence[str],
-              toast: set[str], table: str) -> str:
+              toast: Mapping[str, int], table: str) -> str:
     """The MERGE INTO applying the reduced changes in ``view`` to ``target`` (the mirror of
-    source ``table``). A row whose unchanged TOAST value is neither in the batch nor in the
-    mirror stops the statement (nothing commits), as the pyiceberg merge stops: its value is
-    nowhere to take from, and a null would be a lie."""
+    source ``table``); ``toast``: the columns some change left unchanged, with their attnums.
+
+    A kept TOAST value keeps its exact text too, if the mirror holds it as one
+    (``_cdc_pg_text`` is keyed by attnum); every other value of the batch is typed (batches
+    with texts go to the pyiceberg merge). A row whose unchanged TOAST value is neither in the
+    batch nor in the mirror stops the statement (nothing commits), as the pyiceberg merge
+    stops: its value is nowhere to take from, and a null would be a lie."""
     on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
     values = {c: (f"CASE WHEN s.{_q(_flag(c))} THEN t.{_q(c)} ELSE s.{_q(c)} END"
                   if c in toast else f"s.{_q(c)}") for c in columns}
     system = {CDC_COMMIT_LSN: f"s.{stream.COMMIT_LSN}", CDC_COMMIT_TS: f"s.{stream.COMMIT_TS}",
               CDC_PG_TEXT: "NULL"}
-    update = ", ".join(f"t.{_q(c)} = {v}" for c, v in {**values, **system}.items())
+    texts = system
+    if toast:
+        kept = " OR ".join(f"(k = '{a}' AND s.{_q(_flag(c))})" for c, a in sorted(toast.items()))
+        left = f"map_filter(t.{CDC_PG_TEXT}, (k, v) -> {kept})"
+        texts = {**system, CDC_PG_TEXT: f"CASE WHEN size({left}) > 0 THEN {left} END"}
+    update = ", ".join(f"t.{_q(c)} = {v}" for c, v in {**values, **texts}.items())
     inserted = {c: (f"CASE WHEN s.{_q(_flag(c))} THEN raise_error({_sql_text(_lost(table, c))}) "
                     f"ELSE s.{_q(c)} END" if c in toast else f"s.{_q(c)}")
                 for c in columns} | system

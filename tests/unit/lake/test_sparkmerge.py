@@ -39,7 +39,7 @@ def test_truncate_rewrite_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
 
 
 def test_merge_sql_deletes_updates_and_inserts_by_key() -> None:
-    sql = merge_sql("`c`.`ns`.`t`", "v", ["id"], ["id", "body", "we`ird"], {"body"},
+    sql = merge_sql("`c`.`ns`.`t`", "v", ["id"], ["id", "body", "we`ird"], {"body": 2},
                     "public.t")
     assert sql.startswith("MERGE INTO `c`.`ns`.`t` t USING v s ON t.`id` = s.`id` ")
     assert "WHEN MATCHED AND s._kind = 'del' THEN DELETE" in sql
@@ -48,6 +48,11 @@ def test_merge_sql_deletes_updates_and_inserts_by_key() -> None:
             in sql)
     assert "t.`we``ird` = s.`we``ird`" in sql
     assert "t.`_cdc_commit_lsn` = s._commit_lsn" in sql
+    # the kept value's exact text (if the mirror has one) is kept, the others cleared
+    assert ("t.`_cdc_pg_text` = CASE WHEN size(map_filter(t._cdc_pg_text, (k, v) -> "
+            "(k = '2' AND s.`_unchanged_body`))) > 0 THEN") in sql
+    assert merge_sql("t", "v", ["id"], ["id", "n"], {}, "public.t").count(
+        "`_cdc_pg_text` = NULL") == 1
     assert "WHEN NOT MATCHED AND s._kind = 'set' THEN INSERT" in sql
     assert sql.count("DELETE") == 1  # never a delete of unmatched rows
     # a new row whose unchanged TOAST value is nowhere: the statement fails, nothing commits
