@@ -31,7 +31,7 @@ initial snapshot may already hold.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -279,9 +279,9 @@ def _ready_column(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.Array:
 
 
 def read_parts(filesystem: pafs.FileSystem, schema: pa.Schema
-               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+               ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
     """mapInArrow body: each input row names a Parquet part; yield its rows as ``schema``."""
-    def read(paths: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def read(paths: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for names in paths:
             for path in names.column(0).to_pylist():
                 part = pq.read_table(path, filesystem=filesystem)
@@ -323,8 +323,8 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
         cols.append(F.coalesce(F.size(F.col(stream.PG_TEXT)), F.lit(0)).alias("_texts"))
         frames.append(raw.select(*cols))
     out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
     return out
 
 
@@ -480,7 +480,8 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str],
     thread runs next. Spark 3.5's session conf ``spark.sql.iceberg.snapshot-property.*`` does
     not reach SQL MERGE commits.
     """
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "a stopped SparkContext"
     try:
         holder = (jvm.java.lang.Class.forName("org.apache.iceberg.spark.CommitMetadata")
                   .getDeclaredField("COMMIT_PROPERTIES"))

@@ -30,7 +30,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyarrow import fs as pafs
 
@@ -53,6 +53,7 @@ from cdclake.spark.routing import RouteMap, partition_of, route
 from cdclake.spark.segments import ParsedSegment, parse_segment
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.wal.lsn import format_lsn
+from cdclake.wal.record import XLogRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -204,7 +205,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         lambda t: parse_segment(t, store, layout, size, db, key))
     parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        summaries: list[ParsedSegment] = parsed.filter(_is_summary).collect()
+        summaries = cast(list[ParsedSegment], parsed.filter(_is_summary).collect())
         _check_joins(plan, summaries)
         versions = {s.version for s in summaries if s.version} | (
             {state.version} if state.version else set())
@@ -231,7 +232,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         # the shuffle key is an int (partition, then LSN): sorted as is; pyspark's stubs
         # reject int as an orderable key type
         routed = parsed.filter(lambda x: not _is_summary(x)).flatMap(
-            lambda kr: route(kr[0], kr[1], rmap.value))
+            lambda kr: route(*cast(tuple[int, XLogRecord], kr), rmap.value))
         results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
                        n, partitionFunc=partition_of)
                    .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
