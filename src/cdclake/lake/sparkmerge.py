@@ -92,7 +92,8 @@ class BatchStats:
     rows: int
     ops: Mapping[str, int]
     texts: int  #: rows with values kept as exact text
-    toast_moves: int  #: key-changing UPDATEs with unchanged TOAST columns
+    #: UPDATEs with unchanged TOAST columns that change the key or leave a TOASTed key unlogged
+    toast_moves: int
     min_commit: int | None
     max_commit: int | None
     toast: frozenset[int]  #: attnums some change left unchanged (TOAST)
@@ -229,7 +230,8 @@ def data_reason(stats: BatchStats, facts: Any) -> str:
     if stats.texts:
         return f"{stats.texts} change rows keep values as exact text (_cdc_pg_text)"
     if stats.toast_moves:
-        return f"{stats.toast_moves} key-changing UPDATEs leave TOASTed columns unchanged"
+        return (f"{stats.toast_moves} UPDATEs leave TOASTed columns unchanged while changing "
+                "the key or leaving a TOASTed key unlogged")
     if facts is not None and stats.min_commit is not None and stats.min_commit < facts.end_lsn:
         return "changes of transactions the mirror's initial snapshot may hold"
     return ""
@@ -338,8 +340,11 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
     from pyspark.sql import functions as F
 
     op = F.col(stream.OP)
-    moved = (op == stream.OP_UPDATE) & _key_changed(key, fields) & (
-        F.size(stream.UNCHANGED_TOAST) > 0)
+    # the row an unchanged TOAST value comes from is ambiguous when the key changes, or when
+    # the key itself was not logged (a TOASTed key): the pyiceberg merge follows the old key
+    key_unlogged = F.exists("_toast_attnums", lambda a: a.isin(*key))
+    moved = (op == stream.OP_UPDATE) & (F.size(stream.UNCHANGED_TOAST) > 0) & (
+        _key_changed(key, fields) | key_unlogged)
     row = changes.agg(
         F.count(F.lit(1)).alias("rows"),
         F.collect_set(op).alias("seen"),
@@ -357,7 +362,8 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
                         f"{versions[-1].info.relation.schema}.{versions[-1].info.relation.name}")
     return BatchStats(int(row["rows"]), ops, int(row["texts"] or 0), int(row["moved"] or 0),
                       row["min_commit"], row["max_commit"],
-                      frozenset(a for a in row["toast"] or () if a is not None))
+                      # an attnum a later version dropped is not in the mirror any more
+                      frozenset(a for a in row["toast"] or () if a in fields))
 
 
 _ALL_OPS = frozenset({stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE,
