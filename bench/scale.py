@@ -1,4 +1,4 @@
-"""Decoding at two sizes on a small Spark driver: throughput, batches and peak RSS.
+"""Decoding and merging at two sizes on a small Spark driver: throughput, batches, peak RSS.
 
 For each pgbench scale: a fresh PostgreSQL 15 runs `cdclake source install`, `pgbench -i` and
 pgbench transactions; the archived WAL is shipped to a local store; then one process runs
@@ -10,7 +10,10 @@ process's own high-water mark, ``VmHWM`` in ``/proc/<pid>/status``, sampled over
 tree while it runs). Rows go from executors to the store, so no peak may grow with the
 size.
 
-This measures the decode stage only; bench/merge.py measures the merge.
+Then a second process runs the merge step with ``CDCLAKE_MERGE_ENGINE=spark`` (one MERGE
+INTO per table per batch, same Spark settings), measured the same way, and the mirrors are
+compared with the source through DuckDB (row count and column sums per pgbench table).
+bench/merge.py compares the two merge engines on one update.
 
     .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16]
 """
@@ -30,6 +33,8 @@ from pathlib import Path
 from cdclake.catalog.install import install
 from cdclake.local.postgres import LocalPostgres
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.e2e.lake.duck
+
 DRIVER = "spark.driver.memory=1g,spark.driver.maxResultSize=64m"
 
 CHILD = """
@@ -42,6 +47,19 @@ result = steps.decode(config)
 print(json.dumps({"batches": result.get("batches", []), "tables": result.get("tables", {}),
                   "commits": result.get("commits", 0)}))
 """
+MERGE = """
+import json
+from cdclake.config import Config
+from cdclake.pipeline import steps
+merged = steps.merge(Config.load())
+print(json.dumps(sorted({(t["engine"], t["fallback"]) for b in merged["batches"]
+                         for t in b["tables"]})))
+"""
+#: per pgbench table, the aggregates compared between the source and its mirror
+CHECKS = {"pgbench_accounts": "count(*), sum(aid), sum(abalance)",
+          "pgbench_branches": "count(*), sum(bbalance)",
+          "pgbench_tellers": "count(*), sum(tbalance)",
+          "pgbench_history": "count(*), sum(id), sum(delta)"}
 
 
 def workload(pg: LocalPostgres, db: str, scale: int) -> None:
@@ -105,6 +123,48 @@ def _tree(root: int) -> list[int]:
     return out
 
 
+def run_child(code: str, env: dict[str, str], what: str) -> tuple[float, dict[str, int], str]:
+    """Run ``code`` in a process of its own: seconds, peak KiB per kind of process, stdout."""
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    peak = Peak(child.pid)
+    peak.start()
+    out = child.stdout.read() if child.stdout else ""
+    status = child.wait()
+    seconds = time.monotonic() - started
+    peak.stop()
+    if status:
+        raise SystemExit(f"{what} failed (status {status})")
+    return seconds, peak.kib, out
+
+
+def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
+    """Every pgbench table's aggregates, the source's against its mirror's through DuckDB."""
+    from tests.e2e.lake import duck
+
+    from cdclake.config import Config
+    from cdclake.lake.catalog import open_catalog
+    from cdclake.lake.tables import mirror_identifier
+
+    config = Config.load(env=env)
+    catalog = open_catalog(config)
+    con = duck.connect()
+    try:
+        for table, aggregates in CHECKS.items():
+            mirror = catalog.load_table(mirror_identifier(config, "public", table))
+            location = mirror.metadata_location.removeprefix("file://")
+            lake = con.execute(f"SELECT {aggregates} FROM iceberg_scan(?)",
+                               [location]).fetchone()
+            source = pg.sql(f"SELECT {aggregates} FROM {table}", db)[0]
+            if tuple(int(v or 0) for v in lake or ()) != tuple(int(v or 0) for v in source):
+                print(f"{table}: mirror {lake} != source {source}", file=sys.stderr)
+                return False
+    finally:
+        con.close()
+    return True
+
+
 def measure(scale: int, batch_segments: int) -> dict[str, object]:
     base = Path(tempfile.mkdtemp(prefix="cdclake-scale-"))
     base.chmod(0o755)  # the server runs as postgres and must reach its data directory
@@ -122,24 +182,20 @@ def measure(scale: int, batch_segments: int) -> dict[str, object]:
                "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": DRIVER,
                "CDCLAKE_MAX_BATCH_SEGMENTS": str(batch_segments),
                "CDCLAKE_SPILL_DIR": str(base / "spill")}
-        started = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        peak = Peak(child.pid)
-        peak.start()
-        out = child.stdout.read() if child.stdout else ""
-        status = child.wait()
-        seconds = time.monotonic() - started
-        peak.stop()
-        if status:
-            raise SystemExit(f"the decode at scale {scale} failed (status {status})")
+        decode_s, peak, out = run_child(CHILD, env, f"the decode at scale {scale}")
         result = json.loads(out.strip().splitlines()[-1])
         changes = sum(result["tables"].values())
         segments = len(list(Path(pg.archive_dir).glob("0000000*")))
+        merge_s, merge_peak, merged = run_child(MERGE, {**env, "CDCLAKE_MERGE_ENGINE": "spark"},
+                                                f"the merge at scale {scale}")
         return {"scale": scale, "changes": changes, "segments": segments,
-                "batches": len(result["batches"]), "seconds": seconds,
-                "rate": changes / seconds,
-                **{kind: kib / 1024 for kind, kib in peak.kib.items()}}
+                "batches": len(result["batches"]), "seconds": decode_s,
+                "rate": changes / decode_s,
+                **{kind: kib / 1024 for kind, kib in peak.items()},
+                "merge_seconds": merge_s,
+                **{f"merge_{kind}": kib / 1024 for kind, kib in merge_peak.items()},
+                "engines": json.loads(merged.strip().splitlines()[-1]),
+                "exact": mirrors_match(pg, db, env)}
     finally:
         pg.destroy()
 
@@ -149,17 +205,23 @@ def main() -> None:
     ap.add_argument("--scales", type=int, nargs=2, default=[5, 20], metavar=("SMALL", "LARGE"))
     ap.add_argument("--batch-segments", type=int, default=16)
     args = ap.parse_args()
-    print(f"decode step, local[2], {DRIVER}, batches of {args.batch_segments} segments")
-    print("| pgbench scale | changes | WAL segments | batches | seconds | changes/s "
-          "| peak RSS driver (MiB) | JVM | largest Python worker |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"decode and merge steps, local[2], {DRIVER}, batches of {args.batch_segments} "
+          "segments, merge_engine spark")
+    print("| pgbench scale | changes | WAL segments | batches | decode s | changes/s "
+          "| decode peak RSS driver / JVM / largest Python worker (MiB) | merge s "
+          "| merge peak RSS driver / JVM / worker (MiB) | mirrors == source |")
+    print("|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
     rows = [measure(scale, args.batch_segments) for scale in args.scales]
     for r in rows:
         print(f"| {r['scale']} | {r['changes']:,} | {r['segments']} | {r['batches']} | "
-              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {r['driver']:,.0f} | {r['jvm']:,.0f} "
-              f"| {r['worker']:,.0f} |", flush=True)
+              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {r['driver']:,.0f} / {r['jvm']:,.0f} "
+              f"/ {r['worker']:,.0f} | {r['merge_seconds']:.0f} | {r['merge_driver']:,.0f} / "
+              f"{r['merge_jvm']:,.0f} / {r['merge_worker']:,.0f} | {r['exact']} |", flush=True)
+    for r in rows:
+        print(f"scale {r['scale']}: merge engines (engine, why not spark): {r['engines']}")
     small, large = rows
-    growth = {k: large[k] / small[k] for k in ("driver", "jvm", "worker")}  # type: ignore[operator]
+    kinds = ("driver", "jvm", "worker", "merge_driver", "merge_jvm", "merge_worker")
+    growth = {k: large[k] / small[k] for k in kinds}  # type: ignore[operator]
     print(f"changes x{large['changes'] / small['changes']:.1f} "  # type: ignore[operator]
           "-> peak RSS " + ", ".join(f"{k} x{v:.2f}" for k, v in growth.items()))
 

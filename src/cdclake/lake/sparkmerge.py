@@ -47,7 +47,7 @@ from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake import labels
 from cdclake.lake.batch import Batch, TableEntry, VersionEntry
-from cdclake.lake.changes import KEY, VersionInfo
+from cdclake.lake.changes import FULL, KEY, VersionInfo
 from cdclake.lake.reports import TableReport
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
@@ -94,6 +94,7 @@ class BatchStats:
     texts: int  #: rows with values kept as exact text
     #: UPDATEs with unchanged TOAST columns that change the key or leave a TOASTed key unlogged
     toast_moves: int
+    keyless: int  #: UPDATEs and DELETEs under a version without a replica identity
     min_commit: int | None
     max_commit: int | None
     toast: frozenset[int]  #: attnums some change left unchanged (TOAST)
@@ -202,9 +203,10 @@ def static_reason(infos: Sequence[VersionInfo], table: Table,
                   stored_labels: labels.Labels) -> str:
     """Why the batch's relation versions and the mirror cannot go through a Spark MERGE ('':
     they can)."""
-    if any(i.identity.kind != KEY for i in infos):
+    kinds = {i.identity.kind for i in infos}
+    if FULL in kinds or infos[-1].identity.kind != KEY:
         return "replica identity FULL or NOTHING (rows are matched as a multiset)"
-    if len({i.identity.attnums for i in infos}) > 1:
+    if len({i.identity.attnums for i in infos if i.identity.kind == KEY}) > 1:
         return "the replica identity changes inside the batch"
     if any(i.defaults for i in infos):
         return "ADD COLUMN ... DEFAULT: rows written before it read the default"
@@ -229,6 +231,9 @@ def data_reason(stats: BatchStats, facts: Any) -> str:
         return f"the batch holds {'/'.join(sorted(other))} changes (TRUNCATE or a table rewrite)"
     if stats.texts:
         return f"{stats.texts} change rows keep values as exact text (_cdc_pg_text)"
+    if stats.keyless:
+        return (f"{stats.keyless} UPDATEs/DELETEs under a relation version without a replica "
+                "identity (not applied; the pyiceberg merge counts them)")
     if stats.toast_moves:
         return (f"{stats.toast_moves} UPDATEs leave TOASTed columns unchanged while changing "
                 "the key or leaving a TOASTed key unlogged")
@@ -313,9 +318,12 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
         for attnum, f in fields.items():
             value = F.col(_q(by_attnum[attnum])) if attnum in by_attnum else F.lit(None)
             cols.append(value.cast(types[f.name]).alias(f.name))
+        # a version without a key (a bulk load before ADD PRIMARY KEY) logs no old key
+        keyed = v.info.identity.kind == KEY
         for attnum in key:
-            old = F.col(stream.OLD_KEY).getField(by_attnum[attnum])
+            old = F.col(stream.OLD_KEY).getField(by_attnum[attnum]) if keyed else F.lit(None)
             cols.append(old.cast(types[fields[attnum].name]).alias(_old(fields[attnum].name)))
+        cols.append(F.lit(not keyed).alias("_keyless"))
         toast = F.coalesce(F.col(stream.UNCHANGED_TOAST), F.array().cast("array<string>"))
         cols += [F.col(c) for c in (*_ORDER, stream.COMMIT_TS, stream.OP)]
         cols.append(toast.alias(stream.UNCHANGED_TOAST))
@@ -351,6 +359,7 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
         *(F.sum((op == o).cast("long")).alias(f"n_{o}") for o in sorted(_ALL_OPS)),
         F.sum((F.col("_texts") > 0).cast("long")).alias("texts"),
         F.sum(moved.cast("long")).alias("moved"),
+        F.sum((F.col("_keyless") & (op != stream.OP_INSERT)).cast("long")).alias("keyless"),
         F.min(stream.COMMIT_LSN).alias("min_commit"), F.max(stream.COMMIT_LSN).alias("max_commit"),
         F.array_distinct(F.flatten(F.collect_set("_toast_attnums"))).alias("toast"),
     ).first()
@@ -361,7 +370,7 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
         raise LakeError(f"unknown _op values {sorted(unknown)} in the change stream of "
                         f"{versions[-1].info.relation.schema}.{versions[-1].info.relation.name}")
     return BatchStats(int(row["rows"]), ops, int(row["texts"] or 0), int(row["moved"] or 0),
-                      row["min_commit"], row["max_commit"],
+                      int(row["keyless"] or 0), row["min_commit"], row["max_commit"],
                       # an attnum a later version dropped is not in the mirror any more
                       frozenset(a for a in row["toast"] or () if a in fields))
 

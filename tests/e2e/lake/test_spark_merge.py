@@ -3,7 +3,7 @@
 A real PostgreSQL 15 stream in three batches, decoded from the archived WAL and merged with
 Iceberg's Spark runtime. The batches exercise what the reduction must get right: a key that
 changes (and changes back), a key inserted, updated and deleted inside one batch, a row updated
-twice, TOASTed values left unchanged by updates (once in a chain inside the batch, once from
+twice, a bulk load before its primary key in the same batch, TOASTed values left unchanged by updates (once in a chain inside the batch, once from
 the mirror), ADD COLUMN and RENAME COLUMN between changes of one batch, uuid keys, and a table
 with REPLICA IDENTITY FULL that the Spark path leaves to the pyiceberg merge, saying why.
 
@@ -64,6 +64,12 @@ BATCHES = [
         *(f"INSERT INTO docs VALUES ({i}, 0, {BIG.format(seed=i)})" for i in range(1, 7)),
         "INSERT INTO tokens SELECT md5(g::text)::uuid, 't' || g FROM generate_series(1, 20) g",
         "INSERT INTO plain VALUES (1, 'x'), (1, 'x'), (2, 'y')",
+        # a bulk load, then its primary key (as pg_restore and pgbench -i do), in one batch
+        "CREATE TABLE bulk (id int, v text)",
+        "INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 500) g",
+        "ALTER TABLE bulk ADD PRIMARY KEY (id)",
+        "UPDATE bulk SET v = 'changed' WHERE id <= 10",
+        "DELETE FROM bulk WHERE id > 490",
     ],
     [
         "UPDATE items SET price = price + 1 WHERE id % 10 = 0",
@@ -85,6 +91,7 @@ BATCHES = [
         "UPDATE tokens SET label = upper(label) WHERE label LIKE 't1%'",
         "DELETE FROM tokens WHERE label = 't2'",
         "DELETE FROM plain WHERE a = 1",  # one of two identical rows: a multiset
+        "UPDATE bulk SET v = 'again' WHERE id BETWEEN 11 AND 20",
     ],
     [
         "UPDATE items SET price = 0 WHERE id = 1",
@@ -103,8 +110,9 @@ COLUMNS = {
     "public.docs": ["id", "n", "body"],
     "public.tokens": ["id", "label"],
     "public.plain": ["a", "b"],
+    "public.bulk": ["id", "v"],
 }
-SPARK_TABLES = {"public.items", "public.docs", "public.tokens"}
+SPARK_TABLES = {"public.items", "public.docs", "public.tokens", "public.bulk"}
 
 
 @dataclass

@@ -16,7 +16,7 @@ from cdclake.lake.visibility import SnapshotFacts
 
 def stats(**kw: object) -> BatchStats:
     base = {"rows": 3, "ops": {"I": 2, "U": 1, "D": 0}, "texts": 0, "toast_moves": 0,
-            "min_commit": 100, "max_commit": 200, "toast": frozenset()}
+            "keyless": 0, "min_commit": 100, "max_commit": 200, "toast": frozenset()}
     return BatchStats(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -35,6 +35,7 @@ def test_truncate_rewrite_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
                               None)
     assert "exact text" in data_reason(stats(texts=2), None)
     assert "TOAST" in data_reason(stats(toast_moves=1), None)
+    assert "without a replica identity" in data_reason(stats(keyless=2), None)
     assert "snapshot" in data_reason(stats(min_commit=100), facts(end_lsn=101))
 
 
