@@ -14,6 +14,8 @@ The reduction keeps the pyiceberg merge's semantics for the tables it takes:
   event (commit LSN, LSN, seq) wins, so a key deleted last is deleted from the mirror;
 - a column whose TOASTed value was not logged (``_unchanged_toast``) takes the value of the
   key's previous event in the batch that carried it, else the mirror's (``UPDATE SET c = t.c``);
+- a TRUNCATE supersedes what came before it: the rows set after the last one replace the
+  mirror (``INSERT OVERWRITE``);
 - changes at or below the table's summary LSN are skipped: a re-run commits nothing;
 - columns are matched by attnum, so RENAME / ADD / DROP COLUMN inside the batch line up; the
   schema evolves (pyiceberg, metadata only) before the MERGE;
@@ -21,11 +23,12 @@ The reduction keeps the pyiceberg merge's semantics for the tables it takes:
   ``CommitMetadata`` commit properties), so the data and the watermark land together.
 
 A table this path cannot take exactly is left to the pyiceberg merge, and the report says
-why (:func:`static_reason`, :func:`data_reason`): replica identity FULL or NOTHING, a key that
-changes inside the batch, ADD COLUMN ... DEFAULT (older rows read the default), ``time``
-columns (Spark 3.5 cannot read them), renamed enum labels, TRUNCATE or a table rewrite, values
-kept as exact text, a key-changing UPDATE with unchanged TOAST, and changes of transactions an
-initial snapshot may already hold.
+why (:func:`static_reason`, :func:`data_reason`): replica identity FULL or NOTHING (a bulk
+load before the primary key, inserts only, is taken), a key that changes columns inside the
+batch, ADD COLUMN ... DEFAULT (older rows read the default), ``time`` columns (Spark 3.5
+cannot read them), renamed enum labels, a table rewrite, values kept as exact text, an UPDATE
+with unchanged TOAST that changes the key or leaves it unlogged, and changes of transactions
+an initial snapshot may already hold.
 """
 
 from __future__ import annotations
@@ -161,13 +164,18 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
     report.strategy = "merge-on-read"
     report.attempts = 1
 
+    report.truncated = stats.ops.get(stream.OP_TRUNCATE, 0)
+    if report.truncated:  # the mirror is emptied there: what came before is superseded
+        changes = after_last_truncate(changes)
+        report.strategy = "truncate"
     net = last_per_key(_events(changes, key, fields, stats.toast),
                        [fields[a].name for a in key], [fields[a].name for a in stats.toast])
     view = f"cdclake_merge_{uuid.uuid4().hex[:12]}"
     net.createOrReplaceTempView(view)
-    sql = merge_sql(target, view, [fields[a].name for a in key],
-                    [f.name for f in fields.values()], {fields[a].name: a for a in stats.toast},
-                    entry.table)
+    toast = {fields[a].name: a for a in stats.toast}
+    sql = (overwrite_sql(target, view, list(types), toast, entry.table) if report.truncated
+           else merge_sql(target, view, [fields[a].name for a in key],
+                          [f.name for f in fields.values()], toast, entry.table))
     what = f"merge of {entry.table} into {report.mirror}"
     try:
         with_commit_properties(
@@ -226,9 +234,9 @@ def static_reason(infos: Sequence[VersionInfo], table: Table,
 
 def data_reason(stats: BatchStats, facts: Any) -> str:
     """Why the batch's pending changes cannot go through a Spark MERGE ('': they can)."""
-    other = {op for op, n in stats.ops.items() if n and op not in _ROW_OPS}
+    other = {op for op, n in stats.ops.items() if n and op not in _ROW_OPS | {stream.OP_TRUNCATE}}
     if other:
-        return f"the batch holds {'/'.join(sorted(other))} changes (TRUNCATE or a table rewrite)"
+        return f"the batch holds {'/'.join(sorted(other))} changes (a table rewrite)"
     if stats.texts:
         return f"{stats.texts} change rows keep values as exact text (_cdc_pg_text)"
     if stats.keyless:
@@ -438,6 +446,32 @@ def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -
     last = Window.partitionBy(*part).orderBy(*(F.col(c).desc() for c in _ORDER))
     return (out.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
             .drop("_rank"))
+
+
+def after_last_truncate(changes: DataFrame) -> DataFrame:
+    """The changes after the batch's last TRUNCATE (one small aggregation finds it)."""
+    from pyspark.sql import functions as F
+
+    last = changes.where(F.col(stream.OP) == stream.OP_TRUNCATE).agg(
+        F.max(F.struct(*_ORDER)).alias("t")).first()
+    assert last is not None and last["t"] is not None
+    c0, l0, s0 = (last["t"][c] for c in _ORDER)
+    c, lsn, seq = (F.col(x) for x in _ORDER)
+    return changes.where((c > c0) | ((c == c0) & ((lsn > l0) | ((lsn == l0) & (seq > s0)))))
+
+
+def overwrite_sql(target: str, view: str, columns: Sequence[str], toast: Mapping[str, int],
+                  table: str) -> str:
+    """A batch with a TRUNCATE: the mirror becomes the rows set after it (``columns``: the
+    mirror's, in its order). An unchanged TOAST value has nothing to come from after a
+    TRUNCATE: the statement fails, as in :func:`merge_sql`."""
+    system = {CDC_COMMIT_LSN: f"s.{stream.COMMIT_LSN}", CDC_COMMIT_TS: f"s.{stream.COMMIT_TS}",
+              CDC_PG_TEXT: "NULL"}
+    values = [system.get(c) or (f"CASE WHEN s.{_q(_flag(c))} THEN raise_error("
+                                f"{_sql_text(_lost(table, c))}) ELSE s.{_q(c)} END"
+                                if c in toast else f"s.{_q(c)}") for c in columns]
+    return (f"INSERT OVERWRITE {target} SELECT {', '.join(values)} FROM {view} s "
+            f"WHERE s._kind = '{_SET}'")
 
 
 def merge_sql(target: str, view: str, keys: Sequence[str], columns: Sequence[str],

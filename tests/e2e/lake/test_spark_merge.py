@@ -3,9 +3,10 @@
 A real PostgreSQL 15 stream in three batches, decoded from the archived WAL and merged with
 Iceberg's Spark runtime. The batches exercise what the reduction must get right: a key that
 changes (and changes back), a key inserted, updated and deleted inside one batch, a row updated
-twice, a bulk load before its primary key in the same batch, TOASTed values left unchanged by updates (once in a chain inside the batch, once from
-the mirror), ADD COLUMN and RENAME COLUMN between changes of one batch, uuid keys, and a table
-with REPLICA IDENTITY FULL that the Spark path leaves to the pyiceberg merge, saying why.
+twice, a bulk load before its primary key in the same batch, TOASTed values left unchanged by
+updates (once in a chain inside the batch, once from the mirror), ADD COLUMN and RENAME COLUMN
+between changes of one batch, a TRUNCATE mid-batch, uuid keys, and a table with REPLICA
+IDENTITY FULL that the Spark path leaves to the pyiceberg merge, saying why.
 
 Every mirror is then read with DuckDB's iceberg extension and with Spark SQL and compared with
 the source (as multisets). The Spark-merged mirrors hold position deletes and no equality
@@ -92,6 +93,12 @@ BATCHES = [
         "DELETE FROM tokens WHERE label = 't2'",
         "DELETE FROM plain WHERE a = 1",  # one of two identical rows: a multiset
         "UPDATE bulk SET v = 'again' WHERE id BETWEEN 11 AND 20",
+        # TRUNCATE mid-batch: what came before is superseded, what follows lands
+        "UPDATE tokens SET label = 'gone' WHERE label = 't3'",
+        "TRUNCATE tokens",
+        "INSERT INTO tokens SELECT md5((g * 7)::text)::uuid, 'after ' || g "
+        "FROM generate_series(1, 5) g",
+        "UPDATE tokens SET label = 'after, updated' WHERE label = 'after 1'",
     ],
     [
         "UPDATE items SET price = 0 WHERE id = 1",
@@ -238,6 +245,13 @@ def test_the_stream_left_toasted_values_unchanged(lake: Lake) -> None:
     assert all(toast == ["body"] for _, toast in unchanged)
 
 
+def test_a_truncate_mid_batch_overwrites_the_mirror(lake: Lake) -> None:
+    tokens = next(t for t in lake.reports[1].tables if t.table == "public.tokens")
+    assert (tokens.engine, tokens.strategy, tokens.truncated) == ("spark", "truncate", 1)
+    assert sorted(r[1] for r in lake.pg.sql("SELECT * FROM tokens", lake.database)) == sorted(
+        r["label"] for r in duck.rows(_table(lake, "public.tokens"), ["label"]))
+
+
 def test_counts_are_those_of_the_changes(lake: Lake) -> None:
     items = next(t for t in lake.reports[1].tables if t.table == "public.items")
     # 20 + 20 updates, 3 key changes, 1 of the short-lived row; 10 + 2 deletes; 2 inserts
@@ -250,7 +264,8 @@ def test_position_deletes_never_equality_deletes(lake: Lake, table: str) -> None
     content = {r[0]: r[1] for r in lake.spark.sql(
         f"SELECT content, count(*) FROM {_spark_name(lake, table)}.all_files "
         "GROUP BY content").collect()}
-    assert content.get(1, 0) > 0, content  # the replaced rows are deleted by position
+    if table != "public.tokens":  # tokens was only ever appended to and overwritten
+        assert content.get(1, 0) > 0, content  # the replaced rows are deleted by position
     assert 2 not in content, content
 
 

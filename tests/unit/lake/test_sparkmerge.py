@@ -10,7 +10,14 @@ import uuid
 import pyarrow as pa
 
 from cdclake.decoding import stream
-from cdclake.lake.sparkmerge import BatchStats, _ready_column, data_reason, merge_sql, spark_ready
+from cdclake.lake.sparkmerge import (
+    BatchStats,
+    _ready_column,
+    data_reason,
+    merge_sql,
+    overwrite_sql,
+    spark_ready,
+)
 from cdclake.lake.visibility import SnapshotFacts
 
 
@@ -29,8 +36,8 @@ def test_row_changes_are_taken() -> None:
     assert data_reason(stats(), facts(end_lsn=100)) == ""  # all committed after the snapshot
 
 
-def test_truncate_rewrite_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
-    assert "TRUNCATE" in data_reason(stats(ops={"I": 1, stream.OP_TRUNCATE: 1}), None)
+def test_rewrites_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
+    assert data_reason(stats(ops={"I": 1, stream.OP_TRUNCATE: 1}), None) == ""  # overwrite
     assert "W" in data_reason(stats(ops={stream.OP_REWRITE_BEGIN: 1, stream.OP_REWRITE: 4}),
                               None)
     assert "exact text" in data_reason(stats(texts=2), None)
@@ -70,3 +77,11 @@ def test_uuid_goes_to_spark_as_text() -> None:
     key = pa.StructArray.from_arrays([raw], names=["id"], mask=pa.array([False, True]))
     ready = _ready_column(key, spark_ready(key.type))
     assert ready.to_pylist() == [{"id": str(u)}, None]
+
+
+def test_overwrite_sql_keeps_the_mirrors_column_order() -> None:
+    sql = overwrite_sql("t", "v", ["id", "_cdc_commit_lsn", "_cdc_commit_ts", "_cdc_pg_text",
+                                   "body"], {"body": 3}, "public.t")
+    assert sql.startswith("INSERT OVERWRITE t SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL, "
+                          "CASE WHEN s.`_unchanged_body` THEN raise_error(")
+    assert sql.endswith("FROM v s WHERE s._kind = 'set'")
