@@ -367,7 +367,8 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
         *(F.sum((op == o).cast("long")).alias(f"n_{o}") for o in sorted(_ALL_OPS)),
         F.sum((F.col("_texts") > 0).cast("long")).alias("texts"),
         F.sum(moved.cast("long")).alias("moved"),
-        F.sum((F.col("_keyless") & (op != stream.OP_INSERT)).cast("long")).alias("keyless"),
+        F.sum((F.col("_keyless") & op.isin(stream.OP_UPDATE, stream.OP_DELETE)).cast("long"))
+        .alias("keyless"),
         F.min(stream.COMMIT_LSN).alias("min_commit"), F.max(stream.COMMIT_LSN).alias("max_commit"),
         F.array_distinct(F.flatten(F.collect_set("_toast_attnums"))).alias("toast"),
     ).first()
