@@ -461,16 +461,27 @@ def after_last_truncate(changes: DataFrame) -> DataFrame:
     return changes.where((c > c0) | ((c == c0) & ((lsn > l0) | ((lsn == l0) & (seq > s0)))))
 
 
+#: a written row's system columns, from the change that set it (every typed value: no texts)
+_SYSTEM = {CDC_COMMIT_LSN: f"s.{stream.COMMIT_LSN}", CDC_COMMIT_TS: f"s.{stream.COMMIT_TS}",
+           CDC_PG_TEXT: "NULL"}
+
+
+def _new_value(column: str, toast: Mapping[str, int], table: str) -> str:
+    """A column of a row the mirror does not have: an unchanged TOAST value there has nothing
+    to come from, and fails the statement."""
+    value = f"s.{_q(column)}"
+    if column not in toast:
+        return value
+    return (f"CASE WHEN s.{_q(_flag(column))} THEN raise_error("
+            f"{_sql_text(_lost(table, column))}) ELSE {value} END")
+
+
 def overwrite_sql(target: str, view: str, columns: Sequence[str], toast: Mapping[str, int],
                   table: str) -> str:
     """A batch with a TRUNCATE: the mirror becomes the rows set after it (``columns``: the
     mirror's, in its order). An unchanged TOAST value has nothing to come from after a
     TRUNCATE: the statement fails, as in :func:`merge_sql`."""
-    system = {CDC_COMMIT_LSN: f"s.{stream.COMMIT_LSN}", CDC_COMMIT_TS: f"s.{stream.COMMIT_TS}",
-              CDC_PG_TEXT: "NULL"}
-    values = [system.get(c) or (f"CASE WHEN s.{_q(_flag(c))} THEN raise_error("
-                                f"{_sql_text(_lost(table, c))}) ELSE s.{_q(c)} END"
-                                if c in toast else f"s.{_q(c)}") for c in columns]
+    values = [_SYSTEM.get(c) or _new_value(c, toast, table) for c in columns]
     return (f"INSERT OVERWRITE {target} SELECT {', '.join(values)} FROM {view} s "
             f"WHERE s._kind = '{_SET}'")
 
@@ -488,17 +499,13 @@ def merge_sql(target: str, view: str, keys: Sequence[str], columns: Sequence[str
     on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
     values = {c: (f"CASE WHEN s.{_q(_flag(c))} THEN t.{_q(c)} ELSE s.{_q(c)} END"
                   if c in toast else f"s.{_q(c)}") for c in columns}
-    system = {CDC_COMMIT_LSN: f"s.{stream.COMMIT_LSN}", CDC_COMMIT_TS: f"s.{stream.COMMIT_TS}",
-              CDC_PG_TEXT: "NULL"}
-    texts = system
+    texts = _SYSTEM
     if toast:
         kept = " OR ".join(f"(k = '{a}' AND s.{_q(_flag(c))})" for c, a in sorted(toast.items()))
         left = f"map_filter(t.{CDC_PG_TEXT}, (k, v) -> {kept})"
-        texts = {**system, CDC_PG_TEXT: f"CASE WHEN size({left}) > 0 THEN {left} END"}
+        texts = {**_SYSTEM, CDC_PG_TEXT: f"CASE WHEN size({left}) > 0 THEN {left} END"}
     update = ", ".join(f"t.{_q(c)} = {v}" for c, v in {**values, **texts}.items())
-    inserted = {c: (f"CASE WHEN s.{_q(_flag(c))} THEN raise_error({_sql_text(_lost(table, c))}) "
-                    f"ELSE s.{_q(c)} END" if c in toast else f"s.{_q(c)}")
-                for c in columns} | system
+    inserted = {c: _new_value(c, toast, table) for c in columns} | _SYSTEM
     return (f"MERGE INTO {target} t USING {view} s ON {on} "
             f"WHEN MATCHED AND s._kind = '{_DEL}' THEN DELETE "
             f"WHEN MATCHED THEN UPDATE SET {update} "
