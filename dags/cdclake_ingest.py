@@ -3,7 +3,10 @@ tables → report, one batch per run.
 
 Thin on purpose: every task is one call into :mod:`cdclake.pipeline` with the configuration
 (``CDCLAKE_*`` / ``CDCLAKE_CONFIG``) and the run's params; all logic, and what makes each
-task safe to retry, lives there. One active run at a time: two runs would decode the same
+task safe to retry, lives there. The Spark steps (snapshot, decode, merge) are submitted
+through the Airflow Spark provider on the ``spark_default`` connection
+(:mod:`cdclake.pipeline.submit`), with cdclake shipped to the executors. One active run at
+a time: two runs would decode the same
 segments and race on the mirrors.
 """
 
@@ -16,6 +19,7 @@ from airflow.sdk import Param, dag, task
 
 from cdclake import pipeline
 from cdclake.config import Config
+from cdclake.pipeline.submit import submit
 
 
 def _args(params: dict[str, Any] | None) -> tuple[Config, pipeline.RunParams]:
@@ -59,11 +63,11 @@ def cdclake_ingest() -> None:
 
     @task
     def snapshot(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return pipeline.snapshot(*_args(params))
+        return submit("snapshot", Config.load(), params)
 
     @task
     def decode(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return pipeline.decode(*_args(params))
+        return submit("decode", Config.load(), params)
 
     @task
     def validate_stream(params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -71,7 +75,7 @@ def cdclake_ingest() -> None:
 
     @task
     def merge(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        return pipeline.merge(*_args(params))
+        return submit("merge", Config.load(), params)
 
     @task
     def validate_tables(merged: dict[str, Any],

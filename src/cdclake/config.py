@@ -80,6 +80,9 @@ class Config:
     spill_dir: Path | None = None
     #: CDCLAKE_SPARK_MASTER
     spark_master: str = "local[*]"
+    #: CDCLAKE_SPARK_CONN_ID: the Airflow connection the DAGs submit Spark steps through
+    #: (cdclake.pipeline.submit); when Airflow has none by that id, ``spark_master`` is it.
+    spark_conn_id: str = "spark_default"
     #: CDCLAKE_SPARK_PARTITIONS: reorder-buffer partitions (shuffle by top-level xid).
     spark_partitions: int = 2
     #: CDCLAKE_SPARK_CONF: Spark settings ``k=v,k=v`` (a table in the TOML file), applied

@@ -24,6 +24,7 @@ LAYERS: list[tuple[int, str, str]] = [
     (4, "cdclake.catalog", "the data dictionary and the SQL to the source"),
     (5, "cdclake.decoding", "decoder, reorder buffer, reassembly, output plugins"),
     (5, "cdclake.archive", "the object store and WAL shipping (reads wal only)"),
+    (5, "cdclake.sparkenv", "where Spark runs: the master, cdclake shipped to executors"),
     (6, "cdclake.spark", "decoding on Spark"),
     (6, "cdclake.lake", "the change stream merged into Iceberg"),
     (6, "cdclake.quality", "Great Expectations over the stream and the mirrors"),

@@ -10,6 +10,7 @@ The store URL is the stream's prefix (docs/architecture.md, "The object store"):
     spill/<stream>/xid-<XID>-lsn-<HI>-<LO>.spill
     changes/<batch>/<path>          the emitted change stream
     state/progress.json
+    state/submitted/<token>.json    what a Spark step submitted by Airflow returned
     reports/<path>
 
 Keeping key formatting here means a reader and a writer cannot disagree on a name, and the
@@ -164,6 +165,10 @@ class Layout:
     def progress_log_key(self, seq: int) -> str:
         """Progress after batch ``seq``, created once (cdclake.spark.progress)."""
         return self._k(f"state/progress/{seq:010d}.json")
+
+    def submitted_key(self, token: str) -> str:
+        """What a submitted Spark step returns (cdclake.pipeline.submit): read, then removed."""
+        return self._k(f"state/submitted/{_name(token, 'submission')}.json")
 
     def lease_prefix(self, name: str) -> str:
         """The generations of lease ``name`` (cdclake.archive.lease)."""

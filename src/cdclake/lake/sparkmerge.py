@@ -23,12 +23,13 @@ The reduction keeps the pyiceberg merge's semantics for the tables it takes:
   ``CommitMetadata`` commit properties), so the data and the watermark land together.
 
 A table this path cannot take exactly is left to the pyiceberg merge, and the report says
-why (:func:`static_reason`, :func:`data_reason`): replica identity FULL or NOTHING (a bulk
-load before the primary key, inserts only, is taken), a key that changes columns inside the
-batch, ADD COLUMN ... DEFAULT (older rows read the default), ``time`` columns (Spark 3.5
-cannot read them), renamed enum labels, a table rewrite, values kept as exact text, an UPDATE
-with unchanged TOAST that changes the key or leaves it unlogged, and changes of transactions
-an initial snapshot may already hold.
+why (:func:`static_reason`, :func:`data_reason`): UPDATEs or DELETEs of a table with replica
+identity FULL or NOTHING (rows matched as a multiset; its INSERTs are appended here, and a
+TRUNCATE overwrites), a key that changes columns inside the batch, ADD COLUMN ... DEFAULT
+(older rows read the default), ``time`` columns (Spark 3.5 cannot read them), renamed enum
+labels, a table rewrite, values kept as exact text, and an UPDATE with unchanged TOAST that
+changes the key or leaves it unlogged. The changes of transactions a mirror's initial
+snapshot saw are dropped here as in the pyiceberg merge (:mod:`cdclake.lake.visibility`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from cdclake.lake.schema import (
 )
 from cdclake.lake.sparksql import error_line
 from cdclake.lake.tables import MIRROR, ensure_table, mirror_identifier, snapshot_id
-from cdclake.lake.visibility import facts_of
+from cdclake.lake.visibility import SnapshotFacts, facts_of, not_in_snapshot
 from cdclake.lake.watermark import committed_lsn, summary_properties
 from cdclake.wal.lsn import format_lsn
 
@@ -100,6 +101,7 @@ class BatchStats:
     keyless: int  #: UPDATEs and DELETEs under a version without a replica identity
     min_commit: int | None
     max_commit: int | None
+    in_snapshot: int  #: rows of transactions the mirror's initial snapshot saw (not pending)
     toast: frozenset[int]  #: attnums some change left unchanged (TOAST)
 
 
@@ -139,21 +141,29 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
         table = tx.commit_transaction()
     target = _spark_name(config, ident)
     fields = mirror_fields(table.schema(), entry.table)
-    key = versions[-1].info.identity.attnums
+    # a table without a key (FULL, NOTHING) is a multiset: only its INSERTs are taken here
+    keyed = FULL not in {v.info.identity.kind for v in versions} and \
+        versions[-1].info.identity.kind == KEY
+    key = versions[-1].info.identity.attnums if keyed else ()
     try:
         spark.catalog.refreshTable(target)
         types = {f.name: f.dataType for f in spark.table(target).schema.fields}
-        changes = _changes(spark, batch.filesystem, versions, fields, types, key, stored)
+        facts = facts_of(table.properties, entry.table)
+        changes = _changes(spark, batch.filesystem, versions, fields, types, key, stored, facts)
         stats = batch_stats(changes, versions, key, fields)
     except LakeError:
         raise
     except Exception as exc:  # Py4J and pyspark errors: one line, nothing committed
         raise LakeError(f"merge of {entry.table} on Spark: cannot read its batch or its mirror "
                         f"{target} ({error_line(exc)}); nothing was committed") from exc
-    report.skipped_applied = report.changes - stats.rows
-    reason = data_reason(stats, facts_of(table.properties, entry.table))
+    report.skipped_applied = report.changes - stats.rows - stats.in_snapshot
+    report.skipped_snapshot = stats.in_snapshot
+    multiset = not keyed and (stats.ops.get(stream.OP_UPDATE) or stats.ops.get(stream.OP_DELETE))
+    reason = ("replica identity FULL or NOTHING with UPDATEs or DELETEs (rows are matched as "
+              "a multiset)" if multiset else data_reason(stats))
     if reason:
         return reason
+    changes = changes.where("_pending")
     if stats.rows == 0:
         return report  # already applied: no commit, no snapshot
     assert stats.max_commit is not None
@@ -168,14 +178,21 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
     if report.truncated:  # the mirror is emptied there: what came before is superseded
         changes = after_last_truncate(changes)
         report.strategy = "truncate"
-    net = last_per_key(_events(changes, key, fields, stats.toast),
-                       [fields[a].name for a in key], [fields[a].name for a in stats.toast])
+    net = _events(changes, key, fields, stats.toast)
+    if keyed:
+        net = last_per_key(net, [fields[a].name for a in key],
+                           [fields[a].name for a in stats.toast])
+    elif not report.truncated:
+        report.strategy = "append"
     view = f"cdclake_merge_{uuid.uuid4().hex[:12]}"
     net.createOrReplaceTempView(view)
     toast = {fields[a].name: a for a in stats.toast}
-    sql = (overwrite_sql(target, view, list(types), toast, entry.table) if report.truncated
-           else merge_sql(target, view, [fields[a].name for a in key],
-                          [f.name for f in fields.values()], toast, entry.table))
+    if keyed and not report.truncated:
+        sql = merge_sql(target, view, [fields[a].name for a in key],
+                        [f.name for f in fields.values()], toast, entry.table)
+    else:
+        sql = insert_sql(target, view, list(types), toast, entry.table,
+                         overwrite=bool(report.truncated))
     what = f"merge of {entry.table} into {report.mirror}"
     try:
         with_commit_properties(
@@ -211,9 +228,6 @@ def static_reason(infos: Sequence[VersionInfo], table: Table,
                   stored_labels: labels.Labels) -> str:
     """Why the batch's relation versions and the mirror cannot go through a Spark MERGE ('':
     they can)."""
-    kinds = {i.identity.kind for i in infos}
-    if FULL in kinds or infos[-1].identity.kind != KEY:
-        return "replica identity FULL or NOTHING (rows are matched as a multiset)"
     if len({i.identity.attnums for i in infos if i.identity.kind == KEY}) > 1:
         return "the replica identity changes inside the batch"
     if any(i.defaults for i in infos):
@@ -232,7 +246,7 @@ def static_reason(infos: Sequence[VersionInfo], table: Table,
     return ""
 
 
-def data_reason(stats: BatchStats, facts: Any) -> str:
+def data_reason(stats: BatchStats) -> str:
     """Why the batch's pending changes cannot go through a Spark MERGE ('': they can)."""
     other = {op for op, n in stats.ops.items() if n and op not in _ROW_OPS | {stream.OP_TRUNCATE}}
     if other:
@@ -245,8 +259,6 @@ def data_reason(stats: BatchStats, facts: Any) -> str:
     if stats.toast_moves:
         return (f"{stats.toast_moves} UPDATEs leave TOASTed columns unchanged while changing "
                 "the key or leaving a TOASTed key unlogged")
-    if facts is not None and stats.min_commit is not None and stats.min_commit < facts.end_lsn:
-        return "changes of transactions the mirror's initial snapshot may hold"
     return ""
 
 
@@ -307,9 +319,13 @@ def read_parts(filesystem: pafs.FileSystem, schema: pa.Schema
 
 def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequence[_Version],
              fields: Mapping[int, NestedField], types: Mapping[str, Any],
-             key: Sequence[int], stored: int | None) -> DataFrame:
+             key: Sequence[int], stored: int | None, facts: SnapshotFacts | None) -> DataFrame:
     """Every version's pending change rows with the mirror's column names and Spark types,
-    plus the stream's order, op, old key (``_old_<name>``) and unchanged-TOAST flags."""
+    plus the stream's order, op, old key (``_old_<name>``) and unchanged-TOAST flags.
+
+    Only changes committed after the mirror's commit LSN; ``_pending`` is false for those of
+    a transaction the mirror's initial snapshot saw (:mod:`cdclake.lake.visibility`), which
+    :func:`batch_stats` counts and :func:`merge_table` then drops."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -332,6 +348,8 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
             old = F.col(stream.OLD_KEY).getField(by_attnum[attnum]) if keyed else F.lit(None)
             cols.append(old.cast(types[fields[attnum].name]).alias(_old(fields[attnum].name)))
         cols.append(F.lit(not keyed).alias("_keyless"))
+        cols.append((F.lit(True) if facts is None else not_in_snapshot(
+            facts, F.col(stream.COMMIT_LSN), F.col(stream.XID))).alias("_pending"))
         toast = F.coalesce(F.col(stream.UNCHANGED_TOAST), F.array().cast("array<string>"))
         cols += [F.col(c) for c in (*_ORDER, stream.COMMIT_TS, stream.OP)]
         cols.append(toast.alias(stream.UNCHANGED_TOAST))
@@ -352,25 +370,33 @@ def _lookup(mapping: Column) -> Callable[[Column], Column]:
 
 def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[int],
                 fields: Mapping[int, NestedField]) -> BatchStats:
-    """Counts per op and the facts :func:`data_reason` needs, in one Spark job."""
+    """Counts per op and the facts :func:`data_reason` needs, of the pending rows, and how
+    many the initial snapshot holds: one Spark job."""
     from pyspark.sql import functions as F
 
     op = F.col(stream.OP)
+    pending = F.col("_pending")
+
+    def count(condition: Column) -> Column:  # of the pending rows
+        return F.sum((pending & condition).cast("long"))
+
     # the row an unchanged TOAST value comes from is ambiguous when the key changes, or when
     # the key itself was not logged (a TOASTed key): the pyiceberg merge follows the old key
     key_unlogged = F.exists("_toast_attnums", lambda a: a.isin(*key))
     moved = (op == stream.OP_UPDATE) & (F.size(stream.UNCHANGED_TOAST) > 0) & (
-        _key_changed(key, fields) | key_unlogged)
+        _key_changed(key, fields) | key_unlogged) if key else F.lit(False)
     row = changes.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.collect_set(op).alias("seen"),
-        *(F.sum((op == o).cast("long")).alias(f"n_{o}") for o in sorted(_ALL_OPS)),
-        F.sum((F.col("_texts") > 0).cast("long")).alias("texts"),
-        F.sum(moved.cast("long")).alias("moved"),
-        F.sum((F.col("_keyless") & op.isin(stream.OP_UPDATE, stream.OP_DELETE)).cast("long"))
-        .alias("keyless"),
-        F.min(stream.COMMIT_LSN).alias("min_commit"), F.max(stream.COMMIT_LSN).alias("max_commit"),
-        F.array_distinct(F.flatten(F.collect_set("_toast_attnums"))).alias("toast"),
+        count(F.lit(True)).alias("rows"),
+        F.sum((~pending).cast("long")).alias("in_snapshot"),
+        F.collect_set(F.when(pending, op)).alias("seen"),
+        *(count(op == o).alias(f"n_{o}") for o in sorted(_ALL_OPS)),
+        count(F.col("_texts") > 0).alias("texts"),
+        count(moved).alias("moved"),
+        count(F.col("_keyless") & op.isin(stream.OP_UPDATE, stream.OP_DELETE)).alias("keyless"),
+        F.min(F.when(pending, F.col(stream.COMMIT_LSN))).alias("min_commit"),
+        F.max(F.when(pending, F.col(stream.COMMIT_LSN))).alias("max_commit"),
+        F.array_distinct(F.flatten(F.collect_set(F.when(pending, F.col("_toast_attnums")))))
+        .alias("toast"),
     ).first()
     assert row is not None
     ops = {o: int(row[f"n_{o}"] or 0) for o in sorted(_ALL_OPS)}
@@ -378,8 +404,9 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
     if unknown:
         raise LakeError(f"unknown _op values {sorted(unknown)} in the change stream of "
                         f"{versions[-1].info.relation.schema}.{versions[-1].info.relation.name}")
-    return BatchStats(int(row["rows"]), ops, int(row["texts"] or 0), int(row["moved"] or 0),
-                      int(row["keyless"] or 0), row["min_commit"], row["max_commit"],
+    return BatchStats(int(row["rows"] or 0), ops, int(row["texts"] or 0),
+                      int(row["moved"] or 0), int(row["keyless"] or 0), row["min_commit"],
+                      row["max_commit"], int(row["in_snapshot"] or 0),
                       # an attnum a later version dropped is not in the mirror any more
                       frozenset(a for a in row["toast"] or () if a in fields))
 
@@ -421,6 +448,8 @@ def _events(changes: DataFrame, key: Sequence[int], fields: Mapping[int, NestedF
         return rows.select(*cols, *order, F.lit(_DEL).alias("_kind"),
                            *(F.lit(False).alias(_flag(fields[a].name)) for a in toast))
 
+    if not key:  # a table without a key brings only INSERTs here
+        return sets
     deletes = removal(changes.where(op == stream.OP_DELETE))
     moves = removal(changes.where((op == stream.OP_UPDATE) & _key_changed(key, fields)))
     return sets.unionByName(deletes).unionByName(moves)
@@ -476,14 +505,15 @@ def _new_value(column: str, toast: Mapping[str, int], table: str) -> str:
             f"{_sql_text(_lost(table, column))}) ELSE {value} END")
 
 
-def overwrite_sql(target: str, view: str, columns: Sequence[str], toast: Mapping[str, int],
-                  table: str) -> str:
-    """A batch with a TRUNCATE: the mirror becomes the rows set after it (``columns``: the
-    mirror's, in its order). An unchanged TOAST value has nothing to come from after a
-    TRUNCATE: the statement fails, as in :func:`merge_sql`."""
+def insert_sql(target: str, view: str, columns: Sequence[str], toast: Mapping[str, int],
+               table: str, *, overwrite: bool) -> str:
+    """The rows ``view`` sets, added to the mirror (a table without a key: its INSERTs) or,
+    for a batch with a TRUNCATE, replacing it (``columns``: the mirror's, in its order). An
+    unchanged TOAST value has nothing to come from in a new row: the statement fails, as in
+    :func:`merge_sql`."""
     values = [_SYSTEM.get(c) or _new_value(c, toast, table) for c in columns]
-    return (f"INSERT OVERWRITE {target} SELECT {', '.join(values)} FROM {view} s "
-            f"WHERE s._kind = '{_SET}'")
+    return (f"INSERT {'OVERWRITE' if overwrite else 'INTO'} {target} "
+            f"SELECT {', '.join(values)} FROM {view} s WHERE s._kind = '{_SET}'")
 
 
 def merge_sql(target: str, view: str, keys: Sequence[str], columns: Sequence[str],

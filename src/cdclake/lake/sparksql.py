@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from cdclake import sparkenv
 from cdclake.config import Config, positive_int
 from cdclake.errors import ConfigError, LakeError
 from cdclake.lake.catalog import S3_SCHEMES, catalog_properties, open_catalog
+from cdclake.sparkenv import builder, is_local, ship
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,14 +77,19 @@ class JarSet:
 
 def cache_dir() -> Path:
     """Where the built jar lives: inside the virtualenv, so removing it removes the jar."""
-    return Path(sys.prefix) / "share" / "cdclake" / "jars"
+    return sparkenv.cache_dir() / "jars"
 
 
 def pyspark_jars() -> Path:
+    """pyspark's Spark jars. A driver spark-submit started imports pyspark from
+    ``$SPARK_HOME/python/lib/pyspark.zip``: its jars are then ``$SPARK_HOME/jars``."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(f"Spark SQL needs pyspark, which is not installed: {REMEDY}")
-    return Path(next(iter(spec.submodule_search_locations))) / "jars"
+    package = Path(next(iter(spec.submodule_search_locations)))
+    if not package.is_dir() and os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"]) / "jars"
+    return package / "jars"
 
 
 def runtime_jar(spark_jars: Path | None = None) -> Path:
@@ -282,9 +289,13 @@ def catalog_conf(config: Config) -> dict[str, str]:
     return conf
 
 
-def spark_conf(config: Config, jars: JarSet) -> dict[str, str]:
+def spark_conf(config: Config, jars: JarSet, master: str = "local") -> dict[str, str]:
     """Every Spark setting the mirrors need: class path, extensions, the catalog (named
     ``config.catalog_name``, the session's default, so ``<namespace>.<table>`` resolves).
+
+    The driver has the jars on its class path. Executors of ``local`` are the driver's JVM;
+    any other ``master``'s get the runtime and its Jackson sent (``spark.jars``): they read
+    and write data files, and only the driver talks to the catalog's database.
 
     A catalog other than SQL (REST, Glue, Hive) is the user's to configure through
     ``spark_conf`` (``spark.sql.catalog.<name>.*``); only the jars and extensions come from here.
@@ -292,9 +303,12 @@ def spark_conf(config: Config, jars: JarSet) -> dict[str, str]:
     name = config.catalog_name
     prefix = f"spark.sql.catalog.{name}"
     conf = {"spark.driver.extraClassPath": jars.classpath(),
-            "spark.executor.extraClassPath": jars.classpath(),
             "spark.sql.extensions": EXTENSIONS,
             "spark.sql.defaultCatalog": name}
+    if is_local(master):
+        conf["spark.executor.extraClassPath"] = jars.classpath()
+    else:
+        conf["spark.jars"] = f"{jars.runtime},{jars.jackson}"
     if _is_sql(config):
         conf[prefix] = SPARK_CATALOG
         conf.update({f"{prefix}.{k}": v for k, v in catalog_conf(config).items()})
@@ -317,22 +331,13 @@ def spark_session(config: Config, *, quiet: bool = False,
     jars = ensure_jars(config, cache=cache)
     if _is_sql(config):
         open_catalog(config)  # creates the catalog's tables (see catalog_conf)
-    from pyspark.sql import SparkSession
-
     _drop_jvm_without_iceberg()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(config.spark_master)
-               .appName(f"cdclake-sql-{config.stream}")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
+    conf = {"spark.sql.session.timeZone": "UTC", **spark_conf(config, jars, config.spark_master)}
     if quiet:
-        builder = builder.config("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile={_quiet_log4j(jars.jackson.parent)}")
-    for key, value in {**spark_conf(config, jars), **config.spark_conf}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        conf["spark.driver.extraJavaOptions"] = \
+            f"-Dlog4j2.configurationFile={_quiet_log4j(jars.jackson.parent)}"
+    spark = builder(config, "sql", conf).getOrCreate()
+    ship(spark)
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -352,7 +357,10 @@ def _drop_jvm_without_iceberg() -> None:
         gateway.jvm.java.lang.Class.forName(SPARK_CATALOG)
         return
     except Py4JError:
-        pass
+        if sparkenv.submitted():
+            raise ConfigError("spark-submit did not give this driver Iceberg's Spark runtime: "
+                              "submit it with cdclake.pipeline.submit, or pass --jars and "
+                              "--driver-class-path as it does") from None
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import LakeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 #: the mirror table property holding the facts of its last initial snapshot (JSON)
 PROPERTY = "cdclake.snapshot"
@@ -83,6 +86,19 @@ class SnapshotFacts:
         return cls(str(d["id"]), int(d["lsn"]), int(d["end_lsn"]), int(d["xmin"]),
                    int(d["xmax"]), tuple(int(x) for x in d["xip"]), int(d["taken_at_us"]),
                    str(d.get("run", "")))
+
+
+def not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Column:
+    """:meth:`SnapshotFacts.in_snapshot`, negated, as a Spark column: the changes the Spark
+    merge still applies to a mirror an initial snapshot filled."""
+    from pyspark.sql import functions as F
+
+    full = F.lit(facts.xmax & ~(_EPOCH - 1)) + xid  # widen(); the WAL's xid is below 2^32
+    full = (F.when(full > F.lit(facts.xmax + _HALF), full - F.lit(_EPOCH))
+            .when(full < F.lit(facts.xmax - _HALF), full + F.lit(_EPOCH)).otherwise(full))
+    running = full.isin(*facts.xip) if facts.xip else F.lit(False)
+    visible = (full < F.lit(facts.xmin)) | ((full < F.lit(facts.xmax)) & ~running)
+    return (commit_lsn >= F.lit(facts.end_lsn)) | ~visible
 
 
 def facts_of(properties: dict[str, str], table: str) -> SnapshotFacts | None:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +50,7 @@ from cdclake.spark.progress import Progress, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route
 from cdclake.spark.segments import ParsedSegment, parse_segment
 from cdclake.spark.writer import MergedVersion, merge_runs
+from cdclake.sparkenv import builder, ship
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import XLogRecord
 
@@ -75,24 +74,12 @@ class BatchResult:
 
 def spark_session(config: Config) -> SparkSession:
     """A session on ``config.spark_master`` (``local[*]`` by default), with
-    ``config.spark_conf`` applied over cdclake's defaults.
-
-    Workers run this interpreter unless PYSPARK_PYTHON says otherwise: they import cdclake.
-    Settings the JVM reads at start (``spark.driver.memory``) only take effect in a process
-    that has no session yet.
-    """
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(config.spark_master)
-               .appName(f"cdclake-decode-{config.stream}")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")  # cdclake logs its progress
-               .config("spark.default.parallelism", str(config.spark_partitions)))
-    for key, value in config.spark_conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    ``config.spark_conf`` applied over cdclake's defaults, and cdclake shipped to executors
+    that need it (:mod:`cdclake.sparkenv`)."""
+    spark = builder(config, "decode", {
+        "spark.default.parallelism": str(config.spark_partitions)}).getOrCreate()
+    ship(spark)
+    return spark
 
 
 def decode_batch(config: Config, *, spark: SparkSession | None = None,

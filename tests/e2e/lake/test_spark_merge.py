@@ -54,6 +54,7 @@ SETUP = [
     "CREATE TABLE tokens (id uuid PRIMARY KEY, label text)",
     "CREATE TABLE plain (a int, b text)",
     "ALTER TABLE plain REPLICA IDENTITY FULL",
+    "CREATE TABLE log (at int, msg text)",  # no key: replica identity NOTHING
     # a row from before the stream: no mirror holds it
     "CREATE TABLE orphan (id int PRIMARY KEY, n int, body text)",
     f"INSERT INTO orphan VALUES (1, 0, {BIG.format(seed=99)})",
@@ -65,6 +66,7 @@ BATCHES = [
         *(f"INSERT INTO docs VALUES ({i}, 0, {BIG.format(seed=i)})" for i in range(1, 7)),
         "INSERT INTO tokens SELECT md5(g::text)::uuid, 't' || g FROM generate_series(1, 20) g",
         "INSERT INTO plain VALUES (1, 'x'), (1, 'x'), (2, 'y')",
+        "INSERT INTO log VALUES (1, 'a'), (1, 'a'), (2, 'b')",
         # a bulk load, then its primary key (as pg_restore and pgbench -i do), in one batch
         "CREATE TABLE bulk (id int, v text)",
         "INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 500) g",
@@ -92,6 +94,9 @@ BATCHES = [
         "UPDATE tokens SET label = upper(label) WHERE label LIKE 't1%'",
         "DELETE FROM tokens WHERE label = 't2'",
         "DELETE FROM plain WHERE a = 1",  # one of two identical rows: a multiset
+        "INSERT INTO log VALUES (3, 'lost')",
+        "TRUNCATE log",
+        "INSERT INTO log VALUES (4, 'c'), (4, 'c')",
         "UPDATE bulk SET v = 'again' WHERE id BETWEEN 11 AND 20",
         # TRUNCATE mid-batch: what came before is superseded, what follows lands
         "UPDATE tokens SET label = 'gone' WHERE label = 't3'",
@@ -109,6 +114,7 @@ BATCHES = [
         "INSERT INTO items (id, title, price, note) VALUES (900, 'new', 9, 'n')",
         "UPDATE docs SET n = 100 WHERE id = 2",
         "INSERT INTO plain VALUES (3, 'z')",
+        "INSERT INTO log VALUES (4, 'c')",
     ],
 ]
 #: source table -> the columns compared, after the last batch
@@ -118,8 +124,11 @@ COLUMNS = {
     "public.tokens": ["id", "label"],
     "public.plain": ["a", "b"],
     "public.bulk": ["id", "v"],
+    "public.log": ["at", "msg"],
 }
-SPARK_TABLES = {"public.items", "public.docs", "public.tokens", "public.bulk"}
+#: every change of these goes through the Spark merge (MERGE INTO, or for log, which has no
+#: key, INSERT INTO and a TRUNCATE's INSERT OVERWRITE)
+SPARK_TABLES = {"public.items", "public.docs", "public.tokens", "public.bulk", "public.log"}
 
 
 @dataclass
@@ -229,8 +238,13 @@ def test_tables_take_the_spark_path_or_say_why_not(lake: Lake) -> None:
         engines = {t.table: (t.engine, t.fallback) for t in report.tables}
         for table in SPARK_TABLES & engines.keys():
             assert engines[table] == ("spark", ""), (table, engines[table])
-        assert engines["public.plain"][0] == "pyiceberg"
-        assert "FULL" in engines["public.plain"][1]
+    # a table without a key: its INSERTs are appended on Spark, a DELETE is not for Spark
+    plain = [next(t for t in r.tables if t.table == "public.plain") for r in lake.reports]
+    assert [(t.engine, t.strategy) for t in plain] == [
+        ("spark", "append"), ("pyiceberg", plain[1].strategy), ("spark", "append")]
+    assert "FULL or NOTHING with UPDATEs or DELETEs" in plain[1].fallback
+    log = [next(t for t in r.tables if t.table == "public.log").strategy for r in lake.reports]
+    assert log == ["append", "truncate", "append"]
 
 
 def test_the_stream_left_toasted_values_unchanged(lake: Lake) -> None:
@@ -264,7 +278,7 @@ def test_position_deletes_never_equality_deletes(lake: Lake, table: str) -> None
     content = {r[0]: r[1] for r in lake.spark.sql(
         f"SELECT content, count(*) FROM {_spark_name(lake, table)}.all_files "
         "GROUP BY content").collect()}
-    if table != "public.tokens":  # tokens was only ever appended to and overwritten
+    if table not in ("public.tokens", "public.log"):  # only appended to and overwritten
         assert content.get(1, 0) > 0, content  # the replaced rows are deleted by position
     assert 2 not in content, content
 
@@ -311,3 +325,26 @@ def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -
     assert message.endswith("cdclake snapshot --tables public.orphan")
     orphan = _table(lake, "public.orphan")
     assert orphan.current_snapshot() is None
+
+
+def test_the_snapshot_handoff_on_spark_is_the_pyiceberg_one(lake: Lake) -> None:
+    """visibility.not_in_snapshot (a Spark column) against SnapshotFacts.in_snapshot, over
+    xids around the snapshot's xmin, xip and xmax, across an epoch boundary, and commit LSNs
+    either side of its end."""
+    from pyspark.sql import functions as F
+
+    from cdclake.lake.visibility import SnapshotFacts, not_in_snapshot
+
+    epoch = 1 << 32
+    cases = [SnapshotFacts("s", 100, 200, 1000, 1010, (1002, 1005), 0),
+             SnapshotFacts("s", 100, 200, 5 * epoch - 3, 5 * epoch + 4, (5 * epoch + 1,), 0),
+             SnapshotFacts("s", 100, 200, 7 * epoch + 50, 7 * epoch + 50, (), 0)]
+    for facts in cases:
+        xids = sorted({(facts.xmax + d) % epoch for d in range(-12, 12)} | {0, 3, epoch - 1,
+                      (facts.xmax + (1 << 31) - 1) % epoch, (facts.xmax - (1 << 31)) % epoch})
+        rows = [(lsn, xid) for lsn in (150, 199, 200, 250) for xid in xids]
+        got = (lake.spark.createDataFrame(rows, "lsn long, xid long")
+               .select("lsn", "xid", not_in_snapshot(facts, F.col("lsn"), F.col("xid"))
+                       .alias("pending")).collect())
+        assert {(r.lsn, r.xid): r.pending for r in got} == {
+            (lsn, xid): not facts.in_snapshot(lsn, xid) for lsn, xid in rows}

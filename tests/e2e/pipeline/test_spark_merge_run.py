@@ -2,8 +2,9 @@
 
 The bank's stream (tests/e2e/pipeline/test_faults.py): keyed tables and a REPLICA IDENTITY FULL
 one, an initial snapshot, then rounds of every kind of change. The first round overlaps the
-snapshot and the FULL table is a multiset: those go to the pyiceberg merge and the run report
-says why; the other rounds of the keyed tables are MERGE INTO commits. The mirrors are compared
+snapshot (the changes the snapshot saw are dropped on Spark by transaction visibility); the
+keyed tables are MERGE INTO commits in every round, and the FULL table, a multiset, goes to the
+pyiceberg merge with the reason in the run report. The mirrors are compared
 with the source through DuckDB after every run.
 """
 
@@ -33,6 +34,6 @@ def test_runs_on_the_spark_merge_keep_the_mirrors_exact(tmp_path: Path) -> None:
                 for t in batch["tables"]:
                     engines.setdefault(t["table"], set()).add((t["engine"], t["fallback"]))
         for table in ("public.accounts", "public.events"):
-            assert ("spark", "") in engines[table], engines[table]
+            assert engines[table] == {("spark", "")}, engines[table]
         assert {e for e, _ in engines["public.tags"]} == {"pyiceberg"}
         assert all("FULL" in why for _, why in engines["public.tags"])

@@ -14,36 +14,31 @@ from cdclake.lake.sparkmerge import (
     BatchStats,
     _ready_column,
     data_reason,
+    insert_sql,
     merge_sql,
-    overwrite_sql,
     spark_ready,
 )
-from cdclake.lake.visibility import SnapshotFacts
 
 
 def stats(**kw: object) -> BatchStats:
     base = {"rows": 3, "ops": {"I": 2, "U": 1, "D": 0}, "texts": 0, "toast_moves": 0,
-            "keyless": 0, "min_commit": 100, "max_commit": 200, "toast": frozenset()}
+            "keyless": 0, "min_commit": 100, "max_commit": 200, "in_snapshot": 0,
+            "toast": frozenset()}
     return BatchStats(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def facts(end_lsn: int) -> SnapshotFacts:
-    return SnapshotFacts("s", 10, end_lsn, 5, 9, (), 0)
-
-
 def test_row_changes_are_taken() -> None:
-    assert data_reason(stats(), None) == ""
-    assert data_reason(stats(), facts(end_lsn=100)) == ""  # all committed after the snapshot
+    assert data_reason(stats()) == ""
+    # the changes an initial snapshot holds are dropped on Spark (visibility.not_in_snapshot)
+    assert data_reason(stats(in_snapshot=5)) == ""
 
 
 def test_rewrites_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
-    assert data_reason(stats(ops={"I": 1, stream.OP_TRUNCATE: 1}), None) == ""  # overwrite
-    assert "W" in data_reason(stats(ops={stream.OP_REWRITE_BEGIN: 1, stream.OP_REWRITE: 4}),
-                              None)
-    assert "exact text" in data_reason(stats(texts=2), None)
-    assert "TOAST" in data_reason(stats(toast_moves=1), None)
-    assert "without a replica identity" in data_reason(stats(keyless=2), None)
-    assert "snapshot" in data_reason(stats(min_commit=100), facts(end_lsn=101))
+    assert data_reason(stats(ops={"I": 1, stream.OP_TRUNCATE: 1})) == ""  # overwrite
+    assert "W" in data_reason(stats(ops={stream.OP_REWRITE_BEGIN: 1, stream.OP_REWRITE: 4}))
+    assert "exact text" in data_reason(stats(texts=2))
+    assert "TOAST" in data_reason(stats(toast_moves=1))
+    assert "without a replica identity" in data_reason(stats(keyless=2))
 
 
 def test_merge_sql_deletes_updates_and_inserts_by_key() -> None:
@@ -79,9 +74,13 @@ def test_uuid_goes_to_spark_as_text() -> None:
     assert ready.to_pylist() == [{"id": str(u)}, None]
 
 
-def test_overwrite_sql_keeps_the_mirrors_column_order() -> None:
-    sql = overwrite_sql("t", "v", ["id", "_cdc_commit_lsn", "_cdc_commit_ts", "_cdc_pg_text",
-                                   "body"], {"body": 3}, "public.t")
+def test_insert_sql_keeps_the_mirrors_column_order() -> None:
+    columns = ["id", "_cdc_commit_lsn", "_cdc_commit_ts", "_cdc_pg_text", "body"]
+    sql = insert_sql("t", "v", columns, {"body": 3}, "public.t", overwrite=True)
     assert sql.startswith("INSERT OVERWRITE t SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL, "
                           "CASE WHEN s.`_unchanged_body` THEN raise_error(")
     assert sql.endswith("FROM v s WHERE s._kind = 'set'")
+    # a table without a key: its INSERTs are added to the multiset
+    assert insert_sql("t", "v", columns[:4], {}, "public.t", overwrite=False) == (
+        "INSERT INTO t SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL FROM v s "
+        "WHERE s._kind = 'set'")

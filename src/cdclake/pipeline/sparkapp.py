@@ -1,0 +1,43 @@
+"""The Spark application :mod:`cdclake.pipeline.submit` submits: one step of a run, its result
+(or its one-line error) written to the store key it was given.
+
+``spark-submit … sparkapp.py <step> --params JSON --result KEY``. The configuration is the
+``CDCLAKE_*`` environment (or ``CDCLAKE_CONFIG``), as in every task. Exit 0 with a result,
+2 with an error: a traceback never stands in for the error line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from cdclake.archive import open_store
+from cdclake.config import Config
+from cdclake.errors import CdclakeError, redact
+from cdclake.pipeline import steps
+from cdclake.pipeline.params import RunParams
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="cdclake-sparkapp")
+    p.add_argument("step", choices=("snapshot", "decode", "merge"))
+    p.add_argument("--params", default="{}")
+    p.add_argument("--result", required=True)
+    args = p.parse_args(argv)
+    config = Config.load()
+    try:
+        answer = {"result": getattr(steps, args.step)(config, RunParams.from_mapping(
+            json.loads(args.params)))}
+    except CdclakeError as exc:
+        answer = {"error": redact(str(exc))}
+    open_store(config).put(args.result, json.dumps(answer).encode())
+    if "error" in answer:
+        print(f"cdclake {args.step}: error: {answer['error']}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The Spark steps of a run (snapshot, decode, merge) as Spark applications, submitted the way
+Airflow users submit Spark: the Airflow Spark provider's ``SparkSubmitHook`` on a connection
+(``config.spark_conn_id``, ``spark_default``), whose host is the master (``local[*]``,
+``spark://host:7077``, ``k8s://https://…``, ``yarn``) and whose extras choose the deploy mode.
+
+What goes with each submission:
+
+- ``--py-files``: cdclake's own code as one zip (:func:`cdclake.sparkenv.package_zip`), so
+  executors import only the cluster's Python environment plus what was sent;
+- ``--properties-file`` (mode 0600): every Spark setting of the session the step would have
+  built in-process, ``config.spark_conf`` last: Iceberg's runtime (``spark.jars``) and the
+  catalog's JDBC driver on the driver's class path (:func:`cdclake.lake.sparksql.spark_conf`),
+  the catalog, the Python of driver and executors. Catalog passwords stay off the command
+  line.
+
+The application (:mod:`cdclake.pipeline.sparkapp`) reads the configuration from the same
+``CDCLAKE_*`` environment, runs the step, and writes its result (or its one-line error) to
+``state/submitted/<token>.json`` in the store, where this side reads it back: the store is the
+one place both a client-mode and a cluster-mode driver reach.
+
+When Airflow has no connection by that id, it is ``config.spark_master``; the provider's own
+fallback (YARN) would be wrong on a machine without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cdclake import sparkenv
+from cdclake.archive import Layout, open_store
+from cdclake.config import Config
+from cdclake.errors import CdclakeError, ConfigError, ObjectNotFound, redact
+from cdclake.pipeline.params import RunParams
+
+#: the steps that run on Spark; the others are plain Python tasks
+SPARK_STEPS = ("snapshot", "decode", "merge")
+APPLICATION = Path(__file__).with_name("sparkapp.py")
+
+
+def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``step`` as a Spark application through the Airflow Spark provider; its result.
+
+    A failed step raises its own one-line error (a ConfigError, LakeError, … as
+    :class:`CdclakeError`); a submission that ended without a result (the driver died, the
+    master refused it) raises one naming the exit and where the log is.
+    """
+    if step not in SPARK_STEPS:
+        raise ConfigError(f"{step!r} is not a Spark step ({', '.join(SPARK_STEPS)})")
+    run = RunParams.from_mapping(params)  # a bad parameter fails here, before any JVM
+    from airflow.exceptions import AirflowException
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from cdclake.lake.sparksql import ensure_jars, pyspark_jars, spark_conf
+
+    jars = ensure_jars(config)
+    spark_home = pyspark_jars().parent  # pyspark's own Spark; its scripts need SPARK_HOME
+    store, layout = open_store(config), Layout()
+    key = layout.submitted_key(uuid.uuid4().hex)
+    with tempfile.TemporaryDirectory(prefix="cdclake-submit-") as tmp:
+        props = _properties(Path(tmp) / "spark.properties", {
+            "spark.pyspark.driver.python": sys.executable,
+            "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            **spark_conf(config, jars, master="cluster"), **config.spark_conf})
+        with _connection(config):  # the hook resolves it once, here
+            hook = SparkSubmitHook(
+                conn_id=config.spark_conn_id, name=f"cdclake-{step}-{config.stream}",
+                py_files=str(sparkenv.package_zip()), properties_file=str(props),
+                spark_binary=str(spark_home / "bin" / "spark-submit"),
+                application_args=[step, "--params", json.dumps(run.to_json()), "--result", key])
+        try:
+            hook.submit(str(APPLICATION), env={**os.environ, "SPARK_HOME": str(spark_home)})
+            failure = "it exited 0"
+        except AirflowException as exc:
+            code = re.search(r"Error code is: (-?\d+)", str(exc))
+            failure = f"exit {code.group(1)}" if code else redact(str(exc).splitlines()[0])
+    try:
+        answer = json.loads(store.get(key))
+    except ObjectNotFound:
+        raise CdclakeError(f"spark-submit of {step} ended without a result ({failure}); "
+                           "the task log has Spark's output") from None
+    finally:
+        store.delete(key)
+    if "error" in answer:
+        raise CdclakeError(answer["error"])
+    return answer["result"]
+
+
+@contextlib.contextmanager
+def _connection(config: Config) -> Iterator[None]:
+    """``config.spark_conn_id`` as Airflow has it, else ``config.spark_master`` as that
+    connection (an environment variable connection, while the hook is built)."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.hooks.base import BaseHook
+
+    try:
+        BaseHook.get_connection(config.spark_conn_id)
+        known = True
+    except AirflowNotFoundException:
+        known = False
+    if known:
+        yield
+        return
+    var = f"AIRFLOW_CONN_{config.spark_conn_id.upper()}"
+    os.environ[var] = json.dumps({"conn_type": "spark", "host": config.spark_master})
+    try:
+        yield
+    finally:
+        os.environ.pop(var, None)
+
+
+def _properties(path: Path, conf: Mapping[str, str]) -> Path:
+    """``conf`` as a Java properties file only its owner may read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for key, value in conf.items():
+            f.write(f"{_escape(key)}={_escape(value)}\n")
+    return path
+
+
+def _escape(text: str) -> str:
+    return (text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+            .replace("=", "\\=").replace(":", "\\:"))

@@ -1,0 +1,53 @@
+"""The Spark steps' submission (cdclake.pipeline.submit) and the application it submits
+(cdclake.pipeline.sparkapp), up to where spark-submit would start: no JVM, no Airflow."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdclake.archive import Layout, open_store
+from cdclake.config import Config
+from cdclake.errors import ConfigError
+from cdclake.pipeline import sparkapp, submit
+
+
+def test_the_properties_file_is_the_owners_and_keeps_every_value(tmp_path: Path) -> None:
+    conf = {"spark.sql.catalog.c.uri": "jdbc:postgresql://h:5432/db?a=b",
+            "spark.sql.catalog.c.jdbc.password": "p=w:d\\x", "spark.x": "two\nlines"}
+    path = submit._properties(tmp_path / "spark.properties", conf)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    lines = path.read_text().splitlines()
+    assert lines == ["spark.sql.catalog.c.uri=jdbc\\:postgresql\\://h\\:5432/db?a\\=b",
+                     "spark.sql.catalog.c.jdbc.password=p\\=w\\:d\\\\x",
+                     "spark.x=two\\nlines"]
+
+
+@pytest.mark.parametrize(("step", "params", "error"), [
+    ("validate_stream", {}, "'validate_stream' is not a Spark step"),
+    ("decode", {"until_segment": "nope"}, "until_segment 'nope' is not a WAL segment name"),
+    ("merge", {"tables": ["no_schema"]}, "give tables as schema.table"),
+])
+def test_a_bad_step_or_parameter_is_refused_before_anything_starts(
+        step: str, params: dict[str, object], error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        submit.submit(step, Config(), params)
+    assert "airflow.providers.apache.spark.hooks.spark_submit" not in sys.modules
+
+
+def test_the_application_writes_its_error_where_it_was_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    monkeypatch.setenv("CDCLAKE_HOME", str(tmp_path))
+    key = Layout().submitted_key("t1")
+    code = sparkapp.main(["decode", "--params", json.dumps({"end_lsn": "not an lsn"}),
+                          "--result", key])
+    assert code == 2
+    answer = json.loads(open_store(Config.load()).get(key))
+    assert set(answer) == {"error"} and "end_lsn" in answer["error"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"cdclake decode: error: {answer['error']}"]
