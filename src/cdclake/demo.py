@@ -5,7 +5,8 @@ is ``cdclake wal-push`` (so segments go straight to the store, as in production)
 cdclake in a demo database, runs a small shop workload (inserts, updates incl. key changes
 and unchanged TOAST, deletes, TRUNCATE, ADD COLUMN), then runs the ``cdclake_ingest`` DAG with
 ``airflow dags test`` — the DAG file, Airflow and the task code exactly as a scheduler would
-run them — and prints each table's row count in Iceberg beside PostgreSQL's, and where the
+run them, its Spark steps submitted through the Airflow Spark provider and the merge on Spark
+(``merge_engine = "spark"``) — and prints each table's row count in Iceberg beside PostgreSQL's, and where the
 Great Expectations Data Docs and the run report are.
 
 Everything lives under ``<home>/demo`` (wiped at the start: the demo's S3 and PostgreSQL are
@@ -185,6 +186,9 @@ class Demo:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.airflow_home}/airflow.db",
             "CDCLAKE_HOME": str(self.dir),
             "CDCLAKE_SOURCE_DSN": config.source_dsn,
+            # the scale path: the DAG submits its Spark steps through the Airflow Spark
+            # provider, and the merge is a MERGE INTO per table on Iceberg's Spark runtime
+            "CDCLAKE_MERGE_ENGINE": "spark",
             **store_env(config),
         })
         return env
