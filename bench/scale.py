@@ -35,7 +35,7 @@ from cdclake.local.postgres import LocalPostgres
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.e2e.lake.duck
 
-DRIVER = "spark.driver.memory=1g,spark.driver.maxResultSize=64m"
+DRIVER = "spark.driver.memory={memory},spark.driver.maxResultSize=64m"
 
 CHILD = """
 import json, sys
@@ -165,7 +165,7 @@ def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
     return True
 
 
-def measure(scale: int, batch_segments: int) -> dict[str, object]:
+def measure(scale: int, batch_segments: int, spark_conf: str) -> dict[str, object]:
     base = Path(tempfile.mkdtemp(prefix="cdclake-scale-"))
     base.chmod(0o755)  # the server runs as postgres and must reach its data directory
     pg = LocalPostgres.create(15, base / "pg").start()
@@ -179,7 +179,7 @@ def measure(scale: int, batch_segments: int) -> dict[str, object]:
         env = {**os.environ, "CDCLAKE_HOME": str(home),
                "CDCLAKE_STORE_URL": (home / "store").as_uri(),
                "CDCLAKE_ARCHIVE_DIR": str(pg.archive_dir), "CDCLAKE_SOURCE_DSN": pg.dsn(db),
-               "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": DRIVER,
+               "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": spark_conf,
                "CDCLAKE_MAX_BATCH_SEGMENTS": str(batch_segments),
                "CDCLAKE_SPILL_DIR": str(base / "spill")}
         decode_s, peak, out = run_child(CHILD, env, f"the decode at scale {scale}")
@@ -204,14 +204,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scales", type=int, nargs=2, default=[5, 20], metavar=("SMALL", "LARGE"))
     ap.add_argument("--batch-segments", type=int, default=16)
+    ap.add_argument("--driver-memory", default="1g",
+                    help="spark.driver.memory: the JVM's heap, which a local[2] JVM grows into")
     args = ap.parse_args()
-    print(f"decode and merge steps, local[2], {DRIVER}, batches of {args.batch_segments} "
+    spark_conf = DRIVER.format(memory=args.driver_memory)
+    print(f"decode and merge steps, local[2], {spark_conf}, batches of {args.batch_segments} "
           "segments, merge_engine spark")
     print("| pgbench scale | changes | WAL segments | batches | decode s | changes/s "
           "| decode peak RSS driver / JVM / largest Python worker (MiB) | merge s "
           "| merge peak RSS driver / JVM / worker (MiB) | mirrors == source |")
     print("|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
-    rows = [measure(scale, args.batch_segments) for scale in args.scales]
+    rows = [measure(scale, args.batch_segments, spark_conf) for scale in args.scales]
     for r in rows:
         print(f"| {r['scale']} | {r['changes']:,} | {r['segments']} | {r['batches']} | "
               f"{r['seconds']:.0f} | {r['rate']:,.0f} | {r['driver']:,.0f} / {r['jvm']:,.0f} "

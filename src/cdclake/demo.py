@@ -6,8 +6,8 @@ cdclake in a demo database, runs a small shop workload (inserts, updates incl. k
 and unchanged TOAST, deletes, TRUNCATE, ADD COLUMN), then runs the ``cdclake_ingest`` DAG with
 ``airflow dags test`` — the DAG file, Airflow and the task code exactly as a scheduler would
 run them, its Spark steps submitted through the Airflow Spark provider and the merge on Spark
-(``merge_engine = "spark"``) — and prints each table's row count in Iceberg beside PostgreSQL's, and where the
-Great Expectations Data Docs and the run report are.
+(``merge_engine = "spark"``) — and prints each table's row count in Iceberg beside
+PostgreSQL's, and where the Great Expectations Data Docs and the run report are.
 
 Everything lives under ``<home>/demo`` (wiped at the start: the demo's S3 and PostgreSQL are
 new every time, so an old lake would belong to another stream) and ``<home>/airflow`` (the

@@ -37,7 +37,6 @@ from cdclake import sparkenv
 from cdclake.config import Config, positive_int
 from cdclake.errors import ConfigError, LakeError
 from cdclake.lake.catalog import S3_SCHEMES, catalog_properties, open_catalog
-from cdclake.sparkenv import builder, is_local, ship
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -305,7 +304,7 @@ def spark_conf(config: Config, jars: JarSet, master: str = "local") -> dict[str,
     conf = {"spark.driver.extraClassPath": jars.classpath(),
             "spark.sql.extensions": EXTENSIONS,
             "spark.sql.defaultCatalog": name}
-    if is_local(master):
+    if sparkenv.is_local(master):
         conf["spark.executor.extraClassPath"] = jars.classpath()
     else:
         conf["spark.jars"] = f"{jars.runtime},{jars.jackson}"
@@ -336,8 +335,8 @@ def spark_session(config: Config, *, quiet: bool = False,
     if quiet:
         conf["spark.driver.extraJavaOptions"] = \
             f"-Dlog4j2.configurationFile={_quiet_log4j(jars.jackson.parent)}"
-    spark = builder(config, "sql", conf).getOrCreate()
-    ship(spark)
+    spark = sparkenv.builder(config, "sql", conf).getOrCreate()
+    sparkenv.ship(spark)
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -359,8 +358,9 @@ def _drop_jvm_without_iceberg() -> None:
     except Py4JError:
         if sparkenv.submitted():
             raise ConfigError("spark-submit did not give this driver Iceberg's Spark runtime: "
-                              "submit it with cdclake.pipeline.submit, or pass --jars and "
-                              "--driver-class-path as it does") from None
+                              "submit it with the settings spark_conf derives (spark.jars, "
+                              "spark.driver.extraClassPath), as cdclake.pipeline.submit "
+                              "does") from None
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()

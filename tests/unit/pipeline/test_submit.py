@@ -33,10 +33,12 @@ def test_the_properties_file_is_the_owners_and_keeps_every_value(tmp_path: Path)
     ("merge", {"tables": ["no_schema"]}, "give tables as schema.table"),
 ])
 def test_a_bad_step_or_parameter_is_refused_before_anything_starts(
-        step: str, params: dict[str, object], error: str) -> None:
+        step: str, params: dict[str, object], error: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    # the provider cannot even be imported: the refusal must come first
+    monkeypatch.setitem(sys.modules, "airflow.providers.apache.spark.hooks.spark_submit", None)
     with pytest.raises(ConfigError, match=error):
         submit.submit(step, Config(), params)
-    assert "airflow.providers.apache.spark.hooks.spark_submit" not in sys.modules
 
 
 def test_the_application_writes_its_error_where_it_was_told(
