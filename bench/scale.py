@@ -12,7 +12,8 @@ size.
 
 Then a second process runs the merge step with ``CDCLAKE_MERGE_ENGINE=spark`` (one MERGE
 INTO per table per batch, same Spark settings), measured the same way, and the mirrors are
-compared with the source through DuckDB (row count and column sums per pgbench table).
+compared with the source through DuckDB (row count and column sums per table: pgbench's and
+a 20-column table of 10,000 rows per scale), with each mirror's files and snapshots.
 bench/merge.py compares the two merge engines on one update.
 
     .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16]
@@ -59,13 +60,22 @@ print(json.dumps(sorted({(t["engine"], t["fallback"]) for b in merged["batches"]
 CHECKS = {"pgbench_accounts": "count(*), sum(aid), sum(abalance)",
           "pgbench_branches": "count(*), sum(bbalance)",
           "pgbench_tellers": "count(*), sum(tbalance)",
-          "pgbench_history": "count(*), sum(id), sum(delta)"}
+          "pgbench_history": "count(*), sum(id), sum(delta)",
+          "wide": "count(*), sum(id), sum(n), sum(length(c1) + length(c10) + length(c20))"}
+#: a 20-column table of 10,000 rows per scale (200k at scale 20), a tenth of it updated
+WIDE = ["CREATE TABLE wide (id int PRIMARY KEY, n int, "
+        + ", ".join(f"c{i} text" for i in range(1, 21)) + ")",
+        "INSERT INTO wide SELECT g, 0, " + ", ".join(f"md5((g * {i})::text)" for i in range(1, 21))
+        + " FROM generate_series(1, {rows}) g",
+        "UPDATE wide SET n = n + 1, c10 = upper(c10) WHERE id % 10 = 0"]
 
 
 def workload(pg: LocalPostgres, db: str, scale: int) -> None:
     cmd = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
     subprocess.run([*cmd, "-i", "-q", "-s", str(scale), db], check=True, capture_output=True)
     pg.sql("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY", db)
+    for sql in WIDE:
+        pg.sql(sql.replace("{rows}", str(10_000 * scale)), db)
     subprocess.run([*cmd, "-c", "4", "-j", "2", "-t", str(2500 * scale), "-n", db],
                    check=True, capture_output=True)
 
@@ -140,7 +150,8 @@ def run_child(code: str, env: dict[str, str], what: str) -> tuple[float, dict[st
 
 
 def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
-    """Every pgbench table's aggregates, the source's against its mirror's through DuckDB."""
+    """Every table's aggregates, the source's against its mirror's through DuckDB; prints
+    each mirror's data files, delete files and snapshots."""
     from tests.e2e.lake import duck
 
     from cdclake.config import Config
@@ -153,6 +164,9 @@ def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
     try:
         for table, aggregates in CHECKS.items():
             mirror = catalog.load_table(mirror_identifier(config, "public", table))
+            content = mirror.inspect.files().column("content").to_pylist()
+            print(f"    {table}: {content.count(0)} data files, {content.count(1)} position-"
+                  f"delete files, {len(mirror.snapshots())} snapshots", flush=True)
             location = mirror.metadata_location.removeprefix("file://")
             lake = con.execute(f"SELECT {aggregates} FROM iceberg_scan(?)",
                                [location]).fetchone()
