@@ -103,6 +103,9 @@ class Config:
     #: (merge-on-read), for the tables it can take (cdclake.lake.sparkmerge; the others go
     #: to the pyiceberg merge and the report says why).
     merge_engine: str = "pyiceberg"
+    #: CDCLAKE_QUALITY_CHUNK_ROWS: the most change rows the stream suite validates at once
+    #: (a table's batch is checked in chunks of whole Parquet files, order kept across them).
+    quality_chunk_rows: int = 250_000
     #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
     namespace: str = "cdc"
     #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.
@@ -203,7 +206,8 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be at least {1 if name == 'lease_ttl' else 0} "
                               f"seconds, got {value!r}")
         return seconds
-    if name in ("spark_partitions", "max_batch_segments", "keep_snapshots"):
+    if name in ("spark_partitions", "max_batch_segments", "keep_snapshots",
+                "quality_chunk_rows"):
         try:
             n = int(value)
         except ValueError as exc:

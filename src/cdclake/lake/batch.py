@@ -111,15 +111,8 @@ class Batch:
                             tuple(self._load_version(entry, v) for v in entry.versions))
 
     def _load_version(self, entry: TableEntry, version: VersionEntry) -> VersionChanges:
-        parts = []
-        for rel_path in version.paths:
-            path = f"{self.directory}/{rel_path}"
-            try:
-                parts.append(pq.read_table(path, filesystem=self.filesystem))
-            except (OSError, pa.ArrowInvalid) as exc:
-                raise LakeError(f"batch {self.name}: cannot read {path} of table "
-                                f"{entry.table}: {exc}") from exc
-        where = f"batch {self.name}, table {entry.table}, version v{version.relation.valid_from:X}"
+        parts = list(self.parts(entry, version))
+        where = _where(self, entry, version)
         if parts:
             try:
                 table = pa.concat_tables(parts)
@@ -127,15 +120,34 @@ class Batch:
                 raise LakeError(f"{where}: parts have different schemas: {exc}") from exc
         else:
             table = _empty_changes(version.relation)
-        if table.num_rows != version.rows:
-            raise LakeError(f"{where}: manifest says {version.rows} rows, files hold "
-                            f"{table.num_rows}; the batch is incomplete — decode it again")
-        if stream.PG_TEXT not in table.column_names:
-            # decoded by a cdclake from before _cdc_pg_text: no exact texts to carry
-            table = table.append_column(pa.field(stream.PG_TEXT, stream.PG_TEXT_TYPE),
-                                        pa.nulls(table.num_rows, stream.PG_TEXT_TYPE))
-        check_columns(table.schema, version.relation, where)
         return VersionChanges(version.relation, table)
+
+    def parts(self, entry: TableEntry, version: VersionEntry) -> Iterator[pa.Table]:
+        """A version's Parquet files one at a time, in stream order, each checked against the
+        relation; after the last, that they hold the rows the manifest counts."""
+        where = _where(self, entry, version)
+        rows = 0
+        for rel_path in version.paths:
+            path = f"{self.directory}/{rel_path}"
+            try:
+                part = pq.read_table(path, filesystem=self.filesystem)
+            except (OSError, pa.ArrowInvalid) as exc:
+                raise LakeError(f"batch {self.name}: cannot read {path} of table "
+                                f"{entry.table}: {exc}") from exc
+            if stream.PG_TEXT not in part.column_names:
+                # decoded by a cdclake from before _cdc_pg_text: no exact texts to carry
+                part = part.append_column(pa.field(stream.PG_TEXT, stream.PG_TEXT_TYPE),
+                                          pa.nulls(part.num_rows, stream.PG_TEXT_TYPE))
+            check_columns(part.schema, version.relation, where)
+            rows += part.num_rows
+            yield part
+        if rows != version.rows:
+            raise LakeError(f"{where}: manifest says {version.rows} rows, files hold "
+                            f"{rows}; the batch is incomplete — decode it again")
+
+
+def _where(batch: Batch, entry: TableEntry, version: VersionEntry) -> str:
+    return f"batch {batch.name}, table {entry.table}, version v{version.relation.valid_from:X}"
 
 
 def check_columns(schema: pa.Schema, rel: RelationVersion, where: str) -> None:

@@ -11,7 +11,7 @@ be re-run on its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,26 +88,38 @@ def latest_relations(config: Config, store: ObjectStore, layout: Layout,
     return out
 
 
-def stream_tables(batch: Batch, only: Sequence[str] = ()) -> tuple[
-        dict[str, pa.Table], dict[str, RelationVersion]]:
+def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 250_000
+                  ) -> Iterator[tuple[str, RelationVersion, pa.Table]]:
     """Each table's changes in the decoder's order (never sorted: the stream suite checks
-    order), keyed for the suite; one key per identity when the identity changed in the
-    batch (``schema.table@v<valid_from>``)."""
-    tables: dict[str, pa.Table] = {}
-    relations: dict[str, RelationVersion] = {}
+    order), as consecutive chunks of at most ``max_rows`` rows (one or more whole Parquet
+    files; a file is never split), so no more than a chunk is held at a time.
+
+    A table's key is ``schema.table``, one per identity when the identity changed in the batch
+    (``schema.table@v<valid_from>``); its relation is the version the suite reads the identity
+    from (the newest when every version has the same)."""
     for entry in batch.entries:
         if only and not selected(only, entry.table, [v.relation for v in entry.versions]):
             continue
-        source = batch.load(entry)
-        identities = {(v.relation.replident, v.relation.key_attnums) for v in source.versions}
+        identities = {(v.relation.replident, v.relation.key_attnums) for v in entry.versions}
         if len(identities) == 1:
-            parts = [v.changes for v in source.versions]
-            tables[source.table] = (pa.concat_tables(parts, promote_options="permissive")
-                                    if len(parts) > 1 else parts[0])
-            relations[source.table] = source.latest
+            groups = [(entry.table, entry.versions[-1].relation, entry.versions)]
         else:
-            for v in source.versions:
-                name = f"{source.table}@v{v.relation.valid_from:016X}"
-                tables[name] = v.changes
-                relations[name] = v.relation
-    return tables, relations
+            groups = [(f"{entry.table}@v{v.relation.valid_from:016X}", v.relation, (v,))
+                      for v in entry.versions]
+        for name, relation, versions in groups:
+            pending: list[pa.Table] = []
+            rows = 0
+            for version in versions:
+                for part in batch.parts(entry, version):
+                    if pending and rows + part.num_rows > max_rows:
+                        yield name, relation, _concat(pending)
+                        pending, rows = [], 0
+                    pending.append(part)
+                    rows += part.num_rows
+            if pending:
+                yield name, relation, _concat(pending)
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    # versions of one identity may differ in columns (ADD/DROP COLUMN): nulls fill them
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")

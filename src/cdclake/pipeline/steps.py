@@ -37,7 +37,7 @@ from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
 from cdclake.lake.batch import manifest_rows, selected
-from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_tables
+from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_chunks
 from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
@@ -165,14 +165,14 @@ def decode(config: Config, params: RunParams | None = None, *,
 def validate_stream(config: Config, params: RunParams | None = None, *,
                     catalog: Catalog | None = None,
                     context: QualityContext | None = None) -> dict[str, Any]:
-    """Run the change-stream suite on every batch the lake has yet to take.
+    """Run the change-stream suite on every batch the lake has yet to take, each table's
+    changes in chunks of at most ``config.quality_chunk_rows`` rows (the process holds one).
 
     Raises QualityError on a critical failure, so the merge never sees a bad stream. Tables
     whose replica identity or key changed inside a batch are validated per relation version
     (``schema.table@v<valid_from>``), each under its own identity.
     """
-    from cdclake.quality import raise_for_failures
-    from cdclake.quality import validate_stream as gx_validate_stream
+    from cdclake.quality import raise_for_failures, validate_stream_chunks
 
     params = params or RunParams()
     store, layout = open_store(config), Layout()
@@ -182,12 +182,10 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
         todo = pending(list_batches(store, layout), _merged_end(catalog, config))
         for decoded in todo:
             batch = open_batch(config, store, layout, decoded)
-            tables, relations = stream_tables(batch, params.tables)
-            if not tables:
-                out.append({"batch": decoded.name, "tables": 0, "success": True})
-                continue
-            report = gx_validate_stream(config, tables, relations, run_name=decoded.name,
-                                        context=context)
+            report = validate_stream_chunks(
+                config, stream_chunks(batch, params.tables, config.quality_chunk_rows),
+                run_name=decoded.name, context=context)
+            tables = {r.table.partition("#")[0] for r in report.tables}
             out.append({"batch": decoded.name, "tables": len(tables),
                         "success": report.success,
                         "warnings": [n.table for n in report.identity_nothing],

@@ -9,7 +9,7 @@ validation does.
 
 from cdclake.quality.context import QualityContext
 from cdclake.quality.report import QualityReport, raise_for_failures
-from cdclake.quality.runner import validate_mirrors, validate_stream
+from cdclake.quality.runner import validate_mirrors, validate_stream, validate_stream_chunks
 
 __all__ = [
     "QualityContext",
@@ -17,4 +17,5 @@ __all__ = [
     "raise_for_failures",
     "validate_mirrors",
     "validate_stream",
+    "validate_stream_chunks",
 ]

@@ -78,6 +78,43 @@ def identity_nothing(table: str, declared: str, reason: str,
     )
 
 
+def combine_nothing(tables: list[IdentityNothingTable]) -> list[IdentityNothingTable]:
+    """One entry per table, its counts summed over the chunks it was validated in."""
+    out: dict[str, IdentityNothingTable] = {}
+    for n in tables:
+        if n.table not in out:
+            out[n.table] = n
+            continue
+        seen = out[n.table]
+        seen.unkeyed_updates = _add(seen.unkeyed_updates, n.unkeyed_updates)
+        seen.unkeyed_deletes = _add(seen.unkeyed_deletes, n.unkeyed_deletes)
+    return list(out.values())
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
+
+
+def order_across(last: tuple[int, int, int], first: tuple[int, int, int]
+                 ) -> ExpectationOutcome | None:
+    """Where two chunks of a table's changes meet: ``first`` (``_commit_lsn, _lsn, _seq``)
+    must follow ``last`` as the suite's order checks require of neighbouring rows — commit
+    LSN never going back, and inside a transaction ``(_lsn, _seq)`` strictly increasing.
+    None when it does; else the failure, with both rows as samples."""
+    if first[0] > last[0] or (first[0] == last[0] and first[1:] > last[1:]):
+        return None
+    names = ("_commit_lsn", "_lsn", "_seq")
+    same = first[0] == last[0]
+    return ExpectationOutcome(
+        check="lsn_order_in_transaction" if same else "commit_lsn_order",
+        expectation="expect_compound_columns_to_be_increasing_within_groups" if same
+        else "expect_column_values_to_be_increasing",
+        description="where two chunks of the table's changes meet, the second does not "
+                    "follow the first in stream order",
+        columns=list(names), severity="critical", unexpected_count=1, element_count=2,
+        samples=[dict(zip(names, last, strict=True)), dict(zip(names, first, strict=True))])
+
+
 def _check_id(config: Mapping[str, Any]) -> str:
     return str(((config.get("meta") or {}).get("cdclake") or {}).get("check", ""))
 

@@ -12,7 +12,7 @@ GX takes seconds to import, so it is imported here lazily, on the first validati
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from cdclake.catalog.model import IDENTITY_NOTHING, RelationVersion
 from cdclake.config import Config
 from cdclake.quality import inputs, outcomes
 from cdclake.quality.context import QualityContext, gx_name
-from cdclake.quality.report import QualityReport, TableResult
+from cdclake.quality.report import IdentityNothingTable, QualityReport, TableResult
 from cdclake.quality.suites import CHANGE_STREAM, MIRROR_TABLE, build_suite, expand, load_template
 
 #: Offending rows GX returns per failed expectation (it counts all of them regardless).
@@ -47,25 +47,74 @@ def validate_mirrors(config: Config, tables: Mapping[str, pa.Table],
     return _validate(MIRROR_TABLE, config, tables, relations, run_name, context)
 
 
+def validate_stream_chunks(config: Config,
+                           chunks: Iterable[tuple[str, RelationVersion, pa.Table]], *,
+                           run_name: str | None = None,
+                           context: QualityContext | None = None) -> QualityReport:
+    """:func:`validate_stream` over consecutive chunks of each table's changes (as
+    :func:`cdclake.lake.batches.stream_chunks` reads them), one chunk in memory at a time.
+
+    The suite runs on every chunk (a table's second and later chunks are ``table#2``, … in
+    Data Docs); where two chunks of a table meet, their last and first rows must follow the
+    stream's order too, which with the per-chunk checks makes the order and uniqueness checks
+    those of the whole batch."""
+    run = _Run(CHANGE_STREAM, config, run_name, context)
+    last: dict[str, tuple[int, int, int]] = {}
+    seen: dict[str, int] = {}
+    for table, relation, data in chunks:
+        seen[table] = seen.get(table, 0) + 1
+        label = table if seen[table] == 1 else f"{table}#{seen[table]}"
+        result = run.table(label, data, relation, nothing_as=table)
+        if data.num_rows:
+            first = _order_key(data, 0)
+            if table in last:
+                broken = outcomes.order_across(last[table], first)
+                if broken is not None:
+                    result.failures.insert(0, broken)
+                    result.success = False
+            last[table] = _order_key(data, data.num_rows - 1)
+    run.nothing = outcomes.combine_nothing(run.nothing)
+    return run.report()
+
+
+def _order_key(data: pa.Table, row: int) -> tuple[int, int, int]:
+    commit, lsn, seq = (data.column(c)[row].as_py() for c in inputs.STREAM_ROW_LOCATOR)
+    return commit, lsn, seq
+
+
 def _validate(suite: str, config: Config, tables: Mapping[str, pa.Table],
               relations: Mapping[str, RelationVersion], run_name: str | None,
               context: QualityContext | None) -> QualityReport:
-    from great_expectations.core.run_identifier import RunIdentifier
-
     missing = sorted(set(tables) - set(relations))
     if missing:
         raise ValueError(f"no relation version given for table(s) {', '.join(missing)}: "
                          "the suites need each table's replica identity and key")
-    started = datetime.now(UTC)
-    run_name = run_name or f"{suite}-{started:%Y%m%dT%H%M%S%fZ}"
-    gx_context = context or QualityContext.for_config(config)
-    template = load_template(suite)
-    run_id = RunIdentifier(run_name=run_name, run_time=started)
-    results: list[TableResult] = []
-    nothing = []
+    run = _Run(suite, config, run_name, context)
     for table in sorted(tables):
-        identity = inputs.identity_of(relations[table])
-        data = tables[table]
+        run.table(table, tables[table], relations[table])
+    return run.report()
+
+
+class _Run:
+    """One GX run (one run id, so Data Docs group its tables) of one suite."""
+
+    def __init__(self, suite: str, config: Config, run_name: str | None,
+                 context: QualityContext | None) -> None:
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        started = datetime.now(UTC)
+        self.suite, self.config = suite, config
+        self.run_name = run_name or f"{suite}-{started:%Y%m%dT%H%M%S%fZ}"
+        self.gx_context = context or QualityContext.for_config(config)
+        self.template = load_template(suite)
+        self.run_id = RunIdentifier(run_name=self.run_name, run_time=started)
+        self.results: list[TableResult] = []
+        self.nothing: list[IdentityNothingTable] = []
+
+    def table(self, table: str, data: pa.Table, relation: RelationVersion, *,
+              nothing_as: str | None = None) -> TableResult:
+        suite, config = self.suite, self.config
+        identity = inputs.identity_of(relation)
         if suite == CHANGE_STREAM:
             params = inputs.stream_parameters(table, identity)
             columns = inputs.stream_columns(identity)
@@ -76,32 +125,36 @@ def _validate(suite: str, config: Config, tables: Mapping[str, pa.Table],
             locator = inputs.mirror_row_locator(params)
         frame = inputs.to_frame(data, columns, identity)
         name = gx_name(suite, config.stream, table)
-        expanded = expand(template, params, suite_name=name)
+        expanded = expand(self.template, params, suite_name=name)
         gx_suite = build_suite(expanded)
-        validation, page = gx_context.validate(
+        validation, page = self.gx_context.validate(
             suite=gx_suite, asset=name, frame=frame,
             result_format=_result_format([c for c in locator if c in frame.columns]),
-            run_id=run_id,
+            run_id=self.run_id,
         )
         as_json = validation.to_json_dict()
-        results.append(outcomes.table_result(
+        result = outcomes.table_result(
             suite=suite, table=table, gx_suite=name, replica_identity=identity.effective,
             key_columns=params["key_columns"], rows=len(frame), validation=as_json,
             data_docs_page=page, check_order=[e["meta"]["cdclake"].get("check", "")
                                               for e in expanded["expectations"]],
-        ))
+        )
+        self.results.append(result)
         if suite == CHANGE_STREAM and identity.effective == IDENTITY_NOTHING:
-            nothing.append(outcomes.identity_nothing(table, identity.declared, identity.reason,
-                                                     as_json))
-    index = gx_context.data_docs_index
-    return QualityReport(
-        suite=suite,
-        run_name=run_name,
-        success=all(r.success for r in results),
-        tables=results,
-        identity_nothing=nothing,
-        data_docs_index=str(index) if index.exists() else None,
-    )
+            self.nothing.append(outcomes.identity_nothing(
+                nothing_as or table, identity.declared, identity.reason, as_json))
+        return result
+
+    def report(self) -> QualityReport:
+        index = self.gx_context.data_docs_index
+        return QualityReport(
+            suite=self.suite,
+            run_name=self.run_name,
+            success=all(r.success for r in self.results),
+            tables=self.results,
+            identity_nothing=self.nothing,
+            data_docs_index=str(index) if index.exists() else None,
+        )
 
 
 def _result_format(locator: list[str]) -> dict[str, Any]:

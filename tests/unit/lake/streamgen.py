@@ -207,22 +207,27 @@ class BatchBuilder:
             self.versions.setdefault(key, _Rows(rel)).rows.append(row)
         self.commits += 1
 
-    def write(self) -> Path:
-        """Write the Parquet files and ``_manifest.json``; returns the batch directory."""
+    def write(self, rows_per_part: int | None = None) -> Path:
+        """Write the Parquet files (a version's rows in files of ``rows_per_part``, all in one
+        by default) and ``_manifest.json``; returns the batch directory."""
         directory = self.stream.root / self.name
         tables: dict[int, dict[str, Any]] = {}
         for (oid, _), entry in sorted(self.versions.items()):
             v = entry.rel.version
-            rel_path = f"{v.schema}.{v.name}/v{v.valid_from:016X}/part-00000.parquet"
             schema = entry.rel.arrow_schema()
             rows = sorted(entry.rows, key=lambda r: (r[stream.COMMIT_LSN], r[stream.LSN],
                                                      r[stream.SEQ]))
-            table = pa.Table.from_pylist(rows, schema=schema)
-            (directory / rel_path).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, directory / rel_path)
+            size = rows_per_part or max(1, len(rows))
+            paths = []
+            for i in range(0, max(1, len(rows)), size):
+                rel_path = f"{v.schema}.{v.name}/v{v.valid_from:016X}/part-{i // size:05d}.parquet"
+                (directory / rel_path).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(pa.Table.from_pylist(rows[i:i + size], schema=schema),
+                               directory / rel_path)
+                paths.append(rel_path)
             tables.setdefault(oid, {"table": f"{v.schema}.{v.name}", "oid": oid,
                                     "versions": []})["versions"].append(
-                {"valid_from": v.valid_from, "relation": v.to_json(), "paths": [rel_path],
+                {"valid_from": v.valid_from, "relation": v.to_json(), "paths": paths,
                  "rows": len(rows)})
         manifest = {"batch": self.name, "start_lsn": self.start_lsn, "end_lsn": self.stream.lsn,
                     "commits": self.commits, "tables": list(tables.values())}

@@ -22,7 +22,7 @@ from cdclake.lake.batches import (
     list_batches,
     open_batch,
     pending,
-    stream_tables,
+    stream_chunks,
 )
 from tests.unit.lake.streamgen import Rel, Stream, relation
 
@@ -148,6 +148,17 @@ def test_latest_relations_take_the_newest_version_across_batches(config: Config,
     assert first["public.items"].valid_from == 0x1000
 
 
+def stream_tables(batch: Batch, only: tuple[str, ...] = ()) -> tuple[
+        dict[str, pa.Table], dict[str, object]]:
+    """Each table's one chunk (every table here is far below a chunk's rows)."""
+    tables: dict[str, pa.Table] = {}
+    relations: dict[str, object] = {}
+    for name, version, chunk in stream_chunks(batch, only):
+        assert name not in tables, f"{name} came in more than one chunk"
+        tables[name], relations[name] = chunk, version
+    return tables, relations
+
+
 def test_stream_tables_select_by_any_name_and_split_on_an_identity_change(
         config: Config, stream: Stream) -> None:
     keyed = items()
@@ -195,3 +206,36 @@ def test_a_renamed_table_answers_to_both_names(config: Config, stream: Stream) -
         tables, _ = stream_tables(batch, (name,))
         assert tables["public.items"].num_rows == 2, name
     assert stream_tables(batch, ("public.other",)) == ({}, {})
+
+
+def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
+        config: Config, stream: Stream) -> None:
+    rel = items()
+    b = stream.batch("b1")
+    for i in range(10):
+        with b.txn() as t:
+            t.insert(rel, {"id": i, "name": str(i)})
+    b.write(rows_per_part=3)  # files of 3, 3, 3 and 1 rows
+    batch = first_batch(config)
+    chunks = list(stream_chunks(batch, max_rows=5))
+    assert [(name, c.num_rows) for name, _, c in chunks] == [
+        ("public.items", 3), ("public.items", 3), ("public.items", 4)]
+    assert [i for _, _, c in chunks for i in c.column("id").to_pylist()] == list(range(10))
+    # a file larger than a chunk is one chunk of its own, never split
+    assert [c.num_rows for _, _, c in stream_chunks(batch, max_rows=2)] == [3, 3, 3, 1]
+    assert [c.num_rows for _, _, c in stream_chunks(batch)] == [10]
+
+
+def test_a_file_missing_rows_the_manifest_counts_stops_the_chunks(
+        config: Config, stream: Stream) -> None:
+    rel = items()
+    b = stream.batch("b1")
+    for i in range(4):
+        with b.txn() as t:
+            t.insert(rel, {"id": i, "name": str(i)})
+    directory = b.write(rows_per_part=2)
+    manifest = json.loads((directory / "_manifest.json").read_text())
+    manifest["tables"][0]["versions"][0]["rows"] = 5
+    (directory / "_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LakeError, match="manifest says 5 rows, files hold 4"):
+        list(stream_chunks(first_batch(config), max_rows=2))

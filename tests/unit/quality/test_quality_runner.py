@@ -314,3 +314,34 @@ def test_a_table_rewrite_passes_the_stream_suite(quality_config: Config,
     ]
     report = _stream_one(quality_config, gx_context, changes)
     assert report.success, report.summary()
+
+
+def test_chunks_of_a_stream_are_checked_as_one_and_where_they_meet(
+        quality_config: Config, gx_context: QualityContext) -> None:
+    from cdclake.quality.runner import validate_stream_chunks
+
+    rel = builders.relation()
+    changes = builders.good_changes()
+    whole = builders.stream(rel, changes)
+    # split inside txn 1 (same commit LSN on both sides) and between txns 2 and 3
+    chunks = [(ORDERS, rel, whole.slice(0, 2)), (ORDERS, rel, whole.slice(2, 5)),
+              (ORDERS, rel, whole.slice(7))]  # rows 0-1, 2-6, 7
+    report = validate_stream_chunks(quality_config, chunks, run_name="chunks",
+                                    context=gx_context)
+    assert report.success, report.summary()
+    assert [(t.table, t.rows) for t in report.tables] == [
+        (ORDERS, 2), (f"{ORDERS}#2", 5), (f"{ORDERS}#3", 1)]
+
+    # each chunk in order on its own, but the second starts before the first ends
+    swapped = [(ORDERS, rel, whole.slice(1, 1)), (ORDERS, rel, whole.slice(0, 1))]
+    failed = validate_stream_chunks(quality_config, swapped, context=gx_context)
+    assert [t.success for t in failed.tables] == [True, False]
+    outcome = failed.tables[1].failures[0]
+    assert outcome.check == "lsn_order_in_transaction"  # both rows are of txn 1
+    assert [s["_seq"] for s in outcome.samples] == [1, 0]
+    with pytest.raises(QualityError, match="where two chunks of the table's changes meet"):
+        raise_for_failures(failed)
+    later_first = [(ORDERS, rel, whole.slice(7)), (ORDERS, rel, whole.slice(0, 4))]
+    (_, second) = validate_stream_chunks(quality_config, later_first,
+                                         context=gx_context).tables
+    assert second.failures[0].check == "commit_lsn_order"
