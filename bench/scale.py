@@ -1,22 +1,20 @@
-"""Decoding and merging at two sizes on a small Spark driver: throughput, batches, peak RSS.
+"""`cdclake run` at two sizes on a small Spark driver: throughput, batches, peak RSS.
 
-For each pgbench scale: a fresh PostgreSQL 15 runs `cdclake source install`, `pgbench -i` and
-pgbench transactions; the archived WAL is shipped to a local store; then one process runs
-the pipeline's decode step (`cdclake.pipeline.steps.decode`) with
+For each pgbench scale: a fresh PostgreSQL 15 runs `cdclake source install`, `pgbench -i`,
+a 20-column table of 10,000 rows per scale (a tenth updated) and pgbench transactions; then
+one process runs the whole pipeline as `cdclake run` does (`steps.run_once`: ship, decode,
+validate the stream, merge with ``merge_engine = "spark"``, validate the mirrors; no initial
+snapshot, the stream from the install carries every row) with
 ``spark.driver.memory=1g, spark.driver.maxResultSize=64m`` on ``local[2]``, batches bounded
-by ``--batch-segments``. Reported per size: changes decoded, batches, seconds, changes/s and
-the peak RSS of the Python driver, Spark's JVM and the largest Python worker (each
-process's own high-water mark, ``VmHWM`` in ``/proc/<pid>/status``, sampled over the process
-tree while it runs). Rows go from executors to the store, so no peak may grow with the
-size.
+by ``--batch-segments``. Reported per size: changes, batches, seconds (in all and per step),
+changes/s end to end and the peak RSS of the Python driver, Spark's JVMs and the largest
+Python worker (each process's own high-water mark, ``VmHWM`` in ``/proc/<pid>/status``,
+sampled over the process tree while it runs). No peak may grow with the size. The mirrors
+are compared with the source through DuckDB (row count and column sums per table), with
+each mirror's data files, delete files and snapshots. bench/merge.py compares the two merge
+engines on one update.
 
-Then a second process runs the merge step with ``CDCLAKE_MERGE_ENGINE=spark`` (one MERGE
-INTO per table per batch, same Spark settings), measured the same way, and the mirrors are
-compared with the source through DuckDB (row count and column sums per table: pgbench's and
-a 20-column table of 10,000 rows per scale), with each mirror's files and snapshots.
-bench/merge.py compares the two merge engines on one update.
-
-    .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16]
+    .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16] [--driver-memory 1g]
 """
 
 from __future__ import annotations
@@ -38,23 +36,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.e2e.lak
 
 DRIVER = "spark.driver.memory={memory},spark.driver.maxResultSize=64m"
 
-CHILD = """
-import json, sys
+RUN = """
+import json, time
 from cdclake.config import Config
 from cdclake.pipeline import steps
-config = Config.load()
-steps.ship(config)
-result = steps.decode(config)
-print(json.dumps({"batches": result.get("batches", []), "tables": result.get("tables", {}),
-                  "commits": result.get("commits", 0)}))
-"""
-MERGE = """
-import json
-from cdclake.config import Config
-from cdclake.pipeline import steps
-merged = steps.merge(Config.load())
-print(json.dumps(sorted({(t["engine"], t["fallback"]) for b in merged["batches"]
-                         for t in b["tables"]})))
+seconds, mark = {}, [time.monotonic()]
+def on_step(name, result):
+    now = time.monotonic()
+    seconds[name], mark[0] = now - mark[0], now
+out = steps.run_once(Config.load(), run_id="bench", on_step=on_step)["steps"]
+print(json.dumps({"seconds": seconds, "batches": len(out["decode"].get("batches", [])),
+                  "tables": out["decode"].get("tables", {}),
+                  "engines": sorted({(t["engine"], t["fallback"])
+                                     for b in out["merge"]["batches"] for t in b["tables"]})}))
 """
 #: per pgbench table, the aggregates compared between the source and its mirror
 CHECKS = {"pgbench_accounts": "count(*), sum(aid), sum(abalance)",
@@ -195,21 +189,18 @@ def measure(scale: int, batch_segments: int, spark_conf: str) -> dict[str, objec
                "CDCLAKE_ARCHIVE_DIR": str(pg.archive_dir), "CDCLAKE_SOURCE_DSN": pg.dsn(db),
                "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": spark_conf,
                "CDCLAKE_MAX_BATCH_SEGMENTS": str(batch_segments),
+               "CDCLAKE_MERGE_ENGINE": "spark",
+               # the stream from the install on carries every row: no initial snapshot
+               "CDCLAKE_SNAPSHOT_MODE": "never",
                "CDCLAKE_SPILL_DIR": str(base / "spill")}
-        decode_s, peak, out = run_child(CHILD, env, f"the decode at scale {scale}")
+        seconds, peak, out = run_child(RUN, env, f"cdclake run at scale {scale}")
         result = json.loads(out.strip().splitlines()[-1])
         changes = sum(result["tables"].values())
         segments = len(list(Path(pg.archive_dir).glob("0000000*")))
-        merge_s, merge_peak, merged = run_child(MERGE, {**env, "CDCLAKE_MERGE_ENGINE": "spark"},
-                                                f"the merge at scale {scale}")
         return {"scale": scale, "changes": changes, "segments": segments,
-                "batches": len(result["batches"]), "seconds": decode_s,
-                "rate": changes / decode_s,
-                **{kind: kib / 1024 for kind, kib in peak.items()},
-                "merge_seconds": merge_s,
-                **{f"merge_{kind}": kib / 1024 for kind, kib in merge_peak.items()},
-                "engines": json.loads(merged.strip().splitlines()[-1]),
-                "exact": mirrors_match(pg, db, env)}
+                "batches": result["batches"], "seconds": seconds, "rate": changes / seconds,
+                "steps": result["seconds"], **{kind: kib / 1024 for kind, kib in peak.items()},
+                "engines": result["engines"], "exact": mirrors_match(pg, db, env)}
     finally:
         pg.destroy()
 
@@ -222,26 +213,26 @@ def main() -> None:
                     help="spark.driver.memory: the JVM's heap, which a local[2] JVM grows into")
     args = ap.parse_args()
     spark_conf = DRIVER.format(memory=args.driver_memory)
-    print(f"decode and merge steps, local[2], {spark_conf}, batches of {args.batch_segments} "
-          "segments, merge_engine spark")
-    print("| pgbench scale | changes | WAL segments | batches | decode s | changes/s "
-          "| decode peak RSS driver / JVM / largest Python worker (MiB) | merge s "
-          "| merge peak RSS driver / JVM / worker (MiB) | mirrors == source |")
-    print("|---:|---:|---:|---:|---:|---:|---|---:|---|---|")
+    print(f"cdclake run (ship, decode, validate stream, merge, validate mirrors), local[2], "
+          f"{spark_conf}, batches of {args.batch_segments} segments, merge_engine spark")
+    print("| pgbench scale | changes | WAL segments | batches | run s | changes/s end to end "
+          "| s per step: decode / validate stream / merge / validate mirrors "
+          "| peak RSS driver / JVM / largest Python worker (MiB) | mirrors == source |")
+    print("|---:|---:|---:|---:|---:|---:|---|---|---|")
     rows = [measure(scale, args.batch_segments, spark_conf) for scale in args.scales]
     for r in rows:
+        steps = r["steps"]
+        per_step = " / ".join(f"{steps.get(k, 0):.0f}"  # type: ignore[union-attr]
+                              for k in ("decode", "validate_stream", "merge", "validate_tables"))
         print(f"| {r['scale']} | {r['changes']:,} | {r['segments']} | {r['batches']} | "
-              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {r['driver']:,.0f} / {r['jvm']:,.0f} "
-              f"/ {r['worker']:,.0f} | {r['merge_seconds']:.0f} | {r['merge_driver']:,.0f} / "
-              f"{r['merge_jvm']:,.0f} / {r['merge_worker']:,.0f} | {r['exact']} |", flush=True)
+              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {per_step} | {r['driver']:,.0f} / "
+              f"{r['jvm']:,.0f} / {r['worker']:,.0f} | {r['exact']} |", flush=True)
     for r in rows:
         print(f"scale {r['scale']}: merge engines (engine, why not spark): {r['engines']}")
     small, large = rows
-    kinds = ("driver", "jvm", "worker", "merge_driver", "merge_jvm", "merge_worker")
-    growth = {k: large[k] / small[k] for k in kinds}  # type: ignore[operator]
+    growth = {k: large[k] / small[k] for k in ("driver", "jvm", "worker")}  # type: ignore[operator]
     print(f"changes x{large['changes'] / small['changes']:.1f} "  # type: ignore[operator]
           "-> peak RSS " + ", ".join(f"{k} x{v:.2f}" for k, v in growth.items()))
-
 
 if __name__ == "__main__":
     main()

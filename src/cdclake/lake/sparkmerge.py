@@ -37,6 +37,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -46,12 +47,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.types import ListType, NestedField, TimeType, UUIDType
 
+from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake import labels
 from cdclake.lake.batch import Batch, TableEntry, VersionEntry
-from cdclake.lake.changes import FULL, KEY, VersionInfo
+from cdclake.lake.changes import FULL, KEY, Identity, VersionInfo
 from cdclake.lake.reports import TableReport
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
@@ -234,16 +236,64 @@ def static_reason(infos: Sequence[VersionInfo], table: Table,
         return "ADD COLUMN ... DEFAULT: rows written before it read the default"
     if table.format_version < 2:
         return "the mirror is an Iceberg v1 table (no position deletes)"
-    for f in table.schema().fields:
-        t = f.field_type
-        if isinstance(t, TimeType) or (isinstance(t, ListType)
-                                       and isinstance(t.element_type, (TimeType, UUIDType))):
-            return f"column {f.name} is {t} (Spark 3.5 cannot read it)"
+    unreadable = spark_unreadable(table)
+    if unreadable:
+        return unreadable
     combined = labels.combine([stored_labels, *(i.labels for i in infos)])
     if labels.translation(stored_labels, combined) or any(
             labels.translation(i.labels, combined) for i in infos):
         return "an enum label was renamed (stored rows are relabelled)"
     return ""
+
+
+def spark_unreadable(table: Table) -> str:
+    """Why Spark 3.5 cannot read ``table`` ('': it can)."""
+    for f in table.schema().fields:
+        t = f.field_type
+        if isinstance(t, TimeType) or (isinstance(t, ListType)
+                                       and isinstance(t.element_type, (TimeType, UUIDType))):
+            return f"column {f.name} is {t} (Spark 3.5 cannot read it)"
+    return ""
+
+
+def spark_mirrors(spark: SparkSession, config: Config, catalog: Catalog,
+                  relations: Mapping[str, RelationVersion],
+                  since: Mapping[str, int | None] | None = None
+                  ) -> tuple[dict[str, DataFrame], list[str], list[str]]:
+    """:func:`cdclake.lake.tables.read_mirrors` as Spark DataFrames, read by the executors
+    (nothing is collected): the mirror of each source table, or with ``since`` the rows the
+    run wrote plus, for a table with a key, every stored row sharing one of their keys (a
+    semi-join: no limit on the number of keys). Also the tables with no mirror, and those
+    Spark cannot read (``time`` columns), which the caller reads with pyiceberg."""
+    from pyspark.sql import functions as F
+
+    frames: dict[str, DataFrame] = {}
+    missing: list[str] = []
+    unreadable: list[str] = []
+    for name, rel in sorted(relations.items()):
+        ident = mirror_identifier(config, rel.schema, rel.name)
+        if not catalog.table_exists(ident):
+            missing.append(name)
+            continue
+        if spark_unreadable(catalog.load_table(ident)):
+            unreadable.append(name)
+            continue
+        target = _spark_name(config, ident)
+        spark.catalog.refreshTable(target)
+        mirror = spark.table(target)
+        lsn = since.get(name) if since is not None else None
+        if lsn is not None:
+            written = mirror.where(F.col(CDC_COMMIT_LSN) > F.lit(lsn))
+            identity = Identity.of(rel)
+            keys = ([rel.column_by_attnum(a).name for a in identity.attnums]
+                    if identity.kind == KEY else [])
+            if keys:  # a null key joins nothing: those written rows are added as they are
+                null_key = reduce(lambda a, b: a | b, (F.col(_q(k)).isNull() for k in keys))
+                written = mirror.join(written.select(*keys).distinct(), keys, "left_semi"
+                                      ).unionByName(written.where(null_key))
+            mirror = written
+        frames[name] = mirror
+    return frames, missing, unreadable
 
 
 def data_reason(stats: BatchStats) -> str:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from cdclake.archive.store import ObjectStore
+    from cdclake.catalog.model import RelationVersion
     from cdclake.lake.merge import MergeReport
     from cdclake.quality import QualityContext
 
@@ -294,18 +295,45 @@ def validate_tables(config: Config, params: RunParams | None = None,
         relations = {k: v for k, v in relations.items() if selected(params.tables, k, [v])}
     since = None if merged is None else _merged_since(merged)
     with _lease(config, store, LAKE, "validate_tables"):
-        data, missing = read_mirrors(config, catalog or _catalog(config), relations, since=since)
+        catalog = catalog or _catalog(config)
+        if config.merge_engine == "spark":
+            data, missing = _spark_mirrors(config, catalog, relations, since)
+        else:
+            data, missing = read_mirrors(config, catalog, relations, since=since)
         if not data:
             return {"tables": [], "missing": missing, "success": True}
         run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
         report = validate_mirrors(config, data, {k: relations[k] for k in data},
                                   run_name=run_name, context=context)
-    result = {"tables": sorted(data), "rows": {k: v.num_rows for k, v in data.items()},
+    result = {"tables": sorted(data), "rows": {t.table: t.rows for t in report.tables},
               "scope": "full" if since is None else "written by this run",
+              "checked_on": "spark" if config.merge_engine == "spark" else "pandas",
               "missing": missing, "success": report.success,
               "data_docs_index": report.data_docs_index, "summary": report.summary()}
     raise_for_failures(report)
     return result
+
+
+def _spark_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],
+                   since: Mapping[str, int | None] | None) -> tuple[dict[str, Any], list[str]]:
+    """With ``merge_engine = "spark"`` the mirror suite runs on Spark DataFrames (GX's Spark
+    engine): the rows stay on the executors, whatever the run wrote. Mirrors Spark cannot read
+    (``time`` columns) are read with pyiceberg."""
+    from cdclake.lake.sparkmerge import spark_mirrors
+    from cdclake.lake.sparksql import error_line
+    from cdclake.lake.tables import read_mirrors
+
+    try:
+        frames, missing, unreadable = spark_mirrors(_merge_session(config), config, catalog,
+                                                    relations, since)
+    except CdclakeError:
+        raise
+    except Exception as exc:  # Py4J and pyspark errors: one line
+        raise LakeError(f"mirror check on Spark: cannot read the mirrors ({error_line(exc)})"
+                        ) from exc
+    arrow, _ = read_mirrors(config, catalog, {k: relations[k] for k in unreadable},
+                            since=since)
+    return {**frames, **arrow}, missing
 
 
 def _merged_since(merged: Mapping[str, Any]) -> dict[str, int | None]:

@@ -29,12 +29,19 @@ if TYPE_CHECKING:
     from cdclake.config import Config
 
 DATASOURCE = "cdclake"
+#: the Spark DataFrames' source (mirrors read by Spark executors, nothing collected)
+SPARK_DATASOURCE = "cdclake_spark"
 SITE = "cdclake"
 BATCH_DEFINITION = "whole_dataframe"
 #: Relative to the context root (``<reports>/gx``), so a copied reports tree still works.
 SITE_DIRECTORY = "../data_docs/"
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def is_spark(frame: Any) -> bool:
+    """A Spark DataFrame (without importing pyspark where none is used)."""
+    return type(frame).__module__.startswith("pyspark.")
 
 
 def gx_name(*parts: str) -> str:
@@ -99,17 +106,18 @@ class QualityContext:
         if changed:
             variables.save()
 
-    def validate(self, *, suite: ExpectationSuite, asset: str, frame: pd.DataFrame,
+    def validate(self, *, suite: ExpectationSuite, asset: str, frame: pd.DataFrame | Any,
                  result_format: dict[str, Any], run_id: RunIdentifier,
                  ) -> tuple[ExpectationSuiteValidationResult, str | None]:
-        """Run ``suite`` on ``frame`` through a Checkpoint that updates Data Docs.
+        """Run ``suite`` on ``frame`` (pandas, or a Spark DataFrame: GX's Spark engine then
+        computes the metrics on the executors) through a Checkpoint that updates Data Docs.
 
         Returns the validation result and the path of its Data Docs page.
         """
         import great_expectations as gx
         from great_expectations.checkpoint import UpdateDataDocsAction
 
-        batch_definition = self._batch_definition(asset)
+        batch_definition = self._batch_definition(asset, spark=is_spark(frame))
         stored_suite = self.gx.suites.add_or_update(suite)
         definition = self.gx.validation_definitions.add_or_update(
             gx.ValidationDefinition(name=suite.name, data=batch_definition, suite=stored_suite)
@@ -126,17 +134,19 @@ class QualityContext:
         ((key, result),) = outcome.run_results.items()
         return result, self._page_of(key)
 
-    def _batch_definition(self, asset_name: str) -> Any:
-        from great_expectations.datasource.fluent import PandasDatasource
+    def _batch_definition(self, asset_name: str, *, spark: bool = False) -> Any:
+        from great_expectations.datasource.fluent import PandasDatasource, SparkDatasource
 
+        name, kind = (SPARK_DATASOURCE, SparkDatasource) if spark else (DATASOURCE,
+                                                                         PandasDatasource)
         sources = self.gx.data_sources
         try:
-            source = sources.get(DATASOURCE)
+            source = sources.get(name)
         except KeyError:
-            source = sources.add_pandas(DATASOURCE)
-        if not isinstance(source, PandasDatasource):
-            raise TypeError(f"data source {DATASOURCE!r} in {self.gx.root_directory} is a "
-                            f"{type(source).__name__}, not the pandas source cdclake creates")
+            source = sources.add_spark(name) if spark else sources.add_pandas(name)
+        if not isinstance(source, kind):
+            raise TypeError(f"data source {name!r} in {self.gx.root_directory} is a "
+                            f"{type(source).__name__}, not the {kind.__name__} cdclake creates")
         if asset_name in source.get_asset_names():
             asset = source.get_asset(asset_name)
         else:

@@ -95,7 +95,8 @@ def stream_parameters(table: str, identity: Identity) -> dict[str, Any]:
     }
 
 
-def mirror_parameters(table: str, identity: Identity, schema: pa.Schema) -> dict[str, Any]:
+def mirror_parameters(table: str, identity: Identity, schema: pa.Schema | Any
+                      ) -> dict[str, Any]:
     """Parameters of ``expectations/mirror_table.json`` for one table.
 
     Only DEFAULT/INDEX tables have a key the lake merges on; FULL and NOTHING tables may hold
@@ -110,8 +111,12 @@ def mirror_parameters(table: str, identity: Identity, schema: pa.Schema) -> dict
     }
 
 
-def text_columns(schema: pa.Schema) -> list[str]:
-    """Source columns that could hold a TOAST placeholder string (key columns included)."""
+def text_columns(schema: pa.Schema | Any) -> list[str]:
+    """Source columns that could hold a TOAST placeholder string (key columns included); of
+    an Arrow schema or a Spark one (``StructType``)."""
+    if not isinstance(schema, pa.Schema):
+        return [f.name for f in schema.fields
+                if f.dataType.typeName() == "string" and f.name not in MIRROR_SYSTEM_COLUMNS]
     return [f.name for f in schema if _is_text(f.type) and f.name not in MIRROR_SYSTEM_COLUMNS]
 
 
