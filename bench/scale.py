@@ -38,14 +38,20 @@ DRIVER = "spark.driver.memory={memory},spark.driver.maxResultSize=64m"
 
 RUN = """
 import json, time
+from pathlib import Path
 from cdclake.config import Config
 from cdclake.pipeline import steps
-seconds, mark = {}, [time.monotonic()]
+seconds, driver, mark = {}, {}, [time.monotonic()]
 def on_step(name, result):
     now = time.monotonic()
     seconds[name], mark[0] = now - mark[0], now
+    # this process's peak during the step, then the peak reset (clear_refs 5)
+    status = Path("/proc/self/status").read_text()
+    driver[name] = int(next(l for l in status.splitlines() if l.startswith("VmHWM")).split()[1])
+    Path("/proc/self/clear_refs").write_text("5")
 out = steps.run_once(Config.load(), run_id="bench", on_step=on_step)["steps"]
-print(json.dumps({"seconds": seconds, "batches": len(out["decode"].get("batches", [])),
+print(json.dumps({"seconds": seconds, "driver": driver,
+                  "batches": len(out["decode"].get("batches", [])),
                   "tables": out["decode"].get("tables", {}),
                   "engines": sorted({(t["engine"], t["fallback"])
                                      for b in out["merge"]["batches"] for t in b["tables"]})}))
@@ -199,7 +205,8 @@ def measure(scale: int, batch_segments: int, spark_conf: str) -> dict[str, objec
         segments = len(list(Path(pg.archive_dir).glob("0000000*")))
         return {"scale": scale, "changes": changes, "segments": segments,
                 "batches": result["batches"], "seconds": seconds, "rate": changes / seconds,
-                "steps": result["seconds"], **{kind: kib / 1024 for kind, kib in peak.items()},
+                "steps": result["seconds"], "step_driver": result["driver"],
+                **{kind: kib / 1024 for kind, kib in peak.items()},
                 "engines": result["engines"], "exact": mirrors_match(pg, db, env)}
     finally:
         pg.destroy()
@@ -217,15 +224,18 @@ def main() -> None:
           f"{spark_conf}, batches of {args.batch_segments} segments, merge_engine spark")
     print("| pgbench scale | changes | WAL segments | batches | run s | changes/s end to end "
           "| s per step: decode / validate stream / merge / validate mirrors "
+          "| driver peak RSS per step, same order (MiB) "
           "| peak RSS driver / JVM / largest Python worker (MiB) | mirrors == source |")
-    print("|---:|---:|---:|---:|---:|---:|---|---|---|")
+    print("|---:|---:|---:|---:|---:|---:|---|---|---|---|")
     rows = [measure(scale, args.batch_segments, spark_conf) for scale in args.scales]
     for r in rows:
-        steps = r["steps"]
-        per_step = " / ".join(f"{steps.get(k, 0):.0f}"  # type: ignore[union-attr]
-                              for k in ("decode", "validate_stream", "merge", "validate_tables"))
+        names = ("decode", "validate_stream", "merge", "validate_tables")
+        per_step = " / ".join(f"{r['steps'].get(k, 0):.0f}" for k in names)  # type: ignore[union-attr]
+        step_rss = " / ".join(f"{r['step_driver'].get(k, 0) / 1024:,.0f}"  # type: ignore[union-attr]
+                              for k in names)
         print(f"| {r['scale']} | {r['changes']:,} | {r['segments']} | {r['batches']} | "
-              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {per_step} | {r['driver']:,.0f} / "
+              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {per_step} | {step_rss} | "
+              f"{r['driver']:,.0f} / "
               f"{r['jvm']:,.0f} / {r['worker']:,.0f} | {r['exact']} |", flush=True)
     for r in rows:
         print(f"scale {r['scale']}: merge engines (engine, why not spark): {r['engines']}")

@@ -208,14 +208,19 @@ def test_a_renamed_table_answers_to_both_names(config: Config, stream: Stream) -
     assert stream_tables(batch, ("public.other",)) == ({}, {})
 
 
-def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
-        config: Config, stream: Stream) -> None:
+def inserts(stream: Stream, rows: int, rows_per_part: int) -> Path:
+    """A batch of ``rows`` one-row transactions into items, in files of ``rows_per_part``."""
     rel = items()
     b = stream.batch("b1")
-    for i in range(10):
+    for i in range(rows):
         with b.txn() as t:
             t.insert(rel, {"id": i, "name": str(i)})
-    b.write(rows_per_part=3)  # files of 3, 3, 3 and 1 rows
+    return b.write(rows_per_part=rows_per_part)
+
+
+def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
+        config: Config, stream: Stream) -> None:
+    inserts(stream, 10, rows_per_part=3)  # files of 3, 3, 3 and 1 rows
     batch = first_batch(config)
     chunks = list(stream_chunks(batch, max_rows=5))
     assert [(name, c.num_rows) for name, _, c in chunks] == [
@@ -228,12 +233,7 @@ def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
 
 def test_a_file_missing_rows_the_manifest_counts_stops_the_chunks(
         config: Config, stream: Stream) -> None:
-    rel = items()
-    b = stream.batch("b1")
-    for i in range(4):
-        with b.txn() as t:
-            t.insert(rel, {"id": i, "name": str(i)})
-    directory = b.write(rows_per_part=2)
+    directory = inserts(stream, 4, rows_per_part=2)
     manifest = json.loads((directory / "_manifest.json").read_text())
     manifest["tables"][0]["versions"][0]["rows"] = 5
     (directory / "_manifest.json").write_text(json.dumps(manifest))
