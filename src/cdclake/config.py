@@ -105,7 +105,7 @@ class Config:
     merge_engine: str = "pyiceberg"
     #: CDCLAKE_QUALITY_CHUNK_ROWS: the most change rows the stream suite validates at once
     #: (a table's batch is checked in chunks of whole Parquet files, order kept across them).
-    quality_chunk_rows: int = 250_000
+    quality_chunk_rows: int = 100_000
     #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
     namespace: str = "cdc"
     #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.

@@ -122,23 +122,31 @@ class Batch:
             table = _empty_changes(version.relation)
         return VersionChanges(version.relation, table)
 
-    def parts(self, entry: TableEntry, version: VersionEntry) -> Iterator[pa.Table]:
+    def parts(self, entry: TableEntry, version: VersionEntry,
+              columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
         """A version's Parquet files one at a time, in stream order, each checked against the
-        relation; after the last, that they hold the rows the manifest counts."""
+        relation (its whole schema, from the file's footer); only ``columns`` are read when
+        given. After the last, that they hold the rows the manifest counts."""
         where = _where(self, entry, version)
         rows = 0
         for rel_path in version.paths:
             path = f"{self.directory}/{rel_path}"
             try:
-                part = pq.read_table(path, filesystem=self.filesystem)
+                stored = pq.read_schema(path, filesystem=self.filesystem)
+                old = stream.PG_TEXT not in stored.names  # decoded before _cdc_pg_text
+                full = stored.append(pa.field(stream.PG_TEXT, stream.PG_TEXT_TYPE)) \
+                    if old else stored
+                check_columns(full, version.relation, where)
+                names = full.names if columns is None else [
+                    c for c in dict.fromkeys(columns) if c in full.names]
+                part = pq.read_table(path, filesystem=self.filesystem,
+                                     columns=[c for c in names if c in stored.names])
             except (OSError, pa.ArrowInvalid) as exc:
                 raise LakeError(f"batch {self.name}: cannot read {path} of table "
                                 f"{entry.table}: {exc}") from exc
-            if stream.PG_TEXT not in part.column_names:
-                # decoded by a cdclake from before _cdc_pg_text: no exact texts to carry
+            if old and stream.PG_TEXT in names:  # no exact texts to carry
                 part = part.append_column(pa.field(stream.PG_TEXT, stream.PG_TEXT_TYPE),
                                           pa.nulls(part.num_rows, stream.PG_TEXT_TYPE))
-            check_columns(part.schema, version.relation, where)
             rows += part.num_rows
             yield part
         if rows != version.rows:

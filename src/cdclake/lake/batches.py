@@ -11,7 +11,7 @@ be re-run on its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,11 +88,13 @@ def latest_relations(config: Config, store: ObjectStore, layout: Layout,
     return out
 
 
-def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 250_000
+def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 100_000,
+                  columns: Callable[[RelationVersion], Sequence[str]] | None = None
                   ) -> Iterator[tuple[str, RelationVersion, pa.Table]]:
     """Each table's changes in the decoder's order (never sorted: the stream suite checks
     order), as consecutive chunks of at most ``max_rows`` rows (one or more whole Parquet
-    files; a file is never split), so no more than a chunk is held at a time.
+    files; a file is never split), so no more than a chunk is held at a time; with
+    ``columns``, only the columns it names for the relation are read.
 
     A table's key is ``schema.table``, one per identity when the identity changed in the batch
     (``schema.table@v<valid_from>``); its relation is the version the suite reads the identity
@@ -110,7 +112,8 @@ def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 250_00
             pending: list[pa.Table] = []
             rows = 0
             for version in versions:
-                for part in batch.parts(entry, version):
+                for part in batch.parts(entry, version,
+                                        None if columns is None else columns(relation)):
                     if pending and rows + part.num_rows > max_rows:
                         yield name, relation, _concat(pending)
                         pending, rows = [], 0

@@ -167,13 +167,15 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
                     catalog: Catalog | None = None,
                     context: QualityContext | None = None) -> dict[str, Any]:
     """Run the change-stream suite on every batch the lake has yet to take, each table's
-    changes in chunks of at most ``config.quality_chunk_rows`` rows (the process holds one).
+    changes in chunks of at most ``config.quality_chunk_rows`` rows (the process holds one),
+    read with only the columns the suite looks at (system and key columns).
 
     Raises QualityError on a critical failure, so the merge never sees a bad stream. Tables
     whose replica identity or key changed inside a batch are validated per relation version
     (``schema.table@v<valid_from>``), each under its own identity.
     """
     from cdclake.quality import raise_for_failures, validate_stream_chunks
+    from cdclake.quality.inputs import stream_columns
 
     params = params or RunParams()
     store, layout = open_store(config), Layout()
@@ -184,7 +186,8 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
         for decoded in todo:
             batch = open_batch(config, store, layout, decoded)
             report = validate_stream_chunks(
-                config, stream_chunks(batch, params.tables, config.quality_chunk_rows),
+                config, stream_chunks(batch, params.tables, config.quality_chunk_rows,
+                                      columns=stream_columns),
                 run_name=decoded.name, context=context)
             tables = {r.table.partition("#")[0] for r in report.tables}
             out.append({"batch": decoded.name, "tables": len(tables),

@@ -127,7 +127,9 @@ def _is_text(arrow_type: pa.DataType) -> bool:
                 or getattr(pa.types, "is_string_view", lambda _t: False)(arrow_type))
 
 
-def stream_columns(identity: Identity) -> list[str]:
+def stream_columns(of: Identity | RelationVersion) -> list[str]:
+    """The columns the change-stream suite reads: the system columns and the key."""
+    identity = of if isinstance(of, Identity) else identity_of(of)
     return [*SYSTEM_COLUMNS, *identity.key_columns]
 
 

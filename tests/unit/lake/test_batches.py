@@ -229,6 +229,9 @@ def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
     # a file larger than a chunk is one chunk of its own, never split
     assert [c.num_rows for _, _, c in stream_chunks(batch, max_rows=2)] == [3, 3, 3, 1]
     assert [c.num_rows for _, _, c in stream_chunks(batch)] == [10]
+    # only the columns asked for are read (a name the files lack is left out)
+    ((_, _, narrow),) = stream_chunks(batch, columns=lambda rel: [contract.OP, "id", "nope"])
+    assert narrow.column_names == [contract.OP, "id"]
 
 
 def test_a_file_missing_rows_the_manifest_counts_stops_the_chunks(
