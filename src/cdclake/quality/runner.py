@@ -56,16 +56,16 @@ def validate_stream_chunks(config: Config,
     :func:`cdclake.lake.batches.stream_chunks` reads them), one chunk in memory at a time.
 
     The suite runs on every chunk (a table's second and later chunks are ``table#2``, … in
-    Data Docs); where two chunks of a table meet, their last and first rows must follow the
-    stream's order too, which with the per-chunk checks makes the order and uniqueness checks
-    those of the whole batch."""
+    the report, and runs ``<run>#2``, … of the table's suite in Data Docs: the GX objects are
+    the table's, however many chunks it has); where two chunks of a table meet, their last and
+    first rows must follow the stream's order too, which with the per-chunk checks makes the
+    order and uniqueness checks those of the whole batch."""
     run = _Run(CHANGE_STREAM, config, run_name, context)
     last: dict[str, tuple[int, int, int]] = {}
     seen: dict[str, int] = {}
     for table, relation, data in chunks:
         seen[table] = seen.get(table, 0) + 1
-        label = table if seen[table] == 1 else f"{table}#{seen[table]}"
-        result = run.table(label, data, relation, nothing_as=table)
+        result = run.table(table, data, relation, chunk=seen[table])
         if data.num_rows:
             first = _order_key(data, 0)
             if table in last:
@@ -101,20 +101,24 @@ class _Run:
 
     def __init__(self, suite: str, config: Config, run_name: str | None,
                  context: QualityContext | None) -> None:
-        from great_expectations.core.run_identifier import RunIdentifier
-
-        started = datetime.now(UTC)
+        self.started = datetime.now(UTC)
         self.suite, self.config = suite, config
-        self.run_name = run_name or f"{suite}-{started:%Y%m%dT%H%M%S%fZ}"
+        self.run_name = run_name or f"{suite}-{self.started:%Y%m%dT%H%M%S%fZ}"
         self.gx_context = context or QualityContext.for_config(config)
         self.template = load_template(suite)
-        self.run_id = RunIdentifier(run_name=self.run_name, run_time=started)
         self.results: list[TableResult] = []
         self.nothing: list[IdentityNothingTable] = []
 
     def table(self, table: str, data: pa.Table | Any, relation: RelationVersion, *,
-              nothing_as: str | None = None) -> TableResult:
+              chunk: int = 1) -> TableResult:
+        """Validate ``data`` as ``table`` (its ``chunk``-th chunk: reported as ``table#N``,
+        a run ``<run>#N`` in Data Docs)."""
+        from great_expectations.core.run_identifier import RunIdentifier
+
         suite, config = self.suite, self.config
+        label = table if chunk == 1 else f"{table}#{chunk}"
+        run_id = RunIdentifier(run_name=self.run_name if chunk == 1 else
+                               f"{self.run_name}#{chunk}", run_time=self.started)
         identity = inputs.identity_of(relation)
         if suite == CHANGE_STREAM:
             params = inputs.stream_parameters(table, identity)
@@ -139,11 +143,11 @@ class _Run:
         validation, page = self.gx_context.validate(
             suite=gx_suite, asset=name, frame=frame,
             result_format=_result_format([c for c in locator if c in frame.columns]),
-            run_id=self.run_id,
+            run_id=run_id,
         )
         as_json = validation.to_json_dict()
         result = outcomes.table_result(
-            suite=suite, table=table, gx_suite=name, replica_identity=identity.effective,
+            suite=suite, table=label, gx_suite=name, replica_identity=identity.effective,
             key_columns=params["key_columns"], rows=rows, validation=as_json,
             data_docs_page=page, check_order=[e["meta"]["cdclake"].get("check", "")
                                               for e in expanded["expectations"]],
@@ -151,7 +155,7 @@ class _Run:
         self.results.append(result)
         if suite == CHANGE_STREAM and identity.effective == IDENTITY_NOTHING:
             self.nothing.append(outcomes.identity_nothing(
-                nothing_as or table, identity.declared, identity.reason, as_json))
+                table, identity.declared, identity.reason, as_json))
         return result
 
     def report(self) -> QualityReport:

@@ -331,6 +331,10 @@ def test_chunks_of_a_stream_are_checked_as_one_and_where_they_meet(
     assert report.success, report.summary()
     assert [(t.table, t.rows) for t in report.tables] == [
         (ORDERS, 2), (f"{ORDERS}#2", 5), (f"{ORDERS}#3", 1)]
+    # one set of GX objects for the table, a Data Docs page per chunk
+    assert {t.gx_suite for t in report.tables} == {report.tables[0].gx_suite}
+    pages = [t.data_docs_page for t in report.tables]
+    assert all(pages) and len(set(pages)) == 3, pages
 
     # each chunk in order on its own, but the second starts before the first ends
     swapped = [(ORDERS, rel, whole.slice(1, 1)), (ORDERS, rel, whole.slice(0, 1))]
