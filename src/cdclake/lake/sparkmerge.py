@@ -53,7 +53,7 @@ from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake import labels
 from cdclake.lake.batch import Batch, TableEntry, VersionEntry
-from cdclake.lake.changes import FULL, KEY, Identity, VersionInfo
+from cdclake.lake.changes import FULL, KEY, VersionInfo
 from cdclake.lake.reports import TableReport
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
@@ -66,7 +66,14 @@ from cdclake.lake.schema import (
     plan_evolution,
 )
 from cdclake.lake.sparksql import error_line
-from cdclake.lake.tables import MIRROR, ensure_table, mirror_identifier, snapshot_id
+from cdclake.lake.tables import (
+    MIRROR,
+    ensure_table,
+    existing_mirrors,
+    key_columns,
+    mirror_identifier,
+    snapshot_id,
+)
 from cdclake.lake.visibility import SnapshotFacts, facts_of, not_in_snapshot
 from cdclake.lake.watermark import committed_lsn, summary_properties
 from cdclake.wal.lsn import format_lsn
@@ -267,26 +274,20 @@ def spark_mirrors(spark: SparkSession, config: Config, catalog: Catalog,
     Spark cannot read (``time`` columns), which the caller reads with pyiceberg."""
     from pyspark.sql import functions as F
 
+    found, missing = existing_mirrors(config, catalog, relations)
     frames: dict[str, DataFrame] = {}
-    missing: list[str] = []
     unreadable: list[str] = []
-    for name, rel in sorted(relations.items()):
-        ident = mirror_identifier(config, rel.schema, rel.name)
-        if not catalog.table_exists(ident):
-            missing.append(name)
-            continue
-        if spark_unreadable(catalog.load_table(ident)):
+    for name, rel, table in found:
+        if spark_unreadable(table):
             unreadable.append(name)
             continue
-        target = _spark_name(config, ident)
+        target = _spark_name(config, mirror_identifier(config, rel.schema, rel.name))
         spark.catalog.refreshTable(target)
         mirror = spark.table(target)
         lsn = since.get(name) if since is not None else None
         if lsn is not None:
             written = mirror.where(F.col(CDC_COMMIT_LSN) > F.lit(lsn))
-            identity = Identity.of(rel)
-            keys = ([rel.column_by_attnum(a).name for a in identity.attnums]
-                    if identity.kind == KEY else [])
+            keys = key_columns(rel)
             if keys:  # a null key joins nothing: those written rows are added as they are
                 null_key = reduce(lambda a, b: a | b, (F.col(_q(k)).isNull() for k in keys))
                 written = mirror.join(written.select(*keys).distinct(), keys, "left_semi"

@@ -241,17 +241,33 @@ def read_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, Relat
     stored rows with the same keys (a key written twice shows up as a duplicate). The cost
     follows the run's changes, not the table.
     """
+    found, missing = existing_mirrors(config, catalog, relations)
     data: dict[str, pa.Table] = {}
-    missing: list[str] = []
-    for name, rel in sorted(relations.items()):
-        ident = mirror_identifier(config, rel.schema, rel.name)
-        if not catalog.table_exists(ident):
-            missing.append(name)
-            continue
-        table = catalog.load_table(ident)
+    for name, rel, table in found:
         lsn = since.get(name) if since is not None else None
         data[name] = table.scan().to_arrow() if lsn is None else _written_since(table, rel, lsn)
     return data, missing
+
+
+def existing_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion]
+                     ) -> tuple[list[tuple[str, RelationVersion, Table]], list[str]]:
+    """The mirror of each source table in ``relations`` that has one (name order), and the
+    names of those that have none."""
+    found: list[tuple[str, RelationVersion, Table]] = []
+    missing: list[str] = []
+    for name, rel in sorted(relations.items()):
+        ident = mirror_identifier(config, rel.schema, rel.name)
+        if catalog.table_exists(ident):
+            found.append((name, rel, catalog.load_table(ident)))
+        else:
+            missing.append(name)
+    return found, missing
+
+
+def key_columns(rel: RelationVersion) -> list[str]:
+    """The names of the replica identity key's columns ([] for a table without a key)."""
+    identity = Identity.of(rel)
+    return [rel.column_by_attnum(a).name for a in identity.attnums] if identity.kind == KEY else []
 
 
 #: key types whose Python values pyiceberg binds as they come from Arrow
@@ -263,9 +279,8 @@ MAX_CHECKED_KEYS = 10_000
 def _written_since(table: Table, rel: RelationVersion, lsn: int) -> pa.Table:
     run = GreaterThan(CDC_COMMIT_LSN, lsn)  # type: ignore[call-arg,arg-type]
     written = table.scan(row_filter=run).to_arrow()
-    identity = Identity.of(rel)
     schema = table.schema()
-    keys = [rel.column_by_attnum(a).name for a in identity.attnums] if identity.kind == KEY else []
+    keys = key_columns(rel)
     if (not keys or not 0 < written.num_rows <= MAX_CHECKED_KEYS
             or not all(isinstance(schema.find_field(k).field_type, _KEY_TYPES) for k in keys)):
         return written

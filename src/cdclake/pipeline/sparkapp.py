@@ -26,7 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--params", default="{}")
     p.add_argument("--result", required=True)
     args = p.parse_args(argv)
-    config = Config.load()
+    try:
+        config = Config.load()
+    except CdclakeError as exc:  # no store to answer in: the line is in the task's log
+        print(f"cdclake {args.step}: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
     try:
         answer = {"result": getattr(steps, args.step)(config, RunParams.from_mapping(
             json.loads(args.params)))}
