@@ -37,6 +37,13 @@ import json
 
 import pyarrow as pa
 
+#: A part holds at most this many rows of a relation version ...
+ROWS_PER_PART = 100_000
+#: ... and about this many bytes of row data, so wide rows make parts with fewer rows: what a
+#: decoder buffers per relation version and what a merge of runs holds are bounded in bytes,
+#: whatever a row's width.
+BYTES_PER_PART = 16 << 20
+
 COMMIT_LSN = "_commit_lsn"  #: LSN of the transaction's commit record
 COMMIT_TS = "_commit_ts"  #: commit timestamp (UTC)
 XID = "_xid"  #: top-level transaction id

@@ -57,8 +57,6 @@ from cdclake.wal.record import XLogRecord
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ROWS_PER_PART = 100_000
-
 
 @dataclass
 class BatchResult:
@@ -211,7 +209,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         ctx = PartitionContext(
             partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
             version=version, segment_size=size, work_mem=config.work_mem,
-            tables=frozenset(config.tables), rows_per_part=ROWS_PER_PART, runs_prefix=runs,
+            tables=frozenset(config.tables), runs_prefix=runs,
             dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
             store=store, layout=layout,
             spill_dir=str(config.spill_dir) if config.spill_dir else None,
@@ -329,7 +327,7 @@ def _merge_runs(spark: SparkSession, store: ObjectStore, root: str,
         return []
     jobs = list(groups.values())
     merged = spark.sparkContext.parallelize(jobs, len(jobs)).map(
-        lambda job: merge_runs(store, root, job[0], job[1], ROWS_PER_PART)).collect()
+        lambda job: merge_runs(store, root, job[0], job[1])).collect()
     return sorted(merged, key=lambda m: m.first)
 
 

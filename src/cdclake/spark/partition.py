@@ -43,7 +43,6 @@ class PartitionContext:
     segment_size: int
     work_mem: int
     tables: frozenset[str]
-    rows_per_part: int
     runs_prefix: str  #: where partition i writes its runs: ``<runs_prefix>p<i>/``
     dictionary: dict[str, Any]
     startup: Startup | None  #: the previous batch's decoder start-up; None for a new stream
@@ -82,7 +81,7 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
             ctx: PartitionContext, spill_dir: Path) -> PartitionResult:
     dictionary = Dictionary.from_json(ctx.dictionary)
     runs = RunParts(ctx.store, f"{ctx.runs_prefix}p{index}/")
-    rows = ArrowRows(dictionary.types, runs, rows_per_part=ctx.rows_per_part)
+    rows = ArrowRows(dictionary.types, runs)
     options = DecodeOptions(db_oid=ctx.db_oid, start_lsn=ctx.start_lsn, work_mem=ctx.work_mem,
                             spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before,
                             ddl_key=ctx.ddl_key)

@@ -9,11 +9,12 @@ Stage two (one task per relation version, :func:`merge_runs`): transactions are 
 exactly one partition, so a commit LSN is in one run only, and the version's stream order
 (``_commit_lsn``, ``_lsn``, ``_seq``) is a merge of its runs by commit LSN. The task streams
 the runs part by part — each round takes, from every run, the rows up to the lowest commit LSN
-any run has loaded, and orders them with one stable sort — and writes the version's parts,
-``rows_per_part`` rows each, with the
+any run has loaded, and orders them with one stable sort — and writes the version's parts, of
+at most ``rows_per_part`` rows and about ``bytes_per_part`` bytes of Arrow data each, with the
 names the local Arrow plugin gives them (:func:`cdclake.decoding.plugins.arrow.part_path`):
-the batch is the one a single-process decode writes for the same WAL. Memory per task is one
-part per run plus one part being filled; the driver receives keys, counts and first rows.
+the batch holds the rows a single-process decode writes for the same WAL, in the same order.
+Memory per task is one part per run plus one part being filled, in bytes as well as in rows;
+the driver receives keys, counts and first rows.
 """
 
 from __future__ import annotations
@@ -134,13 +135,14 @@ def _in_commit_order(pieces: list[pa.Table]) -> pa.Table:
 
 
 def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
-               runs: list[list[str]], rows_per_part: int) -> MergedVersion:
+               runs: list[list[str]], rows_per_part: int = stream.ROWS_PER_PART,
+               bytes_per_part: int = stream.BYTES_PER_PART) -> MergedVersion:
     """Stage two for one relation version: ``runs`` (each a list of part keys, sorted by
     commit LSN) merged into the version's parts under ``root`` (the batch prefix)."""
     readers = [r for r in (_RunReader(store, keys) for keys in runs) if r.table is not None]
     paths: list[str] = []
     pending: list[pa.Table] = []
-    buffered = total = 0
+    buffered = pending_bytes = total = 0
     first: RowKey | None = None
 
     def write(table: pa.Table) -> None:
@@ -160,12 +162,14 @@ def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
             first = _first_key(piece)
         pending.append(piece)
         buffered += piece.num_rows
+        pending_bytes += piece.nbytes
         total += piece.num_rows
-        while buffered >= rows_per_part:
+        while buffered >= rows_per_part or pending_bytes >= bytes_per_part:
             table = pa.concat_tables(pending)
-            write(table.slice(0, rows_per_part))
-            rest = table.slice(rows_per_part)
-            pending, buffered = [rest], rest.num_rows
+            n = min(rows_per_part, max(1, buffered * bytes_per_part // max(1, pending_bytes)))
+            write(table.slice(0, n))
+            rest = table.slice(n)
+            pending, buffered, pending_bytes = [rest], rest.num_rows, rest.nbytes
     if buffered:
         write(pa.concat_tables(pending))
     assert first is not None, "a run without rows"

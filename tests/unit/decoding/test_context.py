@@ -169,3 +169,17 @@ def test_the_arrow_row_builder_hands_full_parts_to_its_sink(tmp_path: Path) -> N
         ("t", ["t-0", "t-1", "t-2"], 6)]
     values = pa.concat_tables(t for _n, _i, t in sink.parts).column("v").to_pylist()
     assert values == [120, 100, 110, 300, 320, 310]
+
+
+def test_the_arrow_row_builder_cuts_parts_by_bytes_too(tmp_path: Path) -> None:
+    """A part is handed over when its row data reaches ``bytes_per_part``, however few rows it
+    has: wide rows cannot make a buffer grow past its byte budget."""
+    d = dictionary()
+    sink = ListSink()
+    rows = ArrowRows(d.types, sink, rows_per_part=1000, bytes_per_part=1)
+    options = DecodeOptions(db_oid=DB, start_lsn=0, spill_dir=tmp_path)
+    ctx = create_decoding_context(options, d, rows, version=15, segment_size=1 << 20)
+    for r in workload():
+        ctx.process(r)
+    rows.finish()
+    assert [t.num_rows for _n, _i, t in sink.parts] == [1] * 6

@@ -2,8 +2,10 @@
 
 Layout and columns are the contract in :mod:`cdclake.decoding.stream`. The plugin has two
 halves. :class:`ArrowRows` builds the rows (the output plugin callbacks) and buffers them per
-relation version; whenever a buffer reaches ``rows_per_part`` it hands the part, one Arrow
-table, to a :class:`RowSink`, so memory stays bounded however large a batch is. Where parts go
+relation version; whenever a buffer reaches ``rows_per_part`` rows or about ``bytes_per_part``
+bytes of row data (the logged tuples and TOAST chunks it was built from) it hands the part, one
+Arrow table, to a :class:`RowSink`, so memory stays bounded however large a batch is and however
+wide its rows. Where parts go
 is the sink's business: :class:`ParquetParts` writes them as Parquet files of a batch
 directory (:class:`ArrowChanges`, the local ``decode`` path and Spark's writer), a Spark
 partition keeps them for its task's result. A column whose TOASTed value was not logged
@@ -55,6 +57,7 @@ class _TableBuffer:
     columns: list[list[Any]]
     parts: int = 0
     rows: int = 0
+    pending_bytes: int = 0  #: row data in ``columns``, estimated from the tuples logged
     paths: list[str] = field(default_factory=list)
 
 
@@ -81,10 +84,12 @@ class ArrowRows:
     """The row builder: the output plugin callbacks, typed rows per relation version."""
 
     def __init__(self, types: Mapping[int, TypeInfo], sink: RowSink, *,
-                 rows_per_part: int = 100_000) -> None:
+                 rows_per_part: int = stream.ROWS_PER_PART,
+                 bytes_per_part: int = stream.BYTES_PER_PART) -> None:
         self.sink = sink
         self.layouts = LayoutCache(types)
         self.rows_per_part = rows_per_part
+        self.bytes_per_part = bytes_per_part
         self._buffers: dict[int, _TableBuffer] = {}  # id(RelationVersion) -> buffer
         self._order: list[_TableBuffer] = []
         self.commits = 0
@@ -129,8 +134,9 @@ class ArrowRows:
                     texts = old_texts  # a DELETE's tuple is its old identity
         op = (stream.OP_INSERT if action == INSERT else
               stream.OP_DELETE if action == DELETE else stream.OP_UPDATE)
+        size = _toast_bytes(toast) + sum(len(t.data) for t in (change.new, change.old) if t)
         self._append(buf, txn, change.lsn, change.seq, op, values, old_key, unchanged or None,
-                     texts)
+                     texts, size)
 
     def rewrite(self, txn: TxnInfo, rel: RelationVersion, change: Change,
                 toast: Mapping[int, list[bytes]], first: bool) -> None:
@@ -138,18 +144,18 @@ class ArrowRows:
         buf = self._buffer(rel)
         if first:
             self._append(buf, txn, change.lsn, -1, stream.OP_REWRITE_BEGIN,
-                         [None] * len(buf.layout.live), None, None, None)
+                         [None] * len(buf.layout.live), None, None, None, 0)
         assert change.new is not None
         unchanged: list[str] = []
         values, texts = self._values(buf.layout, change.new, change.lsn, toast, unchanged)
         self._append(buf, txn, change.lsn, change.seq, stream.OP_REWRITE, values, None,
-                     unchanged or None, texts)
+                     unchanged or None, texts, len(change.new.data) + _toast_bytes(toast))
 
     def truncate(self, txn: TxnInfo, rels: list[RelationVersion], change: Change) -> None:
         for rel in rels:
             buf = self._buffer(rel)
             self._append(buf, txn, change.lsn, change.seq, stream.OP_TRUNCATE,
-                         [None] * len(buf.layout.live), None, None, None)
+                         [None] * len(buf.layout.live), None, None, None, 0)
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -202,7 +208,7 @@ class ArrowRows:
 
     def _append(self, buf: _TableBuffer, txn: TxnInfo, lsn: int, seq: int, op: str,
                 values: list[Any], old_key: dict[str, Any] | None,
-                unchanged: list[str] | None, texts: dict[str, str] | None) -> None:
+                unchanged: list[str] | None, texts: dict[str, str] | None, size: int) -> None:
         cols = buf.columns
         n = len(values)
         for i, v in enumerate(values):
@@ -211,7 +217,8 @@ class ArrowRows:
                                op, old_key, unchanged, texts)):
             cols[n + i].append(v)
         buf.rows += 1
-        if len(cols[0]) >= self.rows_per_part:
+        buf.pending_bytes += size
+        if len(cols[0]) >= self.rows_per_part or buf.pending_bytes >= self.bytes_per_part:
             self._flush(buf)
 
     def _flush(self, buf: _TableBuffer) -> None:
@@ -223,6 +230,7 @@ class ArrowRows:
         buf.paths.append(self.sink.part(buf.rel, buf.parts, table))
         buf.parts += 1
         buf.columns = [[] for _ in buf.schema]
+        buf.pending_bytes = 0
 
     # -- end of batch ----------------------------------------------------------------------
 
@@ -238,16 +246,23 @@ class ArrowChanges(ArrowRows):
     """The plugin writing one batch: Parquet parts under ``root``, the manifest at close."""
 
     def __init__(self, filesystem: pafs.FileSystem, root: str, batch: str,
-                 types: Mapping[int, TypeInfo], *, rows_per_part: int = 100_000) -> None:
+                 types: Mapping[int, TypeInfo], *, rows_per_part: int = stream.ROWS_PER_PART,
+                 bytes_per_part: int = stream.BYTES_PER_PART) -> None:
         self.parts = ParquetParts(filesystem, root)
         self.batch = batch
-        super().__init__(types, self.parts, rows_per_part=rows_per_part)
+        super().__init__(types, self.parts, rows_per_part=rows_per_part,
+                         bytes_per_part=bytes_per_part)
 
     def close(self, start_lsn: int, end_lsn: int) -> dict[str, Any]:
         """Flush every buffer and write ``_manifest.json``; returns the manifest."""
         manifest = build_manifest(self.batch, start_lsn, end_lsn, self.commits, self.finish())
         write_manifest(self.parts.fs, self.parts.root, manifest)
         return manifest
+
+
+def _toast_bytes(toast: Mapping[int, list[bytes]]) -> int:
+    """The bytes of the TOAST chunks a change's values are reassembled from."""
+    return sum(len(c) for chunks in toast.values() for c in chunks) if toast else 0
 
 
 def column_fields(layout: RowLayout, types: Mapping[int, TypeInfo]) -> list[pa.Field]:
