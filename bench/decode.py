@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
+from cdclake.catalog.signing import fetch_key
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
 from cdclake.local.postgres import LocalPostgres
@@ -124,8 +125,10 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> 
                     "'include-xids', '1', 'skip-empty-xacts', '1')"))
 
         pg_seconds, (lines, changes, expected) = best(repeat, slot)  # type: ignore[misc]
+        with pg.connect(db) as conn:
+            key = fetch_key(conn)
         options = DecodeOptions(db_oid=db_oid, start_lsn=start, read_from=read_from,
-                                end_lsn=end, spill_dir=base / "spill")
+                                end_lsn=end, spill_dir=base / "spill", ddl_key=key)
 
         def ours() -> tuple[tuple[int, int, str], DecodeResult]:
             sink = _Digest()

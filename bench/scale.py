@@ -14,7 +14,7 @@ are compared with the source through DuckDB (row count and column sums per table
 each mirror's data files, delete files and snapshots. bench/merge.py compares the two merge
 engines on one update.
 
-    .venv/bin/python bench/scale.py [--scales 5 20] [--batch-segments 16] [--driver-memory 1g]
+    .venv/bin/python bench/scale.py [--scales 5 20 ...] [--batch-segments 16] [--driver-memory 1g]
 """
 
 from __future__ import annotations
@@ -214,7 +214,8 @@ def measure(scale: int, batch_segments: int, spark_conf: str) -> dict[str, objec
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scales", type=int, nargs=2, default=[5, 20], metavar=("SMALL", "LARGE"))
+    ap.add_argument("--scales", type=int, nargs="+", default=[5, 20],
+                    help="pgbench scales, smallest first: growth is the last over the first")
     ap.add_argument("--batch-segments", type=int, default=16)
     ap.add_argument("--driver-memory", default="1g",
                     help="spark.driver.memory: the JVM's heap, which a local[2] JVM grows into")
@@ -239,7 +240,7 @@ def main() -> None:
               f"{r['jvm']:,.0f} / {r['worker']:,.0f} | {r['exact']} |", flush=True)
     for r in rows:
         print(f"scale {r['scale']}: merge engines (engine, why not spark): {r['engines']}")
-    small, large = rows
+    small, large = rows[0], rows[-1]
     growth = {k: large[k] / small[k] for k in ("driver", "jvm", "worker")}  # type: ignore[operator]
     print(f"changes x{large['changes'] / small['changes']:.1f} "  # type: ignore[operator]
           "-> peak RSS " + ", ".join(f"{k} x{v:.2f}" for k, v in growth.items()))
