@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean system
 
-$(STAMP): pyproject.toml
+# setup.py and the .pyx files: pip compiles cdclake's hot paths (Cython, gcc) into src/
+$(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*/_*.pyx)
 	./infra/bootstrap.sh
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
@@ -24,11 +25,11 @@ demo: $(STAMP)
 	$(VENV)/bin/cdclake demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests dags bench
+	$(VENV)/bin/ruff check src tests dags bench setup.py
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests dags bench
+	$(VENV)/bin/ruff check src tests dags bench setup.py
 	$(VENV)/bin/mypy src
 
 bench: $(STAMP)

@@ -55,7 +55,8 @@ def package_zip(cache: Path | None = None) -> Path:
         return Path(cdclake.__spec__.loader.archive)  # type: ignore[union-attr]
     files = sorted(Path(d) / f for d, dirs, names in os.walk(root, followlinks=True)
                    if "__pycache__" not in Path(d).parts  # package data may be symlinked
-                   for f in names if not f.endswith(".pyc"))
+                   # compiled twins cannot be imported from a zip: executors run their Python
+                   for f in names if not f.endswith((".pyc", ".so", ".c")))
     digest = hashlib.sha256()
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")

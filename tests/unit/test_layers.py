@@ -18,6 +18,7 @@ LAYERS: list[tuple[int, str, str]] = [
     (0, "cdclake", "the package itself (this name alone, not a prefix), empty"),
     (0, "cdclake.errors", "the error types every layer raises"),
     (0, "cdclake.pglz", "PostgreSQL's compression: below WAL images and TOAST values"),
+    (0, "cdclake.native", "picks the compiled twins of hot functions, or their Python"),
     (1, "cdclake.config", "the one configuration object, passed down"),
     (2, "cdclake.wal", "segments -> records (pg_waldump's view)"),
     (3, "cdclake.tuples", "tuple deforming and type codecs"),

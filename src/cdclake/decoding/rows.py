@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from cdclake.catalog.model import Column, RelationVersion, TypeInfo
 from cdclake.errors import TupleDecodeError
+from cdclake.tuples import heap
 from cdclake.tuples.codecs import Codec, codec_for
-from cdclake.tuples.heap import MissingValue, deform
+from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.varlena import is_external, parse_toast_pointer, payload, reassemble
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import WalTuple
@@ -49,7 +50,7 @@ class RowLayout:
                 f"(relfilenode {self.rel.relfilenode}, version from "
                 f"{format_lsn(self.rel.valid_from)}) has {self.ncolumns}: the dictionary does "
                 "not describe this tuple")
-        return deform(tup, self.rel.columns)
+        return heap.deform(tup, self.rel.columns)
 
 
 def column_payload(lc: LiveColumn, datum: object, toast: Mapping[int, list[bytes]]) -> object:

@@ -24,8 +24,8 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID, RELKIND_TOAST, RelationVersion
 from cdclake.decoding.changes import TxnInfo
 from cdclake.errors import DecodingError
+from cdclake.tuples import heap
 from cdclake.tuples.codecs import codec_for
-from cdclake.tuples.heap import deform
 from cdclake.tuples.varlena import payload
 from cdclake.wal.image import page_tuple, restore_page
 from cdclake.wal.lsn import format_lsn
@@ -114,7 +114,7 @@ class PgClassTracker:
                 raise DecodingError(f"the dictionary's pg_class lacks columns {missing}")
             self._layout = (rel, pos)
         _, pos = self._layout
-        datums = deform(tup, rel.columns)
+        datums = heap.deform(tup, rel.columns)
         types = self.dictionary.types
 
         def text(name: str) -> str:

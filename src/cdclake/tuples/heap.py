@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cdclake import native
 from cdclake.errors import TupleDecodeError
 from cdclake.tuples.desc import Column
 from cdclake.wal.record import SIZEOF_HEAP_TUPLE_HEADER, WalTuple
@@ -152,3 +153,6 @@ def _ran_out(col: Column, at: int, need: int, end: int) -> None:
     raise TupleDecodeError(
         f"tuple too short for column {col.name!r} (attnum {col.attnum}): needs {need} bytes at "
         f"tuple offset {at}, but the tuple ends at offset {end}")
+
+
+deform = native.twin(deform, "cdclake.tuples._heap")

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import crc32c
 
+from cdclake import native
 from cdclake.errors import WalCorruptError, WalGapError, WalTruncatedError, WalVersionError
 from cdclake.wal.lsn import SegmentName, format_lsn, parse_history
 from cdclake.wal.record import (
@@ -474,3 +475,6 @@ def _decode_body(rec: XLogRecord, data: bytes | memoryview, where: str) -> None:
     except (struct.error, IndexError) as exc:
         raise WalCorruptError(f"record body is cut off ({exc})", segment=where,
                               lsn=rec.lsn) from None
+
+
+_decode_body = native.twin(_decode_body, "cdclake.wal._reader")

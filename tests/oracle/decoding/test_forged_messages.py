@@ -32,12 +32,14 @@ from tests.oracle.decoding.harness import (
 
 pytestmark = pytest.mark.oracle
 
-SETUP = ["CREATE TABLE acct (id int PRIMARY KEY, note text)",
-         "INSERT INTO acct VALUES (1, 'before')",
-         "DROP ROLE IF EXISTS mallory",
-         "CREATE ROLE mallory LOGIN",
-         "GRANT CREATE ON SCHEMA public TO mallory",
-         "GRANT SELECT, INSERT, UPDATE ON acct TO mallory"]
+
+def setup(role: str) -> list[str]:
+    """acct, and a role that may write it (one per database: roles are the cluster's)."""
+    return ["CREATE TABLE acct (id int PRIMARY KEY, note text)",
+            "INSERT INTO acct VALUES (1, 'before')",
+            f"CREATE ROLE {role} LOGIN",
+            f"GRANT CREATE ON SCHEMA public TO {role}",
+            f"GRANT SELECT, INSERT, UPDATE ON acct TO {role}"]
 
 
 def _as(pg: LocalPostgres, database: str, role: str) -> psycopg.Connection:
@@ -65,7 +67,8 @@ def _forgeries(real: dict) -> list[bytes]:
 def test_forged_schema_messages_change_nothing(pg: LocalPostgres, database: str,
                                                tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
-    cap = prepare(pg, database, SETUP)
+    mallory = f"mallory_{database}"
+    cap = prepare(pg, database, setup(mallory))
     try:
         # a genuine message: the event trigger describes acct (signed for this transaction)
         pg.sql("ALTER TABLE acct ADD COLUMN extra int", database)
@@ -76,7 +79,7 @@ def test_forged_schema_messages_change_nothing(pg: LocalPostgres, database: str,
         assert len(genuine) == 1 and genuine[0].startswith("cdclake-hmac-sha256 ")
         real = json.loads(genuine[0].split("\n", 1)[1])
         payloads = [*_forgeries(real), genuine[0].encode()]  # the last: a verbatim replay
-        with _as(pg, database, "mallory") as conn:
+        with _as(pg, database, mallory) as conn:
             for transactional in (True, False):
                 for p in payloads:
                     conn.execute("SELECT pg_logical_emit_message(%s, 'cdclake.ddl', %s::bytea)",

@@ -22,3 +22,9 @@ def conn(pg: LocalPostgres, database: str) -> Iterator[Any]:
     finally:
         c.close()
 
+
+
+@pytest.fixture(autouse=True)
+def _both_implementations(implementation: str) -> str:
+    """Every test here runs against both implementations of the hot paths (cdclake.native)."""
+    return implementation

@@ -14,8 +14,9 @@ from typing import Any
 from psycopg import sql
 
 from cdclake.catalog.model import Column, TypeInfo
+from cdclake.tuples import heap
 from cdclake.tuples.codecs import Codec, codec_for
-from cdclake.tuples.heap import MissingValue, deform
+from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.varlena import (
     is_external,
     parse_toast_pointer,
@@ -89,7 +90,7 @@ def decode_table(conn: Any, table: str, types: dict[int, TypeInfo] | None = None
         if tup is None:
             out.mismatches.append(f"{table} {row[0]}: no tuple on the page")
             continue
-        datums = deform(tup, cols)
+        datums = heap.deform(tup, cols)
         got_row: dict[int, tuple[str | None, object]] = {}
         for c, expected in zip(live, row[1:], strict=True):
             datum = datums[c.attnum - 1]

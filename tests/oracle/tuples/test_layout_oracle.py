@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from psycopg import sql
 
+from cdclake.tuples import heap
 from cdclake.tuples.codecs import codec_for
-from cdclake.tuples.heap import MissingValue, deform
+from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.varlena import payload
 from tests.oracle.tuples.harness import decode_table
 from tests.oracle.tuples.pagetuples import capture_types, read_relation
@@ -69,7 +70,7 @@ def test_dropped_and_missing_columns(conn: Any) -> None:
     # value decoded from the row (id 100) that stores the same default physically
     types = capture_types(conn)
     tuples = list(read_relation(conn, TABLE).values())
-    deformed = [deform(t, cols) for t in tuples]
+    deformed = [heap.deform(t, cols) for t in tuples]
     by_id = {int.from_bytes(d[0], "little", signed=True): d for d in deformed}
     stored = by_id[100]
     n_missing = 0

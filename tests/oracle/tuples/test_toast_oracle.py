@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from cdclake.local.postgres import LocalPostgres
-from cdclake.tuples.heap import deform
+from cdclake.tuples import heap
 from cdclake.tuples.varlena import is_external, parse_toast_pointer
 from tests.oracle.features import server_supports
 from tests.oracle.tuples.harness import decode_table
@@ -42,7 +42,7 @@ def _kinds(conn: Any, table: str) -> dict[str, set[str]]:
     cols = capture_columns(conn, table)
     kinds: dict[str, set[str]] = {c.name: set() for c in cols}
     for tup in read_relation(conn, table).values():
-        for c, d in zip(cols, deform(tup, cols), strict=True):
+        for c, d in zip(cols, heap.deform(tup, cols), strict=True):
             if isinstance(d, bytes) and c.attlen == -1:
                 kinds[c.name].add(_storage_kind(d))
     return kinds

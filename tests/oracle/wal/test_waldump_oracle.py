@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,14 +55,22 @@ class Compared:
 
 
 @pytest.fixture(scope="module")
-def compared(pg: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compared]:
+def recorded(pg: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
+    """The workload's WAL and what pg_waldump says about it: once per server."""
     db = pg.create_database(f"waloracle{pg.version}")
     info = workload.run_workload(pg, db)
     segs = workload.copy_segments(pg, info.first_segment, info.last_segment,
                                   tmp_path_factory.mktemp(f"wal{pg.version}"))
     theirs, stderr = pgwaldump.run(pg.tool("pg_waldump"), segs[0], segs[-1])
+    return info, segs, theirs, stderr
+
+
+@pytest.fixture(scope="module")
+def compared(pg: LocalPostgres, recorded: tuple[Any, ...], implementation: str) -> Compared:
+    """The same WAL read by cdclake, with each implementation of the reader."""
+    info, segs, theirs, stderr = recorded
     mine, reader, recs = pgwaldump.ours(segs)
-    yield Compared(pg, info, segs, theirs, mine, reader, recs, stderr)
+    return Compared(pg, info, segs, theirs, mine, reader, recs, stderr)
 
 
 def test_every_record_equals_pg_waldump(compared: Compared) -> None:

@@ -17,3 +17,9 @@ __all__ = ["decfix", "walfix"]
 def decfix(request: pytest.FixtureRequest, tmp_path: Path) -> DecodingFixture:
     """Each version's decoding fixture, decompressed into its own tmp directory."""
     return load(request.param, tmp_path / f"wal{request.param}")
+
+
+@pytest.fixture(autouse=True)
+def _both_implementations(implementation: str) -> str:
+    """Every test here runs against both implementations of the hot paths (cdclake.native)."""
+    return implementation

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from cdclake.catalog.model import Column
 from cdclake.errors import TupleDecodeError
-from cdclake.tuples.heap import MissingValue, deform
+from cdclake.tuples import heap
+from cdclake.tuples.heap import MissingValue
 from cdclake.wal.record import WalTuple
 
 ALIGN = {"c": 1, "s": 2, "i": 4, "d": 8}
@@ -65,7 +66,7 @@ def test_fixed_varlena_cstring_and_nulls() -> None:
     datums: list[bytes | None] = [
         b"\x01", struct.pack("<q", -5), varlena(b"short", True), None,
         varlena(b"L" * 200, False), b"cstr\x00", struct.pack("<i", 7), bytes(range(16))]
-    got = deform(build(cols, datums), cols)
+    got = heap.deform(build(cols, datums), cols)
     assert got == [b"\x01", struct.pack("<q", -5), varlena(b"short", True), None,
                    varlena(b"L" * 200, False), b"cstr", struct.pack("<i", 7), bytes(range(16))]
 
@@ -75,7 +76,7 @@ def test_missing_dropped_and_trailing_columns() -> None:
             col(4, "int4", has_missing=True, missing_text="42"), col(5, "text"),
             col(6, "text", dropped=True, has_missing=True, missing_text="x")]
     tup = build(cols[:3], [struct.pack("<i", 1), varlena(b"gone", True), struct.pack("<q", 3)])
-    assert deform(tup, cols) == [struct.pack("<i", 1), None, struct.pack("<q", 3),
+    assert heap.deform(tup, cols) == [struct.pack("<i", 1), None, struct.pack("<q", 3),
                                  MissingValue("42"), None, None]
 
 
@@ -84,18 +85,18 @@ def test_more_attributes_than_columns_is_an_error() -> None:
     tup = build([*cols, col(3, "int4")], [b"\x01\x00\x00\x00"] * 3)
     with pytest.raises(TupleDecodeError, match="3 attributes but the relation version "
                                                "describes 2 columns"):
-        deform(tup, cols)
+        heap.deform(tup, cols)
 
 
 def test_external_pointer_is_returned_whole() -> None:
     pointer = bytes([0x01, 18]) + struct.pack("<iIII", 5000, 4996, 12, 13)
     cols = [col(1, "int2"), col(2, "text"), col(3, "int4")]
-    got = deform(build(cols, [b"\x02\x00", pointer, b"\x09\x00\x00\x00"]), cols)
+    got = heap.deform(build(cols, [b"\x02\x00", pointer, b"\x09\x00\x00\x00"]), cols)
     assert got == [b"\x02\x00", pointer, b"\x09\x00\x00\x00"]
     bad = pointer[:1] + b"\x05" + pointer[2:]
     with pytest.raises(TupleDecodeError, match="column 'c2' \\(attnum 2\\): unknown TOAST "
                                                "pointer tag 5"):
-        deform(build(cols, [b"\x02\x00", bad, b"\x09\x00\x00\x00"]), cols)
+        heap.deform(build(cols, [b"\x02\x00", bad, b"\x09\x00\x00\x00"]), cols)
 
 
 @pytest.mark.parametrize("cut, column", [(1, 3), (3, 3), (8, 3), (20, 2)])
@@ -105,15 +106,15 @@ def test_truncated_tuple_names_the_column(cut: int, column: int) -> None:
     short = WalTuple(tup.infomask2, tup.infomask, tup.t_hoff, tup.data[:-cut])
     with pytest.raises(TupleDecodeError, match=f"tuple too short for column 'c{column}' "
                                                f"\\(attnum {column}\\): needs"):
-        deform(short, cols)
+        heap.deform(short, cols)
 
 
 def test_bad_header_offsets() -> None:
     cols = [col(1, "int4")]
     with pytest.raises(TupleDecodeError, match="t_hoff=16"):
-        deform(WalTuple(1, 0, 16, b"\x00" * 8), cols)
+        heap.deform(WalTuple(1, 0, 16, b"\x00" * 8), cols)
     with pytest.raises(TupleDecodeError, match="null bitmap"):
-        deform(WalTuple(0x7FF, 1, 24, b"\x00" * 40), [col(i, "bool") for i in range(1, 2048)])
+        heap.deform(WalTuple(0x7FF, 1, 24, b"\x00" * 40), [col(i, "bool") for i in range(1, 2048)])
 
 
 kinds = st.sampled_from(sorted(KINDS))
@@ -145,7 +146,7 @@ def c_kind(c: Column) -> str:
 @given(tuples())
 def test_deform_inverts_the_layout(case: tuple[list[Column], list[bytes | None]]) -> None:
     cols, datums = case
-    got = deform(build(cols, datums), cols)
+    got = heap.deform(build(cols, datums), cols)
     expected = [d[:-1] if d is not None and c.attlen == -2 else d
                 for c, d in zip(cols, datums, strict=True)]
     assert got == expected
@@ -160,6 +161,6 @@ def test_truncation_never_crashes(case: tuple[list[Column], list[bytes | None]],
     short = WalTuple(tup.infomask2, tup.infomask, tup.t_hoff, tup.data[:max(0, len(tup.data)
                                                                             - cut)])
     try:
-        deform(short, cols)
+        heap.deform(short, cols)
     except TupleDecodeError as exc:
         assert "column 'c" in str(exc) or "t_hoff" in str(exc) or "bitmap" in str(exc)

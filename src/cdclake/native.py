@@ -1,0 +1,82 @@
+"""Compiled hot paths, and the pure-Python reference they must equal.
+
+The loops the decoder runs per record and per value exist twice: in Python, the reference
+(always there, readable, what the oracle suites were first written against), and as Cython
+modules (``_*.pyx`` beside the Python module they speed up), compiled by ``pip install`` with
+gcc. :func:`twin` gives a module the compiled twin of one of its functions when it was built
+and not switched off with ``CDCLAKE_PURE_PYTHON=1``; otherwise the module keeps its Python
+function. A build without a compiler is reported once, on one line, and decoding goes on in
+Python. Callers reach a twinned function through its module (``heap.deform``), so
+:func:`use_python` can switch every one of them at once: the tests run both implementations.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+#: set to 1 to run the pure-Python reference even where the compiled modules are built
+PURE_ENV = "CDCLAKE_PURE_PYTHON"
+
+_missing: list[str] = []
+
+F = TypeVar("F", bound=Callable[..., object])
+
+#: (module name, function name, Python function, compiled function) of every twin
+_twins: list[tuple[str, str, Callable[..., object], Callable[..., object]]] = []
+
+
+def pure() -> bool:
+    """True when the pure-Python reference was asked for."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+def compiled(module: str) -> ModuleType | None:
+    """The compiled module ``module`` (e.g. ``cdclake.tuples._heap``), or None: pure Python
+    was asked for, or the module was not built (then one warning for the process)."""
+    if pure():
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if not _missing:
+            log.warning("cdclake's compiled hot path is not built (%s): decoding runs in pure "
+                        "Python, several times slower; reinstall with gcc present", exc)
+        _missing.append(module)
+        return None
+
+
+def twin(python: F, module: str) -> F:
+    """The function to bind as ``python``'s name: its compiled twin (same name, in compiled
+    ``module``) if there is one, else ``python`` itself."""
+    mod = compiled(module)
+    if mod is None:
+        return python
+    fast = getattr(mod, python.__name__)
+    _twins.append((python.__module__, python.__name__, python, fast))
+    return fast  # type: ignore[no-any-return]
+
+
+def twins() -> list[str]:
+    """``module.function`` of every function that has a compiled twin in this process."""
+    return [f"{m}.{n}" for m, n, _p, _c in _twins]
+
+
+@contextmanager
+def use_python(python: bool = True) -> Iterator[None]:
+    """Bind every twinned function to its Python (or compiled) implementation for a while."""
+    for module, name, py, fast in _twins:
+        setattr(sys.modules[module], name, py if python else fast)
+    try:
+        yield
+    finally:
+        for module, name, _py, fast in _twins:
+            setattr(sys.modules[module], name, fast)

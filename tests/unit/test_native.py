@@ -1,0 +1,75 @@
+"""The compiled twins of the hot paths (cdclake.native): built by the install, switchable to
+their Python reference, and a build or an import without them degrades to Python with one
+line. That both give the same results is what every wal, tuples and decoding suite checks: they
+run once per implementation (the ``implementation`` fixture)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdclake import native
+from cdclake.tuples import heap
+from cdclake.wal import reader
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_install_built_the_twins() -> None:
+    # `make test` installs with pip, which compiles them with gcc: missing ones are a defect
+    assert set(native.twins()) >= {"cdclake.tuples.heap.deform",
+                                   "cdclake.wal.reader._decode_body"}
+    assert type(heap.deform).__name__ == "cython_function_or_method"
+
+
+def test_use_python_switches_every_twin_and_back() -> None:
+    compiled = heap.deform, reader._decode_body
+    with native.use_python():
+        assert heap.deform.__module__ == "cdclake.tuples.heap"
+        assert type(heap.deform).__name__ == "function"
+        assert type(reader._decode_body).__name__ == "function"
+    assert (heap.deform, reader._decode_body) == compiled
+
+
+def test_the_environment_asks_for_pure_python() -> None:
+    code = "from cdclake.tuples import heap; print(type(heap.deform).__name__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, native.PURE_ENV: "1"}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "function" and not out.stderr
+
+
+def test_a_missing_build_is_one_warning_line(caplog: pytest.LogCaptureFixture,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    monkeypatch.setattr(native, "_missing", [])
+
+    def python_only(x: int) -> int:
+        return x
+
+    with caplog.at_level(logging.WARNING, logger="cdclake.native"):
+        assert native.twin(python_only, "cdclake.tuples._not_built") is python_only
+        assert native.twin(python_only, "cdclake.wal._not_built_either") is python_only
+    (record,) = caplog.records
+    assert "not built" in record.getMessage() and "\n" not in record.getMessage()
+
+
+def test_a_build_without_a_compiler_installs_without_the_twins(tmp_path: Path) -> None:
+    """setup.py with a compiler that fails: the build succeeds, says so on one line, and
+    leaves no extension behind."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("*.so", "*.c",
+                                                                    "__pycache__"))
+    shutil.copy(ROOT / "setup.py", tmp_path)
+    out = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                         cwd=tmp_path, env={**os.environ, "CC": "false", "LDSHARED": "false"},
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "compiled hot path not built" in out.stderr
+    assert not list(src.rglob("*.so"))
