@@ -3,8 +3,10 @@
 For each workload: a fresh local PostgreSQL writes the WAL with a test_decoding slot created
 after `cdclake source install`; then the slot decodes it (`pg_logical_slot_peek_changes`, C,
 in the server) and cdclake decodes the archived segments (`decoding.session.decode` with the
-test_decoding plugin, output lines counted, not stored). Both produce the same lines (checked
-by digest); reported: changes/s for each, and the ratio ours/PostgreSQL's. Best of --repeat.
+test_decoding plugin, output lines counted, not stored), once with the compiled hot paths
+and once in pure Python (cdclake.native). All produce the same lines (checked by digest);
+reported: changes/s for each, and the ratios ours/PostgreSQL's. Best of --repeat, the three
+timed in turn in each round so a machine's changing speed touches them alike.
 
     .venv/bin/python bench/decode.py [--version 15|18] [--scale N] [--profile]
 """
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
 from cdclake.catalog.signing import fetch_key
@@ -60,25 +63,24 @@ class Run:
     changes: int
     lines: int
     pg_seconds: float
-    our_seconds: float
+    our_seconds: float  #: compiled hot paths
+    python_seconds: float  #: pure Python
     result: DecodeResult
     equal: bool
 
     def row(self) -> str:
         pg_rate = self.changes / self.pg_seconds
         our_rate = self.changes / self.our_seconds
+        py_rate = self.changes / self.python_seconds
         return (f"| {self.workload} | {self.changes:,} | {pg_rate:,.0f} | {our_rate:,.0f} | "
-                f"{our_rate / pg_rate:.2f} | {'yes' if self.equal else 'NO'} |")
+                f"{our_rate / pg_rate:.2f} | {py_rate:,.0f} | {py_rate / pg_rate:.2f} | "
+                f"{'yes' if self.equal else 'NO'} |")
 
 
-def best(repeat: int, fn: Callable[[], object]) -> tuple[float, object]:
-    times = []
-    value: object = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), value
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
 
 
 def pgbench(pg: LocalPostgres, db: str, scale: int) -> None:
@@ -124,7 +126,6 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> 
                     "SELECT data FROM pg_logical_slot_peek_changes('bench', NULL, NULL, "
                     "'include-xids', '1', 'skip-empty-xacts', '1')"))
 
-        pg_seconds, (lines, changes, expected) = best(repeat, slot)  # type: ignore[misc]
         with pg.connect(db) as conn:
             key = fetch_key(conn)
         options = DecodeOptions(db_oid=db_oid, start_lsn=start, read_from=read_from,
@@ -136,12 +137,27 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> 
                             lambda d, v: TestDecoding(sink.add, d.types, version=v))
             return sink.value(), result
 
+        def python() -> tuple[tuple[int, int, str], DecodeResult]:
+            with native.use_python():
+                return ours()
+
         if profile:
             prof = cProfile.Profile()
             prof.runcall(ours)
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-        our_seconds, ((_, _, actual), result) = best(repeat, ours)  # type: ignore[misc]
-        return Run(name, changes, lines, pg_seconds, our_seconds, result, actual == expected)
+        times: dict[str, list[float]] = {"pg": [], "ours": [], "python": []}
+        digests = set()
+        for _ in range(repeat):
+            t, (lines, changes, expected) = timed(slot)  # type: ignore[misc]
+            times["pg"].append(t)
+            t, ((_, _, actual), result) = timed(ours)  # type: ignore[misc]
+            times["ours"].append(t)
+            digests.add(actual)
+            t, ((_, _, actual), _) = timed(python)  # type: ignore[misc]
+            times["python"].append(t)
+            digests.add(actual)
+        return Run(name, changes, lines, min(times["pg"]), min(times["ours"]),
+                   min(times["python"]), result, digests == {expected})
     finally:
         pg.destroy()
 
@@ -189,8 +205,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile one decode of each")
     args = ap.parse_args()
     print(f"PostgreSQL {args.version}, scale {args.scale}, best of {args.repeat}")
-    print("| workload | changes | PostgreSQL changes/s | cdclake changes/s | ratio | same output |")
-    print("|---|---:|---:|---:|---:|---|")
+    if not native.twins():
+        print("cdclake's compiled hot paths are not built: both cdclake columns are Python")
+    print("| workload | changes | PostgreSQL changes/s | cdclake changes/s | ratio "
+          "| cdclake pure Python changes/s | ratio | same output |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name in args.workload or list(WORKLOADS):
         run = measure(args.version, name, args.scale, args.repeat, args.profile)
         print(run.row(), flush=True)

@@ -56,27 +56,36 @@ def compiled(module: str) -> ModuleType | None:
 
 def twin(python: F, module: str) -> F:
     """The function to bind as ``python``'s name: its compiled twin (same name, in compiled
-    ``module``) if there is one, else ``python`` itself."""
+    ``module``) if there is one, else ``python`` itself. ``python`` may be a method: its twin
+    then takes ``self`` first, like it."""
     mod = compiled(module)
     if mod is None:
         return python
     fast = getattr(mod, python.__name__)
-    _twins.append((python.__module__, python.__name__, python, fast))
+    _twins.append((python.__module__, python.__qualname__, python, fast))
     return fast  # type: ignore[no-any-return]
 
 
 def twins() -> list[str]:
-    """``module.function`` of every function that has a compiled twin in this process."""
+    """``module.qualified name`` of every function that has a compiled twin in this process."""
     return [f"{m}.{n}" for m, n, _p, _c in _twins]
+
+
+def _bind(module: str, qualname: str, fn: Callable[..., object]) -> None:
+    owner: object = sys.modules[module]
+    *path, name = qualname.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    setattr(owner, name, fn)
 
 
 @contextmanager
 def use_python(python: bool = True) -> Iterator[None]:
     """Bind every twinned function to its Python (or compiled) implementation for a while."""
-    for module, name, py, fast in _twins:
-        setattr(sys.modules[module], name, py if python else fast)
+    for module, qualname, py, fast in _twins:
+        _bind(module, qualname, py if python else fast)
     try:
         yield
     finally:
-        for module, name, _py, fast in _twins:
-            setattr(sys.modules[module], name, fast)
+        for module, qualname, _py, fast in _twins:
+            _bind(module, qualname, fast)

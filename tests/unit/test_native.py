@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cdclake import native
+from cdclake.decoding.plugins import test_decoding  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
 from cdclake.wal import reader
 
@@ -24,17 +25,20 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_install_built_the_twins() -> None:
     # `make test` installs with pip, which compiles them with gcc: missing ones are a defect
     assert set(native.twins()) >= {"cdclake.tuples.heap.deform",
-                                   "cdclake.wal.reader._decode_body"}
+                                   "cdclake.wal.reader._decode_body",
+                                   "cdclake.wal.reader.XLogReader._read_record",
+                                   "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple"}
     assert type(heap.deform).__name__ == "cython_function_or_method"
 
 
 def test_use_python_switches_every_twin_and_back() -> None:
-    compiled = heap.deform, reader._decode_body
+    compiled = heap.deform, reader._decode_body, reader.XLogReader._read_record
     with native.use_python():
         assert heap.deform.__module__ == "cdclake.tuples.heap"
         assert type(heap.deform).__name__ == "function"
         assert type(reader._decode_body).__name__ == "function"
-    assert (heap.deform, reader._decode_body) == compiled
+        assert type(reader.XLogReader._read_record).__name__ == "function"  # a method too
+    assert (heap.deform, reader._decode_body, reader.XLogReader._read_record) == compiled
 
 
 def test_the_environment_asks_for_pure_python() -> None:

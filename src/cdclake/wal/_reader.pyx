@@ -1,14 +1,20 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twin of :func:`cdclake.wal.reader._decode_body` (see :mod:`cdclake.native`).
+"""Compiled twins of ``XLogReader._read_record`` and ``_decode_body`` of
+:mod:`cdclake.wal.reader` (see :mod:`cdclake.native`).
 
-DecodeXLogRecord over a C view of the record: the same block references, the same checks and
-the same errors as the pure-Python reference, which tests run beside it. Every read is
-bounds-checked against the record's bytes by hand (the reference relies on ``struct`` and
-``IndexError`` for that).
+A record's header, checks and CRC, then DecodeXLogRecord, over a C view of its bytes: the same
+records, checks and errors as the pure-Python reference, which tests run beside it. Every read
+is bounds-checked by hand (the reference relies on ``struct`` and ``IndexError`` for that). A
+record continued on later pages is assembled by the reader's own ``_assemble``.
 """
 
+import sys
+
+import crc32c
+
 from cdclake.errors import WalCorruptError
-from cdclake.wal.record import BlockRef, RelFileLocator
+from cdclake.wal.lsn import format_lsn
+from cdclake.wal.record import BlockRef, RelFileLocator, XLogRecord
 
 cdef int PAGE_SIZE = 8192
 cdef int RECORD_HEADER = 24
@@ -22,6 +28,18 @@ cdef int BKPBLOCK_HAS_DATA = 0x20
 cdef int BKPBLOCK_SAME_REL = 0x80
 cdef int BKPIMAGE_HAS_HOLE = 0x01
 cdef int BKPIMAGE_COMPRESSED = 0x04 | 0x08 | 0x10
+cdef int RM_MAX_BUILTIN = 21
+cdef int RM_MIN_CUSTOM = 128
+
+#: the reader module (imported when it imports this one): its _EndOfWal
+cdef object _reader = None
+
+
+cdef _end_of_wal(str reason):
+    global _reader
+    if _reader is None:
+        _reader = sys.modules["cdclake.wal.reader"]
+    return _reader._EndOfWal(reason)
 
 
 class _CutOff(Exception):
@@ -150,3 +168,55 @@ def _decode_body(rec, data, where):
             blk.data = data[p:p + dlen]
             p += dlen
     rec.main_data = data[p:p + main_len]
+
+
+def _read_record(self, pos, prev_lsn):
+    """See ``XLogReader._read_record``."""
+    cdef Py_ssize_t size = self.segment_size
+    cdef Py_ssize_t cpos = pos
+    view, where = self._segment(cpos // size)
+    cdef const unsigned char[::1] v = view
+    cdef Py_ssize_t n = v.shape[0]
+    cdef Py_ssize_t off = cpos % size
+    cdef Py_ssize_t page_left = PAGE_SIZE - off % PAGE_SIZE
+    cdef Py_ssize_t tot_len, end_pos
+    if off + 4 > n:
+        raise _end_of_wal(f"end of segment file {where}")
+    tot_len = _u32(v, off, n)
+    if tot_len == 0:
+        raise _end_of_wal(f"zero record length at {format_lsn(pos)}")
+    if tot_len < RECORD_HEADER:
+        raise WalCorruptError(f"invalid record length {tot_len} (at least "
+                              f"{RECORD_HEADER} expected)", segment=where, lsn=pos)
+    if tot_len > 1 << 30:
+        raise WalCorruptError(f"record length {tot_len} is impossibly large",
+                              segment=where, lsn=pos)
+    if tot_len <= page_left:
+        if off + tot_len > n:
+            raise _end_of_wal(f"record at {format_lsn(pos)} is cut off by the end of the file")
+        data = view[off:off + tot_len]
+        end_pos = cpos + ((tot_len + 7) & ~7)
+    else:
+        assembled = self._assemble(pos, tot_len, bytes(view[off:off + page_left]))
+        if assembled is None:
+            return None
+        data, end_pos = assembled
+    cdef const unsigned char[::1] d = data
+    cdef Py_ssize_t dn = d.shape[0]
+    cdef unsigned int xid = _u32(d, 4, dn)
+    cdef unsigned long long prev = (_u32(d, 8, dn)
+                                    | (<unsigned long long> _u32(d, 12, dn) << 32))
+    cdef unsigned int info = d[16], rmid = d[17]
+    cdef unsigned int crc = _u32(d, 20, dn)
+    if prev_lsn and prev != prev_lsn:
+        raise WalCorruptError(f"record's prev-link {format_lsn(prev)} does not point to "
+                              f"the previous record {format_lsn(prev_lsn)}",
+                              segment=where, lsn=pos)
+    if rmid > RM_MAX_BUILTIN and rmid < RM_MIN_CUSTOM:
+        raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
+    if crc32c.crc32c(data[:20], crc32c.crc32c(data[RECORD_HEADER:])) != crc:
+        raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
+    rec = XLogRecord(pos, end_pos, prev, xid, rmid, info, tot_len,
+                     timeline=self._segno_tli.get(cpos // size, 1), segment=where)
+    _decode_body(rec, data, where)
+    return rec

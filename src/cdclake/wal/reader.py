@@ -330,38 +330,10 @@ class XLogReader:
             data: bytes | memoryview = view[off:off + tot_len]
             end_pos = pos + _maxalign(tot_len)
         else:
-            parts = [bytes(view[off:off + page_left])]
-            got = page_left
-            page = pos + page_left
-            while got < tot_len:
-                try:
-                    header, info, rem_len = self._page(page)
-                except _EndOfWal as exc:
-                    raise _EndOfWal(f"record at {format_lsn(pos)} continues past the end of "
-                                    f"valid WAL ({exc.args[0]})", page) from None
-                pview, pwhere = self._segment(page // size)
-                poff = page % size
-                if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
-                    return None
-                if not info & XLP_FIRST_IS_CONTRECORD:
-                    raise WalCorruptError(f"record at {format_lsn(pos)} ({tot_len} bytes) "
-                                          "continues on a page without FIRST_IS_CONTRECORD",
-                                          segment=pwhere, lsn=page)
-                if rem_len != tot_len - got:
-                    raise WalCorruptError(f"continuation page says {rem_len} bytes remain, "
-                                          f"the record needs {tot_len - got}", segment=pwhere,
-                                          lsn=page)
-                start = poff + header
-                take = min(rem_len, PAGE_SIZE - header)
-                if start + take > len(pview):
-                    raise _EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of "
-                                    "the file", page)
-                parts.append(bytes(pview[start:start + take]))
-                got += take
-                end_pos = page + header + _maxalign(take)
-                page += PAGE_SIZE
-            data = b"".join(parts)
-            # the record's own segment may have been evicted from the cache; keep its name
+            assembled = self._assemble(pos, tot_len, bytes(view[off:off + page_left]))
+            if assembled is None:
+                return None
+            data, end_pos = assembled
         _tot, xid, prev, info, rmid, crc = _REC.unpack_from(data, 0)
         if prev_lsn and prev != prev_lsn:
             raise WalCorruptError(f"record's prev-link {format_lsn(prev)} does not point to "
@@ -375,6 +347,43 @@ class XLogReader:
                          timeline=self._segno_tli.get(pos // size, 1), segment=where)
         _decode_body(rec, data, where)
         return rec
+
+    def _assemble(self, pos: int, tot_len: int, first: bytes) -> tuple[bytes, int] | None:
+        """A record continued on later pages: its bytes (``first`` is the part on its own
+        page) and where the next record starts; None when an overwritten contrecord ends it."""
+        size = self.segment_size
+        parts = [first]
+        got = PAGE_SIZE - pos % PAGE_SIZE
+        page = pos + got
+        end_pos = page
+        while got < tot_len:
+            try:
+                header, info, rem_len = self._page(page)
+            except _EndOfWal as exc:
+                raise _EndOfWal(f"record at {format_lsn(pos)} continues past the end of "
+                                f"valid WAL ({exc.args[0]})", page) from None
+            pview, pwhere = self._segment(page // size)
+            poff = page % size
+            if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
+                return None
+            if not info & XLP_FIRST_IS_CONTRECORD:
+                raise WalCorruptError(f"record at {format_lsn(pos)} ({tot_len} bytes) "
+                                      "continues on a page without FIRST_IS_CONTRECORD",
+                                      segment=pwhere, lsn=page)
+            if rem_len != tot_len - got:
+                raise WalCorruptError(f"continuation page says {rem_len} bytes remain, "
+                                      f"the record needs {tot_len - got}", segment=pwhere,
+                                      lsn=page)
+            start = poff + header
+            take = min(rem_len, PAGE_SIZE - header)
+            if start + take > len(pview):
+                raise _EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of "
+                                "the file", page)
+            parts.append(bytes(pview[start:start + take]))
+            got += take
+            end_pos = page + header + _maxalign(take)
+            page += PAGE_SIZE
+        return b"".join(parts), end_pos
 
 
 def _decode_body(rec: XLogRecord, data: bytes | memoryview, where: str) -> None:
@@ -478,3 +487,5 @@ def _decode_body(rec: XLogRecord, data: bytes | memoryview, where: str) -> None:
 
 
 _decode_body = native.twin(_decode_body, "cdclake.wal._reader")
+XLogReader._read_record = native.twin(  # type: ignore[method-assign]
+    XLogReader._read_record, "cdclake.wal._reader")

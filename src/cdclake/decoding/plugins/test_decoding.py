@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from cdclake import native
 from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.decoding.changes import DELETE, INSERT, Change, Truncate, TxnInfo
 from cdclake.decoding.rows import (
@@ -179,3 +180,7 @@ class TestDecoding:
         text = content.decode("utf-8", errors="surrogateescape")
         self.write(f"message: transactional: {int(transactional)} prefix: {prefix}, "
                    f"sz: {len(content)} content:{text}")
+
+
+TestDecoding._tuple = native.twin(  # type: ignore[method-assign]
+    TestDecoding._tuple, "cdclake.decoding.plugins._test_decoding")
