@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint bench clean system
 
 # setup.py and the .pyx files: pip compiles cdclake's hot paths (Cython, gcc) into src/
-$(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*/_*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*/_*.pyx src/cdclake/*/*/_*.pyx)
 	./infra/bootstrap.sh
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
