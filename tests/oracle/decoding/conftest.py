@@ -1,10 +1,5 @@
-"""Every test here runs against both implementations of the hot paths (compiled, Python)."""
+"""Every test here runs with both implementations of the hot paths (tests/twins.py)."""
 
 from __future__ import annotations
 
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _both_implementations(implementation: str) -> str:
-    return implementation
+from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations

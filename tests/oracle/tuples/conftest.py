@@ -9,6 +9,7 @@ import pytest
 
 from cdclake.local.postgres import LocalPostgres
 from tests.oracle.tuples.pagetuples import set_session
+from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
 
 
 @pytest.fixture
@@ -22,9 +23,3 @@ def conn(pg: LocalPostgres, database: str) -> Iterator[Any]:
     finally:
         c.close()
 
-
-
-@pytest.fixture(autouse=True)
-def _both_implementations(implementation: str) -> str:
-    """Every test here runs against both implementations of the hot paths (cdclake.native)."""
-    return implementation

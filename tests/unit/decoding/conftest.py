@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
 from tests.unit.decoding.fixture import VERSIONS, DecodingFixture, load
 from tests.unit.wal.conftest import walfix
 
@@ -17,9 +18,3 @@ __all__ = ["decfix", "walfix"]
 def decfix(request: pytest.FixtureRequest, tmp_path: Path) -> DecodingFixture:
     """Each version's decoding fixture, decompressed into its own tmp directory."""
     return load(request.param, tmp_path / f"wal{request.param}")
-
-
-@pytest.fixture(autouse=True)
-def _both_implementations(implementation: str) -> str:
-    """Every test here runs against both implementations of the hot paths (cdclake.native)."""
-    return implementation

@@ -10,6 +10,7 @@ import pytest
 import zstandard
 
 from tests.oracle.wal.pgwaldump import Row, row_from_json
+from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 VERSIONS = (15, 18)
@@ -63,9 +64,3 @@ def walfix(request: pytest.FixtureRequest, tmp_path: Path) -> WalFixture:
 def wal15(tmp_path: Path) -> WalFixture:
     """The PostgreSQL 15 fixture: four consecutive segments (bad-input tests need several)."""
     return load_fixture(15, tmp_path / "pg15")
-
-
-@pytest.fixture(autouse=True)
-def _both_implementations(implementation: str) -> str:
-    """Every test here runs against both implementations of the hot paths (cdclake.native)."""
-    return implementation

@@ -134,7 +134,11 @@ class ArrowRows:
                     texts = old_texts  # a DELETE's tuple is its old identity
         op = (stream.OP_INSERT if action == INSERT else
               stream.OP_DELETE if action == DELETE else stream.OP_UPDATE)
-        size = _toast_bytes(toast) + sum(len(t.data) for t in (change.new, change.old) if t)
+        size = _toast_bytes(toast)
+        if change.new is not None:
+            size += len(change.new.data)
+        if change.old is not None:
+            size += len(change.old.data)
         self._append(buf, txn, change.lsn, change.seq, op, values, old_key, unchanged or None,
                      texts, size)
 
