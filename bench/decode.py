@@ -2,13 +2,14 @@
 
 For each workload: a fresh local PostgreSQL writes the WAL with a test_decoding slot created
 after `cdclake source install`; then the slot decodes it (`pg_logical_slot_peek_changes`, C,
-in the server) and cdclake decodes the archived segments (`decoding.session.decode` with the
-test_decoding plugin, output lines counted, not stored), once with the compiled hot paths
-and once in pure Python (cdclake.native). All produce the same lines (checked by digest);
-reported: changes/s for each, and the ratios ours/PostgreSQL's. Best of --repeat, the three
-timed in turn in each round so a machine's changing speed touches them alike.
+in the server) and cdclake decodes the archived segments (`decoding.parallel.decode_lines` with the
+test_decoding plugin, output hashed, not stored): with the compiled hot paths in ``--jobs``
+processes (``cdclake decode``'s default: the cores there are) and in one, and in pure Python
+in one (cdclake.native). All produce the same bytes (checked by digest); reported: changes/s
+for each, and the ratios ours/PostgreSQL's (the slot uses one core). Best of --repeat, the
+four timed in turn in each round so a machine's changing speed touches them alike.
 
-    .venv/bin/python bench/decode.py [--version 15|18] [--scale N] [--profile]
+    .venv/bin/python bench/decode.py [--version 15|18] [--scale N] [--jobs N] [--profile]
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
 from cdclake.catalog.signing import fetch_key
+from cdclake.decoding.parallel import decode_lines, default_jobs
 from cdclake.decoding.plugins.test_decoding import TestDecoding
-from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
+from cdclake.decoding.session import DecodeOptions, DecodeResult
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
@@ -60,21 +62,24 @@ DELETE FROM wide WHERE id % 10 = 0;
 @dataclass
 class Run:
     workload: str
+    jobs: int
     changes: int
     lines: int
     pg_seconds: float
-    our_seconds: float  #: compiled hot paths
-    python_seconds: float  #: pure Python
+    our_seconds: float  #: compiled hot paths, one process
+    jobs_seconds: float  #: compiled hot paths, ``jobs`` processes
+    python_seconds: float  #: pure Python, one process
     result: DecodeResult
     equal: bool
 
     def row(self) -> str:
         pg_rate = self.changes / self.pg_seconds
-        our_rate = self.changes / self.our_seconds
-        py_rate = self.changes / self.python_seconds
-        return (f"| {self.workload} | {self.changes:,} | {pg_rate:,.0f} | {our_rate:,.0f} | "
-                f"{our_rate / pg_rate:.2f} | {py_rate:,.0f} | {py_rate / pg_rate:.2f} | "
-                f"{'yes' if self.equal else 'NO'} |")
+        cells = [f"{self.workload}", f"{self.changes:,}", f"{pg_rate:,.0f}"]
+        for seconds in (self.jobs_seconds, self.our_seconds, self.python_seconds):
+            rate = self.changes / seconds
+            cells += [f"{rate:,.0f}", f"**{rate / pg_rate:.2f}**"]
+        cells.append("yes" if self.equal else "NO")
+        return "| " + " | ".join(cells) + " |"
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
@@ -83,13 +88,23 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - t0, value
 
 
-def pgbench(pg: LocalPostgres, db: str, scale: int) -> None:
-    env_cmd = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
-    subprocess.run([*env_cmd, "-i", "-q", "-s", str(scale), db], check=True,
-                   capture_output=True)
+def _pgbench(pg: LocalPostgres, db: str, *args: str) -> None:
+    subprocess.run([pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
+                    *args, db], check=True, capture_output=True)
+
+
+def pgbench_init(pg: LocalPostgres, db: str, scale: int) -> None:
+    _pgbench(pg, db, "-i", "-q", "-s", str(scale))
     pg.sql("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY", db)
-    subprocess.run([*env_cmd, "-c", "4", "-j", "2", "-t", str(2500 * scale), "-n", db],
-                   check=True, capture_output=True)
+
+
+def tpcb(pg: LocalPostgres, db: str, scale: int) -> None:
+    _pgbench(pg, db, "-c", "4", "-j", "2", "-t", str(2500 * scale), "-n")
+
+
+def pgbench(pg: LocalPostgres, db: str, scale: int) -> None:
+    pgbench_init(pg, db, scale)
+    tpcb(pg, db, scale)
 
 
 def wide(pg: LocalPostgres, db: str, scale: int) -> None:
@@ -100,21 +115,36 @@ def wide(pg: LocalPostgres, db: str, scale: int) -> None:
             pg.sql(stmt, db)
 
 
-WORKLOADS: dict[str, Callable[[LocalPostgres, str, int], None]] = {
-    "pgbench": pgbench, "wide rows": wide}
+Workload = Callable[[LocalPostgres, str, int], None]
 
 
-def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> Run:
+def _nothing(pg: LocalPostgres, db: str, scale: int) -> None:
+    pass
+
+
+#: name -> (what runs before the WAL read starts, what is decoded). "pgbench" decodes
+#: pgbench's initial load too (one transaction of 100,000 rows per scale); "pgbench
+#: transactions" only its TPC-B-like transactions, 5 changes each, which is where several
+#: decoding processes can share the work (each emits whole transactions).
+WORKLOADS: dict[str, tuple[Workload, Workload]] = {
+    "pgbench": (_nothing, pgbench), "pgbench transactions": (pgbench_init, tpcb),
+    "wide rows": (_nothing, wide)}
+
+
+def measure(version: int, name: str, scale: int, repeat: int, profile: bool,
+            jobs: int) -> Run:
     base = Path(tempfile.mkdtemp(prefix="cdclake-bench-"))
     base.chmod(0o755)  # the server runs as postgres and must reach its data directory
     pg = LocalPostgres.create(version, base / "pg").start()
     try:
         db = pg.create_database("bench")
+        before, workload = WORKLOADS[name]
+        before(pg, db, scale)
         read_from = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", db)[0][0])
         install(pg.dsn(db))
         start = parse_lsn(pg.sql("SELECT lsn::text FROM pg_create_logical_replication_slot("
                                  "'bench', 'test_decoding')", db)[0][0])
-        WORKLOADS[name](pg, db, scale)
+        workload(pg, db, scale)
         end = parse_lsn(pg.sql("SELECT pg_switch_wal()::text", db)[0][0])
         db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = 'bench'", db)[0][0]
         _wait_archived(pg, db)
@@ -131,13 +161,17 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> 
         options = DecodeOptions(db_oid=db_oid, start_lsn=start, read_from=read_from,
                                 end_lsn=end, spill_dir=base / "spill", ddl_key=key)
 
-        def ours() -> tuple[tuple[int, int, str], DecodeResult]:
-            sink = _Digest()
-            result = decode(DirectorySource(pg.archive_dir), Dictionary(), options,
-                            lambda d, v: TestDecoding(sink.add, d.types, version=v))
-            return sink.value(), result
+        def ours(jobs: int = 1) -> tuple[str, DecodeResult]:
+            sink = _Sink()
+            result = decode_lines(DirectorySource(pg.archive_dir), Dictionary(), options,
+                                  lambda d, v, write: TestDecoding(write, d.types, version=v),
+                                  sink, jobs=jobs)  # type: ignore[arg-type]
+            return sink.h.hexdigest(), result
 
-        def python() -> tuple[tuple[int, int, str], DecodeResult]:
+        def parallel() -> tuple[str, DecodeResult]:
+            return ours(jobs)
+
+        def python() -> tuple[str, DecodeResult]:
             with native.use_python():
                 return ours()
 
@@ -145,19 +179,18 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool) -> 
             prof = cProfile.Profile()
             prof.runcall(ours)
             pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-        times: dict[str, list[float]] = {"pg": [], "ours": [], "python": []}
+        runs = {"ours": ours, "jobs": parallel, "python": python}
+        times: dict[str, list[float]] = {"pg": [], **{k: [] for k in runs}}
         digests = set()
         for _ in range(repeat):
             t, (lines, changes, expected) = timed(slot)  # type: ignore[misc]
             times["pg"].append(t)
-            t, ((_, _, actual), result) = timed(ours)  # type: ignore[misc]
-            times["ours"].append(t)
-            digests.add(actual)
-            t, ((_, _, actual), _) = timed(python)  # type: ignore[misc]
-            times["python"].append(t)
-            digests.add(actual)
-        return Run(name, changes, lines, min(times["pg"]), min(times["ours"]),
-                   min(times["python"]), result, digests == {expected})
+            for k, fn in runs.items():
+                t, (actual, result) = timed(fn)  # type: ignore[misc]
+                times[k].append(t)
+                digests.add(actual)
+        return Run(name, jobs, changes, lines, min(times["pg"]), min(times["ours"]),
+                   min(times["jobs"]), min(times["python"]), result, digests == {expected})
     finally:
         pg.destroy()
 
@@ -177,6 +210,19 @@ class _Digest:
 
     def value(self) -> tuple[int, int, str]:
         return self.lines, self.changes, self.h.hexdigest()
+
+
+class _Sink:
+    """What ``cdclake decode`` would write, hashed instead of stored."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def write(self, b: bytes) -> None:
+        self.h.update(b)
+
+    def flush(self) -> None:
+        pass
 
 
 def _digest(lines: object) -> tuple[int, int, str]:
@@ -203,15 +249,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="best of this many runs")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), action="append")
     ap.add_argument("--profile", action="store_true", help="cProfile one decode of each")
+    ap.add_argument("--jobs", type=int, default=default_jobs(),
+                    help="processes of the parallel run (default: the cores there are)")
     args = ap.parse_args()
-    print(f"PostgreSQL {args.version}, scale {args.scale}, best of {args.repeat}")
+    print(f"PostgreSQL {args.version}, scale {args.scale}, best of {args.repeat}, "
+          f"{default_jobs()} cores")
     if not native.twins():
-        print("cdclake's compiled hot paths are not built: both cdclake columns are Python")
-    print("| workload | changes | PostgreSQL changes/s | cdclake changes/s | ratio "
-          "| cdclake pure Python changes/s | ratio | same output |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+        print("cdclake's compiled hot paths are not built: every cdclake column is Python")
+    print(f"| workload | changes | PostgreSQL changes/s | cdclake --jobs {args.jobs} changes/s "
+          "| ratio | cdclake --jobs 1 changes/s | ratio | pure Python, --jobs 1 changes/s "
+          "| ratio | same output |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name in args.workload or list(WORKLOADS):
-        run = measure(args.version, name, args.scale, args.repeat, args.profile)
+        run = measure(args.version, name, args.scale, args.repeat, args.profile, args.jobs)
         print(run.row(), flush=True)
 
 

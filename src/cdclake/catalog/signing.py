@@ -100,14 +100,14 @@ def read_key_file(path: Path) -> bytes:
     forge schema changes."""
     try:
         st = path.stat()
-        text = path.read_text().strip()
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read the ddl key file {path}: {exc.strerror}") from None
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(f"the ddl key file {path} may be read by others "
                           f"(mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 it")
     try:
-        key = bytes.fromhex(text)
+        key = bytes.fromhex(raw.decode("ascii").strip())  # UnicodeDecodeError is a ValueError
         pads(key)
     except ValueError as exc:
         raise ConfigError(f"the ddl key file {path} does not hold a cdclake key: {exc}") from None

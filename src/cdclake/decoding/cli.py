@@ -11,18 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 from cdclake.catalog.capture import database_oid, sql_resolver
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.signing import load_key
 from cdclake.config import Config, parse_size
 from cdclake.decoding.context import DecodeOptions
+from cdclake.decoding.parallel import decode_lines, default_jobs, peak_rss_kb
 from cdclake.decoding.plugins.test_decoding import TestDecoding
-from cdclake.decoding.session import DecodeResult, decode
+from cdclake.decoding.session import DecodeResult
 from cdclake.errors import ConfigError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.source import DirectorySource
@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "CDCLAKE_DDL_KEY_FILE, else ddl.key in CDCLAKE_HOME, else read "
                         "through --dsn)")
     p.add_argument("--output", default="-", help="output file, or - for stdout")
+    p.add_argument("--jobs", type=_jobs, default=default_jobs(),
+                   help="decoding processes, each emitting a share of the transactions; the "
+                        "output is the same for any number (default: the cores there are, "
+                        "%(default)s here)")
     p.add_argument("--stats", action="store_true", help="print run statistics to stderr")
 
 
@@ -72,26 +76,27 @@ def run(args: argparse.Namespace, config: Config) -> int:
         spill_dir=args.spill_dir or config.spill_path(),
         ddl_key=load_key(config.replace(ddl_key_file=args.key_file or config.ddl_key_file), dsn))
     with ExitStack() as stack:
-        out: TextIO = sys.stdout if args.output == "-" else stack.enter_context(
-            open(args.output, "w", encoding="utf-8", errors="surrogateescape", newline="\n"))
-        write = _line_writer(out)
+        out: BinaryIO = sys.stdout.buffer if args.output == "-" else stack.enter_context(
+            open(args.output, "wb"))
         # WAL first (messages, pg_class rows); SQL only names a relfilenode nothing else did
-        resolver = sql_resolver(dsn, dictionary) if dsn else None
-        result = decode(DirectorySource(args.wal), dictionary, options,
-                        lambda d, v: TestDecoding(write, d.types, version=v), resolver=resolver)
+        result = decode_lines(
+            DirectorySource(args.wal), dictionary, options,
+            lambda d, v, write: TestDecoding(write, d.types, version=v), out, jobs=args.jobs,
+            make_resolver=(lambda d: sql_resolver(dsn, d)) if dsn else None)
+        out.flush()
     if args.stats:
-        print(_summary(result, options), file=sys.stderr)
+        print(_summary(result, options, args.jobs), file=sys.stderr)
     return 0
 
 
-def _line_writer(out: TextIO) -> Callable[[str], None]:
-    def write(line: str) -> None:
-        out.write(line)
-        out.write("\n")
-    return write
+def _jobs(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise ValueError(f"--jobs must be at least 1, not {n}")
+    return n
 
 
-def _summary(r: DecodeResult, o: DecodeOptions) -> str:
+def _summary(r: DecodeResult, o: DecodeOptions, jobs: int) -> str:
     s = r.stats
     return (f"decoded {s.records} records (PostgreSQL {r.version}), {s.changes} changes, "
             f"{s.emitted} transactions emitted, {s.aborted} aborted, "
@@ -99,18 +104,5 @@ def _summary(r: DecodeResult, o: DecodeOptions) -> str:
             f"peak reorder-buffer memory {r.peak_memory} bytes (work_mem {o.work_mem}); "
             f"spilled {r.spilled_txns} transactions, {r.spilled_changes} changes, "
             f"{r.spilled_bytes} bytes; open at end: {len(r.open_xids)}; "
-            f"peak RSS {_peak_rss_kb()} kB")
-
-
-def _peak_rss_kb() -> int:
-    """This process's own high-water RSS (VmHWM): unlike ru_maxrss it does not include the
-    parent's pages from before exec, so a small decode started by a big parent reads small."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            f"peak RSS {max(peak_rss_kb(), r.worker_peak_rss_kb)} kB"
+            + (f" (the largest of {jobs} processes)" if jobs > 1 else ""))

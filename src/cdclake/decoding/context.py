@@ -123,19 +123,21 @@ def create_decoding_context(
 
     ``startup`` and ``carried`` continue a previous batch's decoder (its start-up state and
     the transactions it left open; ``get`` fetches their spilled changes). ``owns`` limits
-    emission to some transactions and ``messages`` says whether this context emits the
-    non-transactional messages (see :class:`OwnedReplay`); by default it emits everything.
+    emission to some transactions (the others' changes are not even buffered) and
+    ``messages`` says whether this context emits the non-transactional messages and warns
+    about forged ones (see :class:`OwnedReplay`); by default it emits everything.
     """
     flt = Filter(dictionary, local_only=options.local_only, tables=options.tables)
     clean_spill_dir(options.spill_dir)
     buffer = ReorderBuffer(options.work_mem, options.spill_dir, segment_size)
-    replayer = Replayer(dictionary, plugin, resolver, flt, options.ddl_key)
+    replayer = Replayer(dictionary, plugin, resolver, flt, options.ddl_key,
+                        warn_forged=messages)
     replay = replayer if owns is None else OwnedReplay(replayer, owns, messages)
     decoder = Decoder(db_oid=options.db_oid, buffer=buffer, replay=replay, filter=flt,
                       start_lsn=options.start_lsn, version=version,
                       tracker=tracker(dictionary) if tracker else None,
                       skip_before=options.skip_before,
-                      startup=startup.resume() if startup is not None else None)
+                      startup=startup.resume() if startup is not None else None, owns=owns)
     owner = owns or _everything
     carried = list(carried)
     if carried:

@@ -13,6 +13,7 @@ also tells the Spark shuffle which records these handlers read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,7 +94,8 @@ class Decoder:
 
     def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
                  start_lsn: int, version: int, tracker: CatalogTracker | None = None,
-                 skip_before: int = 0, startup: Startup | None = None) -> None:
+                 skip_before: int = 0, startup: Startup | None = None,
+                 owns: Callable[[int], bool] | None = None) -> None:
         self.db_oid = db_oid
         self.rb = buffer
         self.replay = replay
@@ -103,6 +105,11 @@ class Decoder:
         self.tracker = tracker
         self.skip_before = skip_before
         self.stats = DecodeStats()
+        #: which top-level transactions this decoder emits (None: all). The changes of the
+        #: others are dropped before they are parsed or buffered; their catalog events, fate
+        #: and subtransaction memberships are still followed, so every decoder sharing a WAL
+        #: keeps the same dictionary (:class:`~cdclake.decoding.context.OwnedReplay`).
+        self.owns = owns
         #: when a committing transaction is provably whole (:mod:`cdclake.decoding.startup`);
         #: a continued decoder gets the previous batch's. In the dictionary-start mode nothing
         #: is suspect: a transaction with changes before the first WAL read began before the
@@ -129,6 +136,15 @@ class Decoder:
         if handler is not None:
             handler(rec)
 
+    def _foreign(self, xid: int) -> bool:
+        """Whether ``xid``'s top-level transaction belongs to another decoder. A subtransaction
+        is known by then: its first record named its top-level xid (``process``)."""
+        owns = self.owns
+        if owns is None:
+            return False
+        t = self.rb.by_txn.get(xid)
+        return not owns(t.top if t is not None and t.top else xid)
+
     def _xlog(self, rec: XLogRecord) -> None:
         if self.stats.records == 1:
             self.startup.first_record((rec.info & 0xF0) == XLOG_CHECKPOINT_SHUTDOWN)
@@ -146,7 +162,8 @@ class Decoder:
         op = rec.info & heap.XLOG_HEAP_OPMASK
         if op == heap.XLOG_HEAP_TRUNCATE:
             t = heap.parse(rec)
-            if t.db_id != self.db_oid or not self.filter.origin_ok(rec.origin):
+            if (t.db_id != self.db_oid or not self.filter.origin_ok(rec.origin)
+                    or self._foreign(rec.xid)):
                 return
             self._queue(rec, Change(TRUNCATE, rec.lsn, 0, None, None, None, False, rec.origin,
                                     Truncate(t.relids,
@@ -159,12 +176,14 @@ class Decoder:
         if loc.db != self.db_oid:  # gate 1, before parsing
             return
         if op == heap.XLOG_HEAP_INSERT:
-            ins = heap.parse(rec)
             if self.tracker is not None and self.tracker.is_pg_class(loc.spc, loc.rel):
-                event = self.tracker.pg_class_insert(rec, ins)
+                event = self.tracker.pg_class_insert(rec, heap.parse(rec))
                 if event is not None:
                     self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, event))
                 return
+            if self._foreign(rec.xid):
+                return
+            ins = heap.parse(rec)
             flags = ins.flags
             if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
                 return
@@ -179,6 +198,8 @@ class Decoder:
                 return
             action = SPEC_INSERT if flags & heap.XLH_INSERT_IS_SPECULATIVE else INSERT
             self._queue(rec, Change(action, rec.lsn, 0, loc, None, ins.tuple, True, rec.origin))
+        elif self._foreign(rec.xid):
+            return
         elif op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE:
             if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
                 return
@@ -208,7 +229,7 @@ class Decoder:
         if rec.info & heap2.XLOG_HEAP2_OPMASK != heap2.XLOG_HEAP2_MULTI_INSERT:
             return
         loc = rec.blocks[0].rlocator
-        if loc.db != self.db_oid:
+        if loc.db != self.db_oid or self._foreign(rec.xid):
             return
         mi = heap2.parse(rec, self.version)
         flags = mi.flags
@@ -243,7 +264,9 @@ class Decoder:
         if m.db_id != self.db_oid or not self.filter.origin_ok(rec.origin):
             return
         if m.transactional:
-            if rec.lsn < self.skip_before:
+            if self._foreign(rec.xid):
+                pass
+            elif rec.lsn < self.skip_before:
                 self.stats.cut_before_start += 1
             else:  # queued with the record's end LSN, as PostgreSQL does
                 self.rb.queue(rec.xid, Change(MESSAGE, rec.end_lsn, 0, None, None, None, False,
@@ -307,7 +330,9 @@ class Decoder:
         events = sorted((e for m in members for e in m.ddl), key=lambda e: e[0])
         if events:
             self.replay.apply_catalog(events, info)
-        if rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
+        if self.owns is not None and not self.owns(xid):
+            pass  # another decoder emits it
+        elif rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
             self.stats.skipped_before_start += 1
         else:
             self.startup.check(xid, f.subxacts, rec.lsn)

@@ -89,8 +89,11 @@ class Replayer:
 
     def __init__(self, dictionary: Dictionary, plugin: OutputPlugin,
                  resolver: Resolver | None = None, filter: Filter | None = None,
-                 ddl_key: bytes | None = None) -> None:
+                 ddl_key: bytes | None = None, warn_forged: bool = True) -> None:
         self.dictionary = dictionary
+        #: whether to log the forged messages it ignores: of several decoders sharing a WAL
+        #: (each applies every catalog event), one does
+        self.warn_forged = warn_forged
         #: authenticates ``cdclake.ddl`` messages (:mod:`cdclake.catalog.signing`)
         self.ddl_key = ddl_key
         #: LSNs of the forged ``cdclake.ddl`` messages ignored so far
@@ -138,8 +141,9 @@ class Replayer:
                 raise ForgedMessage(f"its transaction {xid8} is a wraparound older than "
                                     f"{self.dictionary.ddl_xid8}")
         except ForgedMessage as exc:
-            log.warning("ignoring a forged cdclake.ddl message at %s (transaction %d): %s",
-                        format_lsn(lsn), info.xid, exc)
+            if self.warn_forged:
+                log.warning("ignoring a forged cdclake.ddl message at %s (transaction %d): %s",
+                            format_lsn(lsn), info.xid, exc)
             self.forged.append(lsn)
             return ()
         self.dictionary.ddl_xid8 = max(self.dictionary.ddl_xid8, xid8)

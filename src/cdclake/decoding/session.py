@@ -33,16 +33,21 @@ class DecodeResult:
     spilled_bytes: int
     open_xids: list[int] = field(default_factory=list)  #: still running at the end of the WAL
     end_lsn: int = 0  #: where the next record would start
+    #: a parallel decode's largest worker high-water RSS (kB); 0 for one process
+    worker_peak_rss_kb: int = 0
 
 
 def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
            make_plugin: Callable[[Dictionary, int], OutputPlugin], *,
            tracker: Callable[[Dictionary], CatalogTracker] | None = PgClassTracker,
-           resolver: Resolver | None = None) -> DecodeResult:
+           resolver: Resolver | None = None, owns: Callable[[int], bool] | None = None,
+           messages: bool = True) -> DecodeResult:
     """Decode ``source`` and feed every committed transaction to the plugin.
 
     ``make_plugin(dictionary, server_major_version)`` is called once the first page tells the
-    version: some output formats differ between PostgreSQL versions.
+    version: some output formats differ between PostgreSQL versions. ``owns`` and
+    ``messages`` make this one of several decoders sharing the WAL
+    (:mod:`cdclake.decoding.parallel`).
     """
     reader = XLogReader(source, start_lsn=options.read_from, end_lsn=options.end_lsn)
     ctx: DecodingContext | None = None
@@ -51,7 +56,7 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
             ctx = create_decoding_context(
                 options, dictionary, make_plugin(dictionary, reader.version),
                 version=reader.version, segment_size=reader.segment_size, tracker=tracker,
-                resolver=resolver)
+                resolver=resolver, owns=owns, messages=messages)
             process = ctx.process
         process(rec)
     if ctx is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from decimal import Decimal
 
+from cdclake import native
 from cdclake.tuples.untypeable import NotTypeable
 
 NUMERIC_SIGN_MASK = 0xC000
@@ -96,6 +97,11 @@ def text(p: bytes) -> str:
             s = "0" * (dscale - len(s) + 1) + s
         s = f"{s[:-dscale]}.{s[-dscale:]}"
     return "-" + s if neg else s
+
+
+#: the reference, which the compiled twin falls back to for what it does not take
+_python_text = text
+text = native.twin(text, "cdclake.tuples._numeric")
 
 
 def decimal(p: bytes) -> Decimal:

@@ -32,7 +32,15 @@ from cdclake.lake.merge import merge_batch, mirror_identifier
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.source import DirectorySource
 from tests.e2e.lake.duck import connect, read_table
-from tests.oracle.decoding.harness import Capture, archive_all, diff, oracle, ours, prepare
+from tests.oracle.decoding.harness import (
+    Capture,
+    archive_all,
+    as_lines,
+    diff,
+    oracle,
+    ours,
+    prepare,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -298,7 +306,7 @@ def test_edge_values_reach_the_mirror_exactly(pg: LocalPostgres, database: str,
         end2 = archive_all(pg, database)
         cap.end_lsn = end2
         # the texts kept for untyped values are our test_decoding texts: still PostgreSQL's
-        expected = oracle(pg, cap)
+        expected = as_lines(oracle(pg, cap))
         actual, _ = ours(pg, cap, spill_dir=tmp_path / "spill-td")
         assert actual == expected, diff(expected, actual)
     finally:

@@ -1,12 +1,14 @@
 """Runs a workload on a real PostgreSQL and decodes its archived WAL both ways.
 
 The oracle: a ``test_decoding`` slot created (after ``cdclake source install``) on the server
-that writes the WAL. Ours: ``cdclake.decoding.session.decode`` over the segments the server
-archived, from an LSN taken before the install, emitting from the slot's creation LSN.
+that writes the WAL. Ours: ``cdclake.decoding.parallel.decode_lines`` over the segments the server
+archived (two decoding processes, as ``cdclake decode --jobs 2``), from an LSN taken before
+the install, emitting from the slot's creation LSN.
 """
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,8 +16,9 @@ from pathlib import Path
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
+from cdclake.decoding.parallel import decode_lines
 from cdclake.decoding.plugins.test_decoding import TestDecoding
-from cdclake.decoding.session import DecodeOptions, DecodeResult, decode
+from cdclake.decoding.session import DecodeOptions, DecodeResult
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
@@ -81,6 +84,7 @@ def archive_all(pg: LocalPostgres, database: str, timeout: float = 60.0) -> int:
 
 
 def oracle(pg: LocalPostgres, cap: Capture) -> list[str]:
+    """The slot's rows."""
     with pg.connect(cap.database) as conn:
         conn.execute("SET TimeZone = 'UTC'")
         rows = conn.execute(
@@ -89,15 +93,23 @@ def oracle(pg: LocalPostgres, cap: Capture) -> list[str]:
     return [r[0] for r in rows]
 
 
+def as_lines(rows: list[str]) -> list[str]:
+    """Rows as the lines of text they make (a row with a newline in a value is two)."""
+    return [line for row in rows for line in row.split("\n")]
+
+
 def ours(pg: LocalPostgres, cap: Capture, *, work_mem: int = 64 * 1024 * 1024,
-         spill_dir: Path) -> tuple[list[str], DecodeResult]:
-    lines: list[str] = []
+         spill_dir: Path, jobs: int = 2) -> tuple[list[str], DecodeResult]:
+    """What ``cdclake decode --jobs JOBS`` writes, as lines of text. Two jobs by default: the
+    parallel decode (every worker's share, merged) must equal the slot."""
+    out = io.BytesIO()
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
                             end_lsn=cap.end_lsn or None, work_mem=work_mem, spill_dir=spill_dir,
                             ddl_key=cap.key)
-    result = decode(DirectorySource(pg.archive_dir), Dictionary(), options,
-                    lambda d, v: TestDecoding(lines.append, d.types, version=v))
-    return lines, result
+    result = decode_lines(DirectorySource(pg.archive_dir), Dictionary(), options,
+                          lambda d, v, write: TestDecoding(write, d.types, version=v), out,
+                          jobs=jobs)
+    return out.getvalue().decode("utf-8", "surrogateescape").split("\n")[:-1], result
 
 
 def capture(pg: LocalPostgres, database: str, steps: Sequence[Step], *, spill_dir: Path,
@@ -107,7 +119,7 @@ def capture(pg: LocalPostgres, database: str, steps: Sequence[Step], *, spill_di
     try:
         run_steps(pg, database, steps)
         cap.end_lsn = archive_all(pg, database)
-        cap.expected = oracle(pg, cap)
+        cap.expected = as_lines(oracle(pg, cap))
         cap.actual, cap.result = ours(pg, cap, work_mem=work_mem, spill_dir=spill_dir)
     finally:
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (cap.slot,))

@@ -49,7 +49,7 @@ def decode_measured(pg: LocalPostgres, cap: Capture, work_mem: str, spill: Path,
            "--database-oid", str(cap.db_oid), "--start-lsn", format_lsn(cap.start_lsn),
            "--read-from", format_lsn(cap.read_from), "--end-lsn", format_lsn(cap.end_lsn),
            "--work-mem", work_mem, "--spill-dir", str(spill), "--output", str(out), "--stats",
-           "--key-file", str(key)]
+           "--key-file", str(key), "--jobs", "2"]
     proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stderr, int(proc.stderr.rsplit("peak RSS ", 1)[1].split(" kB")[0])
@@ -86,7 +86,7 @@ def test_million_row_transaction_spills_and_matches_the_slot(pg: LocalPostgres, 
     stats_small, rss_small = decode_measured(pg, cap, "64kB", spill, out)
     assert file_digest(out) == expected
     assert "spilled 1 transactions" in stats_small, stats_small
-    assert not list(spill.glob("*.spill")), "spill files must be removed after the commit"
+    assert not list(spill.rglob("*.spill")), "spill files must be removed after the commit"
 
     stats_big, rss_big = decode_measured(pg, cap, "64MB", spill, out)
     assert file_digest(out) == expected

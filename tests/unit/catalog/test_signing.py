@@ -88,6 +88,9 @@ def test_the_key_file_is_private_and_not_overwritten(tmp_path: Path) -> None:
     path.write_text("beef\n")
     with pytest.raises(ConfigError, match="does not hold a cdclake key"):
         read_key_file(path)
+    path.write_bytes(KEY)  # the raw key instead of its hex: not text at all
+    with pytest.raises(ConfigError, match="does not hold a cdclake key"):
+        read_key_file(path)
     with pytest.raises(ConfigError, match="cannot read the ddl key file"):
         read_key_file(tmp_path / "missing")
 

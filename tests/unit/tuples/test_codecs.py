@@ -205,6 +205,34 @@ def test_numeric_decimal_and_text(d: Decimal) -> None:
     pa.array([codec.value(p)], type=codec.arrow_type)
 
 
+@settings(max_examples=500, deadline=None)
+@given(short=st.booleans(), neg=st.booleans(), dscale=st.integers(0, 63),
+       weight=st.integers(-64, 63), digits=st.lists(st.integers(0, 9999), max_size=12),
+       junk=st.binary(max_size=3))
+def test_numeric_text_twins_agree(short: bool, neg: bool, dscale: int, weight: int,
+                                  digits: list[int], junk: bytes) -> None:
+    """The compiled numeric_out writes what the Python reference writes, short and long
+    headers, any weight and display scale; what it does not take (malformed bytes) it hands
+    to the reference, so errors agree too."""
+    from cdclake.tuples import _numeric, numeric
+
+    if short:
+        head = 0x8000 | (0x2000 if neg else 0) | (dscale << 7) | (weight & 0x7F)
+        p = struct.pack(f"<H{len(digits)}h", head, *digits)
+    else:
+        p = struct.pack(f"<Hh{len(digits)}h", (0x4000 if neg else 0) | dscale, weight, *digits)
+    for raw in (p, p + junk, p[:len(junk)], bytes([0xFF]) * len(junk) + p):
+        try:
+            expected: object = numeric._python_text(raw)
+        except ValueError as exc:
+            expected = exc
+        try:
+            got: object = _numeric.text(raw)
+        except ValueError as exc:
+            got = exc
+        assert repr(got) == repr(expected), raw.hex()
+
+
 def test_numeric_specials_are_not_typeable() -> None:
     codec = codec_for(1700, typmod(10, 2), BUILTIN)
     for head, text in ((0xC000, "NaN"), (0xD000, "Infinity"), (0xF000, "-Infinity")):

@@ -1,0 +1,241 @@
+"""A decode over several processes: every worker reads the WAL, each emits a share.
+
+The Spark job splits the work by shuffling records by top-level xid; on one machine the
+cheapest split is to let each of ``jobs`` worker processes read the whole WAL (the reader is
+the small part of the cost) and decode it with the same decoding context, owning the
+top-level transactions ``xid % jobs == index``. A worker drops the other transactions'
+changes before parsing them, but follows every catalog event, commit and abort, so all keep
+the same dictionary (:class:`~cdclake.decoding.decode.Decoder`, ``owns``); worker 0 also
+emits the non-transactional messages.
+
+Each worker streams its output lines through a pipe in frames keyed by where they belong in
+the WAL: a transaction's lines by its commit record's LSN, a non-transactional message's by
+its end LSN (ranked before a commit record starting there, which follows it). Every worker's
+frames come in key order, so the parent merges them into exactly the order of one process,
+holding one frame per worker: the output of ``jobs`` workers equals ``jobs=1``'s, byte for
+byte, in bounded memory.
+
+Workers are forked, so the plugin factory and the resolver factory may be closures. An error
+in a worker reaches the parent as the same error (its class and message), and the other
+workers are stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import multiprocessing
+import os
+import pickle
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.decoding.changes import TxnInfo
+from cdclake.decoding.context import DecodeOptions
+from cdclake.decoding.reassembly import OutputPlugin, Resolver
+from cdclake.decoding.session import DecodeResult, decode
+from cdclake.errors import CdclakeError, DecodingError
+from cdclake.wal.source import SegmentSource
+
+#: ``make_plugin(dictionary, server_major_version, write)``: a plugin writing lines to ``write``
+LinePlugin = Callable[[Dictionary, int, Callable[[str], None]], OutputPlugin]
+
+_HEAD = struct.Struct("<BQBI")  # frame kind, key LSN, key rank, body length
+_DATA, _END, _ERROR = 0, 1, 2
+_MESSAGE, _COMMIT = 0, 1  # key ranks: a message ending at L precedes a commit starting at L
+_FRAME_BYTES = 64 * 1024
+
+
+def peak_rss_kb() -> int:
+    """This process's own high-water RSS (VmHWM): unlike ru_maxrss it does not include the
+    parent's pages from before exec or fork, so a small decode started by a big parent
+    reads small."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def line_writer(out: BinaryIO) -> Callable[[str], None]:
+    """Lines as the server's text: UTF-8, undecodable bytes restored, one ``\\n`` each."""
+    def write(line: str) -> None:
+        out.write(line.encode("utf-8", "surrogateescape"))
+        out.write(b"\n")
+    return write
+
+
+def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
+                 make_plugin: LinePlugin, out: BinaryIO, *, jobs: int,
+                 make_resolver: Callable[[Dictionary], Resolver] | None = None) -> DecodeResult:
+    """Decode ``source`` with ``jobs`` processes, writing the plugin's lines to ``out``."""
+    if jobs < 1:
+        raise DecodingError(f"jobs must be at least 1, not {jobs}")
+    if jobs == 1:
+        write = line_writer(out)
+        return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, write),
+                      resolver=make_resolver(dictionary) if make_resolver else None)
+    # a forked worker must not inherit unwritten output: it would write it too
+    sys.stdout.flush()
+    out.flush()
+    ctx = multiprocessing.get_context("fork")
+    workers = []
+    try:
+        for index in range(jobs):
+            rfd, wfd = os.pipe()
+            proc = ctx.Process(
+                target=_worker, name=f"cdclake-decode-{index}", daemon=True,
+                args=(index, jobs, wfd, source, dictionary, options, make_plugin, make_resolver))
+            proc.start()
+            os.close(wfd)
+            workers.append((proc, os.fdopen(rfd, "rb", buffering=_FRAME_BYTES)))
+        results: dict[int, DecodeResult] = {}
+        streams = [_frames(index, pipe, proc, results) for index, (proc, pipe) in
+                   enumerate(workers)]
+        for _key, body in heapq.merge(*streams, key=lambda frame: frame[0]):
+            out.write(body)
+        return _combine([results[i] for i in range(jobs)])
+    finally:
+        for proc, pipe in workers:
+            if proc.is_alive():
+                proc.terminate()
+            proc.join()
+            pipe.close()
+
+
+def _frames(index: int, pipe: BinaryIO, proc: Any,
+            results: dict[int, DecodeResult]) -> Iterator[tuple[int, bytes]]:
+    """One worker's data frames as ``(key, bytes)``; its result goes to ``results``."""
+    while True:
+        head = pipe.read(_HEAD.size)
+        if len(head) < _HEAD.size:
+            proc.join()
+            raise DecodingError(f"decode worker {index} of the parallel decode ended without "
+                                f"finishing (exit code {proc.exitcode})")
+        kind, lsn, rank, n = _HEAD.unpack(head)
+        body = pipe.read(n)
+        if kind == _DATA:
+            yield (lsn << 1) | rank, body
+        elif kind == _END:
+            worker, result = pickle.loads(body)
+            results[worker] = result
+            return
+        else:
+            cls, message = pickle.loads(body)
+            err = cls.__new__(cls)
+            Exception.__init__(err, message)
+            raise err
+
+
+class _Framer:
+    """A worker's side of the pipe: lines buffered per output unit, sent as keyed frames."""
+
+    def __init__(self, pipe: BinaryIO) -> None:
+        self.pipe = pipe
+        self.lsn = 0
+        self.rank = _COMMIT
+        self.buf: list[bytes] = []
+        self.size = 0
+
+    def unit(self, lsn: int, rank: int) -> None:
+        self.lsn, self.rank = lsn, rank
+
+    def write(self, line: str) -> None:
+        b = line.encode("utf-8", "surrogateescape")
+        self.buf.append(b)
+        self.size += len(b) + 1
+        if self.size >= _FRAME_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buf:
+            self.buf.append(b"")
+            self.send(_DATA, b"\n".join(self.buf), self.lsn, self.rank)
+            self.buf = []
+            self.size = 0
+
+    def send(self, kind: int, body: bytes, lsn: int = 0, rank: int = 0) -> None:
+        self.pipe.write(_HEAD.pack(kind, lsn, rank, len(body)))
+        self.pipe.write(body)
+
+
+class _Keyed:
+    """The plugin, with its output units keyed for the merge."""
+
+    def __init__(self, plugin: OutputPlugin, framer: _Framer) -> None:
+        self.plugin = plugin
+        self.framer = framer
+        self.change = plugin.change
+        self.truncate = plugin.truncate
+        self.rewrite = plugin.rewrite
+
+    def begin(self, txn: TxnInfo) -> None:
+        self.framer.unit(txn.final_lsn, _COMMIT)
+        self.plugin.begin(txn)
+
+    def commit(self, txn: TxnInfo) -> None:
+        self.plugin.commit(txn)
+        self.framer.flush()
+
+    def message(self, txn: TxnInfo | None, lsn: int, transactional: bool, prefix: str,
+                content: bytes) -> None:
+        if txn is None:
+            self.framer.unit(lsn, _MESSAGE)
+        self.plugin.message(txn, lsn, transactional, prefix, content)
+        if txn is None:
+            self.framer.flush()
+
+
+def _worker(index: int, jobs: int, wfd: int, source: SegmentSource, dictionary: Dictionary,
+            options: DecodeOptions, make_plugin: LinePlugin,
+            make_resolver: Callable[[Dictionary], Resolver] | None) -> None:
+    # its own spill directory: a decoding context clears stale spill files from its own
+    own = dataclasses.replace(options, spill_dir=options.spill_dir / f"job-{index}")
+    with os.fdopen(wfd, "wb", buffering=_FRAME_BYTES) as pipe:
+        framer = _Framer(pipe)
+
+        def plugin(d: Dictionary, v: int) -> OutputPlugin:
+            return _Keyed(make_plugin(d, v, framer.write), framer)  # type: ignore[return-value]
+
+        try:
+            result = decode(source, dictionary, own, plugin,
+                            resolver=make_resolver(dictionary) if make_resolver else None,
+                            owns=lambda xid: xid % jobs == index, messages=index == 0)
+            result.worker_peak_rss_kb = peak_rss_kb()
+            framer.send(_END, pickle.dumps((index, result)))
+        except CdclakeError as exc:
+            framer.send(_ERROR, pickle.dumps((type(exc), str(exc))))
+        except Exception as exc:  # reported to the parent, which exits 2
+            framer.send(_ERROR, pickle.dumps(
+                (DecodingError, f"decode worker {index} failed: {type(exc).__name__}: {exc}")))
+
+
+def _combine(results: list[DecodeResult]) -> DecodeResult:
+    """One result for the whole WAL: what every worker saw once (records, commits, aborts)
+    from the first; what each did for its own transactions summed."""
+    first = results[0]
+    owned = ("changes", "emitted", "skipped_before_start", "cut_before_start")
+    stats = dataclasses.replace(first.stats, **{
+        name: sum(getattr(r.stats, name) for r in results) for name in owned})
+    return DecodeResult(
+        stats=stats, version=first.version, segment_size=first.segment_size,
+        peak_memory=sum(r.peak_memory for r in results),
+        spilled_txns=sum(r.spilled_txns for r in results),
+        spilled_changes=sum(r.spilled_changes for r in results),
+        spilled_bytes=sum(r.spilled_bytes for r in results),
+        open_xids=sorted({x for r in results for x in r.open_xids}),
+        end_lsn=first.end_lsn,
+        worker_peak_rss_kb=max(r.worker_peak_rss_kb for r in results))

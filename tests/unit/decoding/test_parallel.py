@@ -1,0 +1,96 @@
+"""``cdclake decode --jobs N``: N worker processes, each emitting its share of the
+transactions, merged back into exactly the output of one process (no server needed)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cdclake.catalog.dictionary import Dictionary
+from cdclake.decoding.parallel import decode_lines
+from cdclake.decoding.plugins.test_decoding import TestDecoding
+from cdclake.decoding.reassembly import OutputPlugin
+from cdclake.decoding.session import DecodeResult
+from cdclake.errors import CdclakeError, DecodingError
+from cdclake.wal.source import DirectorySource
+from tests.unit.decoding.fixture import DecodingFixture
+
+
+def plugin(d: Dictionary, version: int, write: Callable[[str], None]) -> OutputPlugin:
+    return TestDecoding(write, d.types, version=version)  # type: ignore[return-value]
+
+
+def run(fx: DecodingFixture, wal: Path, jobs: int, spill: Path,
+        make_plugin: Callable[..., OutputPlugin] = plugin,
+        **kw: object) -> tuple[bytes, DecodeResult]:
+    out = io.BytesIO()
+    result = decode_lines(DirectorySource([wal]), Dictionary(), fx.options(spill, **kw),
+                          make_plugin, out, jobs=jobs)
+    return out.getvalue(), result
+
+
+def slot_text(fx: DecodingFixture) -> bytes:
+    return "".join(f"{line}\n" for line in fx.lines).encode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_any_number_of_jobs_writes_what_one_process_writes(decfix: DecodingFixture,
+                                                          tmp_path: Path, jobs: int) -> None:
+    one, r1 = run(decfix, decfix.dir, 1, tmp_path / "one")
+    many, rn = run(decfix, decfix.dir, jobs, tmp_path / "many")
+    assert one == slot_text(decfix)
+    assert many == one
+    # what each worker did for its own transactions adds up to what one process did
+    for name in ("records", "changes", "committed", "emitted", "aborted",
+                 "skipped_before_start", "last_lsn"):
+        assert getattr(rn.stats, name) == getattr(r1.stats, name), name
+    assert rn.open_xids == r1.open_xids
+    assert rn.worker_peak_rss_kb > 0 and r1.worker_peak_rss_kb == 0
+
+
+def test_every_worker_spills_and_cleans_up(decfix: DecodingFixture, tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    out, result = run(decfix, decfix.dir, 2, spill, work_mem=1)
+    assert out == slot_text(decfix)
+    assert result.spilled_changes >= result.stats.changes // 2
+    assert sorted(p.name for p in spill.iterdir()) == ["job-0", "job-1"]
+    assert not list(spill.rglob("*.spill"))
+
+
+def test_corrupt_wal_is_the_same_error_with_any_number_of_jobs(decfix: DecodingFixture,
+                                                               tmp_path: Path) -> None:
+    wal = tmp_path / "corrupt"
+    shutil.copytree(decfix.dir, wal)
+    first = sorted(wal.iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[3 * 8192] ^= 0xFF  # the magic of the segment's fourth page
+    first.write_bytes(bytes(data))
+    errors = []
+    for jobs in (1, 2):
+        with pytest.raises(CdclakeError) as exc:
+            run(decfix, wal, jobs, tmp_path / f"spill{jobs}")
+        errors.append((type(exc.value), str(exc.value)))
+    assert errors[0] == errors[1]
+    assert first.name in errors[0][1]
+
+
+def test_a_killed_worker_stops_the_decode_with_one_clear_error(decfix: DecodingFixture,
+                                                               tmp_path: Path) -> None:
+    """Worker 1 (the owner of the odd xids) really dies, SIGKILL at its first transaction:
+    the parent says which worker and how, stops the other, and returns no result."""
+    def killing(d: Dictionary, version: int, write: Callable[[str], None]) -> OutputPlugin:
+        def write_or_die(line: str) -> None:
+            if line.startswith("BEGIN ") and int(line.split()[1]) % 2 == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            write(line)
+        return plugin(d, version, write_or_die)
+
+    with pytest.raises(DecodingError, match=r"decode worker 1 of the parallel decode ended "
+                                            r"without finishing \(exit code -9\)"):
+        run(decfix, decfix.dir, 2, tmp_path / "spill", make_plugin=killing)
