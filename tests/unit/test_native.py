@@ -27,7 +27,11 @@ def test_the_install_built_the_twins() -> None:
     assert set(native.twins()) >= {"cdclake.tuples.heap.deform",
                                    "cdclake.wal.reader._decode_body",
                                    "cdclake.wal.reader.XLogReader._read_record",
-                                   "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple"}
+                                   "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
+                                   "cdclake.tuples.numeric.text",
+                                   "cdclake.tuples.datetimes.date_text",
+                                   "cdclake.tuples.datetimes.timestamp_text",
+                                   "cdclake.tuples.datetimes.timestamptz_text"}
     assert type(heap.deform).__name__ == "cython_function_or_method"
 
 

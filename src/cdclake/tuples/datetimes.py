@@ -27,6 +27,7 @@ import re
 import struct
 from datetime import date
 
+from cdclake import native
 from cdclake.tuples.untypeable import NotTypeable
 
 POSTGRES_EPOCH_JDATE = 2451545  #: 2000-01-01
@@ -149,6 +150,10 @@ def date_text(b: bytes) -> str:
     return s + " BC" if bc else s
 
 
+_python_date_text = date_text  # the reference, which the compiled twin falls back to
+date_text = native.twin(date_text, "cdclake.tuples._datetimes")
+
+
 def date_value(b: bytes) -> int:
     """Days since 1970-01-01; ±infinity -> ±(2**31 - 1)."""
     d = _I32.unpack(b)[0]
@@ -236,6 +241,13 @@ def timestamp_text(b: bytes) -> str:
 def timestamptz_text(b: bytes) -> str:
     """With TimeZone UTC the zone always prints as +00."""
     return _timestamp_text(_I64.unpack(b)[0], "+00")
+
+
+# the references, which the compiled twins fall back to
+_python_timestamp_text = timestamp_text
+_python_timestamptz_text = timestamptz_text
+timestamp_text = native.twin(timestamp_text, "cdclake.tuples._datetimes")
+timestamptz_text = native.twin(timestamptz_text, "cdclake.tuples._datetimes")
 
 
 def _ts_value(t: int) -> int:

@@ -233,6 +233,38 @@ def test_numeric_text_twins_agree(short: bool, neg: bool, dscale: int, weight: i
         assert repr(got) == repr(expected), raw.hex()
 
 
+_EDGES_64 = [0, -1, 1, 2**63 - 1, -(2**63), 86_400_000_000 - 1, -86_400_000_000,
+             # the first and last microsecond of 0001-01-01 and 9999-12-31, and next to them
+             -63_082_281_600_000_000, -63_082_281_600_000_001, 252_455_529_599_999_999,
+             252_455_529_600_000_000]
+
+
+@settings(max_examples=500, deadline=None)
+@given(t=st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from(_EDGES_64),
+                   st.integers(-63_082_281_600_000_001, 252_455_529_600_000_000)),
+       junk=st.binary(max_size=9))
+def test_datetime_text_twins_agree(t: int, junk: bytes) -> None:
+    """The compiled date and timestamp texts are the Python reference's, inside 1..9999 AD
+    and outside it (infinity, BC, five-digit years), and for malformed datums."""
+    from cdclake.tuples import _datetimes, datetimes
+
+    pairs = [(_datetimes.timestamp_text, datetimes._python_timestamp_text),
+             (_datetimes.timestamptz_text, datetimes._python_timestamptz_text),
+             (_datetimes.date_text, datetimes._python_date_text)]
+    d = max(-(2**31), min(2**31 - 1, t // 86_400_000_000))
+    for raw in (struct.pack("<q", t), struct.pack("<i", d), junk):
+        for fast, reference in pairs:
+            try:
+                expected: object = reference(raw)
+            except (ValueError, struct.error) as exc:
+                expected = exc
+            try:
+                got: object = fast(raw)
+            except (ValueError, struct.error) as exc:
+                got = exc
+            assert repr(got) == repr(expected), (fast.__name__, raw.hex())
+
+
 def test_numeric_specials_are_not_typeable() -> None:
     codec = codec_for(1700, typmod(10, 2), BUILTIN)
     for head, text in ((0xC000, "NaN"), (0xD000, "Infinity"), (0xF000, "-Infinity")):

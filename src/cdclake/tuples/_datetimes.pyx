@@ -1,0 +1,118 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twins of :mod:`cdclake.tuples.datetimes`' ``date_text``, ``timestamp_text`` and
+``timestamptz_text`` (see :mod:`cdclake.native`): the ISO text written into a C buffer, the
+calendar by datetime.c's j2date in C integers.
+
+Years 1 to 9999 AD are done here; anything else (infinity, BC, five-digit years, a datum of
+the wrong size) goes to the Python reference, which returns its text or raises its error.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeASCII
+
+from cdclake.tuples import datetimes as _reference
+
+DEF POSTGRES_EPOCH_JDATE = 2451545
+DEF USECS_PER_DAY = 86400000000
+DEF JD_0001_01_01 = 1721426
+DEF JD_10000_01_01 = 5373484
+
+
+cdef inline void _digits(char *cp, long long v, int n) noexcept:
+    """``v`` as ``n`` decimal digits, zero-padded."""
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        cp[i] = 48 + <int> (v % 10)
+        v //= 10
+
+
+cdef inline int _ymd(long long jd, char *cp) noexcept:
+    """Write YYYY-MM-DD for Julian day ``jd`` (j2date); 10, or -1 outside 0001..9999 AD."""
+    if jd < JD_0001_01_01 or jd >= JD_10000_01_01:
+        return -1
+    cdef long long julian = jd + 32044
+    cdef long long quad = julian // 146097
+    cdef long long extra = (julian - quad * 146097) * 4 + 3
+    cdef long long y
+    julian += 60 + quad * 3 + extra // 146097
+    quad = julian // 1461
+    julian -= quad * 1461
+    y = julian * 4 // 1461
+    julian = ((julian + 305) % 365 if y != 0 else (julian + 306) % 366) + 123
+    y += quad * 4
+    quad = julian * 2141 // 65536
+    _digits(cp, y - 4800, 4)
+    cp[4] = 45
+    _digits(cp + 5, (quad + 10) % 12 + 1, 2)
+    cp[7] = 45
+    _digits(cp + 8, julian - 7834 * quad // 256, 2)
+    return 10
+
+
+cdef inline long long _le(const unsigned char *b, int n) noexcept:
+    """A little-endian signed integer of ``n`` (4 or 8) bytes."""
+    cdef unsigned long long u = 0
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        u = (u << 8) | b[i]
+    if n == 4:
+        return <int> (<unsigned int> u)
+    return <long long> u
+
+
+cdef object _timestamp(object b, bint tz):
+    if type(b) is not bytes or PyBytes_GET_SIZE(b) != 8:
+        return None
+    cdef long long t = _le(<const unsigned char *> PyBytes_AS_STRING(b), 8)
+    cdef long long days = t // USECS_PER_DAY
+    cdef long long usec = t - days * USECS_PER_DAY
+    if usec < 0:  # C division truncates; the calendar wants the floor
+        days -= 1
+        usec += USECS_PER_DAY
+    cdef char buf[40]
+    cdef int n = _ymd(days + POSTGRES_EPOCH_JDATE, buf)
+    if n < 0:
+        return None
+    cdef long long secs = usec // 1000000
+    usec -= secs * 1000000
+    buf[10] = 32
+    _digits(buf + 11, secs // 3600, 2)
+    buf[13] = 58
+    _digits(buf + 14, (secs // 60) % 60, 2)
+    buf[16] = 58
+    _digits(buf + 17, secs % 60, 2)
+    n = 19
+    if usec:
+        buf[19] = 46
+        _digits(buf + 20, usec, 6)
+        n = 26
+        while buf[n - 1] == 48:
+            n -= 1
+    if tz:
+        buf[n] = 43
+        buf[n + 1] = 48
+        buf[n + 2] = 48
+        n += 3
+    return PyUnicode_DecodeASCII(buf, n, NULL)
+
+
+def timestamp_text(b):
+    """See ``datetimes.timestamp_text``."""
+    s = _timestamp(b, False)
+    return _reference._python_timestamp_text(b) if s is None else s
+
+
+def timestamptz_text(b):
+    """See ``datetimes.timestamptz_text``."""
+    s = _timestamp(b, True)
+    return _reference._python_timestamptz_text(b) if s is None else s
+
+
+def date_text(b):
+    """See ``datetimes.date_text``."""
+    cdef char buf[10]
+    if type(b) is bytes and PyBytes_GET_SIZE(b) == 4:
+        if _ymd(_le(<const unsigned char *> PyBytes_AS_STRING(b), 4) + POSTGRES_EPOCH_JDATE,
+                buf) == 10:
+            return PyUnicode_DecodeASCII(buf, 10, NULL)
+    return _reference._python_date_text(b)
