@@ -35,6 +35,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python bench/waldump.py
 	$(VENV)/bin/python bench/decode.py
+	$(VENV)/bin/python bench/spark_decode.py
 	$(VENV)/bin/python bench/snapshot.py
 	$(VENV)/bin/python bench/scale.py
 	$(VENV)/bin/python bench/merge.py

@@ -1,0 +1,107 @@
+"""The Spark decode job on one core and on two: changes/s with ``local[1]`` and ``local[2]``.
+
+A fresh PostgreSQL 15 runs `cdclake source install`, `pgbench -i -s N` and pgbench
+transactions; its archive is shipped once to a local store. Then, in turn in each round, a
+copy of that store is decoded by the Spark job (`cdclake.spark.job.decode_batch`, every batch
+until nothing is left) on ``local[1]`` and on ``local[2]``, in a process of its own whose
+Spark session is started before the clock starts (the JVM's start-up is not decoding). The
+shuffle has the same partitions in both. Reported: changes, seconds and changes/s of each
+(best of --repeat), and the ratio local[2] / local[1]; both must decode the same changes.
+
+    .venv/bin/python bench/spark_decode.py [--scale N] [--repeat N] [--partitions N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from cdclake.catalog.install import install
+from cdclake.local.postgres import LocalPostgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode import _pgbench  # bench/decode.py and bench/scale.py, sibling scripts
+from scale import wait_archived
+
+DECODE = """
+import json, time
+from cdclake.config import Config
+from cdclake.spark.job import decode_batch, spark_session
+config = Config.load()
+spark_session(config).sparkContext.parallelize(range(4), 4).count()  # started and warm
+changes, batches, started = 0, 0, time.monotonic()
+while (result := decode_batch(config)) is not None:
+    changes += result.stats.get("changes", 0)
+    batches += 1
+print(json.dumps({"seconds": time.monotonic() - started, "changes": changes,
+                  "batches": batches}))
+"""
+
+
+def measure(env: dict[str, str], store: Path, master: str, work: Path) -> dict[str, float]:
+    copy = work / f"store-{master}"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(store, copy)
+    run_env = {**env, "CDCLAKE_STORE_URL": copy.as_uri(), "CDCLAKE_SPARK_MASTER": master,
+               "CDCLAKE_HOME": str(work / f"home-{master}")}
+    proc = subprocess.run([sys.executable, "-c", DECODE], env=run_env, text=True,
+                          capture_output=True, check=False)
+    if proc.returncode:
+        raise SystemExit(f"decode on {master} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=int, default=2, help="pgbench scale")
+    ap.add_argument("--repeat", type=int, default=2, help="best of this many runs")
+    ap.add_argument("--partitions", type=int, default=4, help="shuffle partitions (both runs)")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="cdclake-sparkdecode-"))
+    base.chmod(0o755)  # the server runs as postgres and must reach its data directory
+    pg = LocalPostgres.create(15, base / "pg").start()
+    try:
+        db = pg.create_database("bench")
+        install(pg.dsn(db))
+        _pgbench(pg, db, "-i", "-q", "-s", str(args.scale))
+        _pgbench(pg, db, "-c", "4", "-j", "2", "-t", str(2500 * args.scale), "-n")
+        pg.sql("SELECT pg_switch_wal()", db)
+        wait_archived(pg)
+        store = base / "store"
+        env = {**os.environ, "CDCLAKE_ARCHIVE_DIR": str(pg.archive_dir),
+               "CDCLAKE_SOURCE_DSN": pg.dsn(db), "CDCLAKE_MAX_BATCH_SEGMENTS": "64",
+               "CDCLAKE_SPARK_PARTITIONS": str(args.partitions),
+               "CDCLAKE_SPILL_DIR": str(base / "spill")}
+        subprocess.run([sys.executable, "-m", "cdclake.cli", "ship"], check=True,
+                       env={**env, "CDCLAKE_STORE_URL": store.as_uri(),
+                            "CDCLAKE_HOME": str(base / "home")}, capture_output=True)
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(args.repeat):
+            for master in ("local[1]", "local[2]"):
+                r = measure(env, store, master, base)
+                if master not in best or r["seconds"] < best[master]["seconds"]:
+                    best[master] = r
+    finally:
+        pg.destroy()
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"Spark decode job, pgbench scale {args.scale}, {args.partitions} shuffle partitions, "
+          f"best of {args.repeat}")
+    print("| master | changes | batches | seconds | changes/s |")
+    print("|---|---:|---:|---:|---:|")
+    for master, r in best.items():
+        print(f"| {master} | {r['changes']:,} | {r['batches']} | {r['seconds']:.1f} | "
+              f"{r['changes'] / r['seconds']:,.0f} |")
+    one, two = best["local[1]"], best["local[2]"]
+    same = one["changes"] == two["changes"]
+    print(f"local[2] / local[1]: **{one['seconds'] / two['seconds']:.2f}x** "
+          f"(same changes: {'yes' if same else 'NO'})")
+
+
+if __name__ == "__main__":
+    main()
