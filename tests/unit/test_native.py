@@ -27,6 +27,7 @@ def test_the_install_built_the_twins() -> None:
     assert set(native.twins()) >= {"cdclake.tuples.heap.deform",
                                    "cdclake.wal.reader._decode_body",
                                    "cdclake.wal.reader.XLogReader._read_record",
+                                   "cdclake.wal.reader.XLogReader.__iter__",
                                    "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
                                    "cdclake.tuples.numeric.text",
                                    "cdclake.tuples.datetimes.date_text",

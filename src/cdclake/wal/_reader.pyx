@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twins of ``XLogReader._read_record`` and ``_decode_body`` of
-:mod:`cdclake.wal.reader` (see :mod:`cdclake.native`).
+"""Compiled twins of ``XLogReader.__iter__``, ``XLogReader._read_record`` and ``_decode_body``
+of :mod:`cdclake.wal.reader` (see :mod:`cdclake.native`).
 
 A record's header, checks and CRC, then DecodeXLogRecord, over a C view of its bytes: the same
 records, checks and errors as the pure-Python reference, which tests run beside it. Every read
@@ -11,10 +11,17 @@ record continued on later pages is assembled by the reader's own ``_assemble``.
 import sys
 
 import crc32c
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.errors import WalCorruptError
 from cdclake.wal.lsn import format_lsn
-from cdclake.wal.record import BlockRef, RelFileLocator, XLogRecord
+from cdclake.wal.record import (
+    INVALID_REP_ORIGIN,
+    INVALID_XID,
+    BlockRef,
+    RelFileLocator,
+    XLogRecord,
+)
 
 cdef int PAGE_SIZE = 8192
 cdef int RECORD_HEADER = 24
@@ -30,6 +37,9 @@ cdef int BKPIMAGE_HAS_HOLE = 0x01
 cdef int BKPIMAGE_COMPRESSED = 0x04 | 0x08 | 0x10
 cdef int RM_MAX_BUILTIN = 21
 cdef int RM_MIN_CUSTOM = 128
+cdef unsigned int XLP_FIRST_IS_CONTRECORD = 0x0001
+cdef unsigned int XLP_FIRST_IS_OVERWRITE_CONTRECORD = 0x0008
+cdef unsigned int XLOG_SWITCH = 0x40
 
 #: the reader module (imported when it imports this one): its _EndOfWal
 cdef object _reader = None
@@ -61,9 +71,17 @@ cdef inline unsigned int _u32(const unsigned char[::1] b, Py_ssize_t p, Py_ssize
     return b[p] | (b[p + 1] << 8) | (b[p + 2] << 16) | (<unsigned int> b[p + 3] << 24)
 
 
+#: RelFileLocators by their 12 bytes: a WAL names few relations, each in many records
+cdef dict _locators = {}
+
+
 def _decode_body(rec, data, where):
     """See :func:`cdclake.wal.reader._decode_body`."""
-    cdef const unsigned char[::1] b = data
+    _decode(rec, data, data, where)
+
+
+cdef _decode(rec, const unsigned char[::1] b, data, where):
+    """``_decode_body`` over ``b``, the C view of ``data`` the reader already holds."""
     cdef Py_ssize_t n = b.shape[0]
     cdef Py_ssize_t tot = rec.tot_len
     cdef Py_ssize_t p = RECORD_HEADER, datatotal = 0, main_len = 0, k
@@ -146,8 +164,15 @@ def _decode_body(rec, data, where):
                                           "relation", segment=where, lsn=rec.lsn)
                 blk.rlocator = last_loc
             else:
-                last_loc = blk.rlocator = RelFileLocator(_u32(b, p, n), _u32(b, p + 4, n),
-                                                         _u32(b, p + 8, n))
+                _need(p, 12, n)
+                key = PyBytes_FromStringAndSize(<const char *> &b[p], 12)
+                last_loc = _locators.get(key)
+                if last_loc is None:
+                    if len(_locators) > 65536:
+                        _locators.clear()
+                    last_loc = _locators[key] = RelFileLocator(
+                        _u32(b, p, n), _u32(b, p + 4, n), _u32(b, p + 8, n))
+                blk.rlocator = last_loc
                 p += 12
             blk.blkno = _u32(b, p, n)
             p += 4
@@ -170,11 +195,70 @@ def _decode_body(rec, data, where):
     rec.main_data = data[p:p + main_len]
 
 
+def __iter__(self):
+    """See ``XLogReader.__iter__``: the same loop, with the records read by ``_read``."""
+    end_of_wal = sys.modules["cdclake.wal.reader"]._EndOfWal
+    segno = self._plan()
+    cdef Py_ssize_t size = self.segment_size
+    cdef unsigned long long pos = segno * size
+    cdef unsigned long long prev_lsn = 0
+    cdef bint has_start = self.start_lsn is not None
+    cdef bint has_end = self.end_lsn is not None
+    cdef unsigned long long start = self.start_lsn if has_start else 0
+    cdef unsigned long long end = self.end_lsn if has_end else 0
+    cdef unsigned int info
+    try:
+        pos = self._first_record(pos)
+        while True:
+            if pos % PAGE_SIZE == 0:
+                header, info, _ = self._page(pos)
+                if info & XLP_FIRST_IS_CONTRECORD and not (
+                        info & XLP_FIRST_IS_OVERWRITE_CONTRECORD):
+                    raise WalCorruptError("page starts with the continuation of a record "
+                                          "that did not begin on the previous page",
+                                          segment=self._where(pos), lsn=pos)
+                pos += header
+            if has_end and pos >= end:
+                self.end_reason = "end LSN reached"
+                break
+            rec = _read(self, pos, prev_lsn)
+            if rec is None:  # an overwritten contrecord: restart at the next page
+                pos = (pos // PAGE_SIZE + 1) * PAGE_SIZE
+                while True:
+                    header, info, _ = self._page(pos)
+                    if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
+                        pos += header
+                        break
+                    pos += PAGE_SIZE
+                prev_lsn = 0
+                continue
+            prev_lsn = rec.lsn
+            if rec.rmid == 0 and rec.info & 0xF0 == XLOG_SWITCH:
+                # The rest of the segment is padding.
+                rec.end_lsn = (prev_lsn // size + 1) * size
+            if not has_start or prev_lsn >= start:
+                yield rec
+            pos = rec.end_lsn
+    except end_of_wal as stop:
+        self.end_reason = str(stop.args[0])
+        self._check_really_end(pos if stop.lsn is None else stop.lsn, pos)
+    self.end_of_wal = pos
+
+
 def _read_record(self, pos, prev_lsn):
     """See ``XLogReader._read_record``."""
+    return _read(self, pos, prev_lsn)
+
+
+cdef _read(self, pos, prev_lsn):
     cdef Py_ssize_t size = self.segment_size
     cdef Py_ssize_t cpos = pos
-    view, where = self._segment(cpos // size)
+    cached = self._seg_cache  # the reader's own cache, read here without a Python call
+    if cached is not None and cached[0] == cpos // size:
+        view = cached[1]
+        where = cached[2]
+    else:
+        view, where = self._segment(cpos // size)
     cdef const unsigned char[::1] v = view
     cdef Py_ssize_t n = v.shape[0]
     cdef Py_ssize_t off = cpos % size
@@ -216,7 +300,8 @@ def _read_record(self, pos, prev_lsn):
         raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
     if crc32c.crc32c(data[:20], crc32c.crc32c(data[RECORD_HEADER:])) != crc:
         raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
-    rec = XLogRecord(pos, end_pos, prev, xid, rmid, info, tot_len,
-                     timeline=self._segno_tli.get(cpos // size, 1), segment=where)
-    _decode_body(rec, data, where)
+    rec = XLogRecord(pos, end_pos, prev, xid, rmid, info, tot_len, [], b"",
+                     INVALID_REP_ORIGIN, INVALID_XID, self._segno_tli.get(cpos // size, 1),
+                     where)
+    _decode(rec, d, data, where)
     return rec

@@ -489,3 +489,5 @@ def _decode_body(rec: XLogRecord, data: bytes | memoryview, where: str) -> None:
 _decode_body = native.twin(_decode_body, "cdclake.wal._reader")
 XLogReader._read_record = native.twin(  # type: ignore[method-assign]
     XLogReader._read_record, "cdclake.wal._reader")
+XLogReader.__iter__ = native.twin(  # type: ignore[method-assign]
+    XLogReader.__iter__, "cdclake.wal._reader")
