@@ -265,7 +265,7 @@ class Decoder:
             return
         if m.transactional:
             if self._foreign(rec.xid):
-                pass
+                pass  # another decoder's transaction: only its catalog bookkeeping below
             elif rec.lsn < self.skip_before:
                 self.stats.cut_before_start += 1
             else:  # queued with the record's end LSN, as PostgreSQL does

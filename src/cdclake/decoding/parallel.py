@@ -1,12 +1,14 @@
 """A decode over several processes: every worker reads the WAL, each emits a share.
 
-The Spark job splits the work by shuffling records by top-level xid; on one machine the
-cheapest split is to let each of ``jobs`` worker processes read the whole WAL (the reader is
-the small part of the cost) and decode it with the same decoding context, owning the
-top-level transactions ``xid % jobs == index``. A worker drops the other transactions'
-changes before parsing them, but follows every catalog event, commit and abort, so all keep
-the same dictionary (:class:`~cdclake.decoding.decode.Decoder`, ``owns``); worker 0 also
-emits the non-transactional messages.
+The Spark job splits the work by shuffling records by top-level xid, which costs moving
+every record between processes; here each of ``jobs`` worker processes reads the whole WAL
+itself and decodes it with the same decoding context, owning the top-level transactions
+``xid % jobs == index``. A worker drops the other transactions' changes before parsing them,
+but follows every catalog event, commit and abort, so all keep the same dictionary
+(:class:`~cdclake.decoding.decode.Decoder`, ``owns``); worker 0 also emits the
+non-transactional messages. Reading is repeated in every worker and a transaction is decoded
+by one, so the split pays where many transactions' parsing and formatting dominate
+(bench/decode.py measures it), not for one huge transaction.
 
 Each worker streams its output lines through a pipe in frames keyed by where they belong in
 the WAL: a transaction's lines by its commit record's LSN, a non-transactional message's by

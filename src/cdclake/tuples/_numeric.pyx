@@ -20,26 +20,16 @@ cdef inline Py_ssize_t _put4(char *cp, int dig, bint leading) noexcept:
     """Write base-10000 digit ``dig`` as 4 decimal digits, or without its leading zeros
     (keeping the last) when ``leading``; how many characters were written."""
     cdef Py_ssize_t n = 0
-    cdef int d1
+    cdef int div = 1000, d1
     cdef bint putit = not leading
-    d1 = dig // 1000
-    dig -= d1 * 1000
-    putit |= d1 > 0
-    if putit:
-        cp[n] = 48 + d1
-        n += 1
-    d1 = dig // 100
-    dig -= d1 * 100
-    putit |= d1 > 0
-    if putit:
-        cp[n] = 48 + d1
-        n += 1
-    d1 = dig // 10
-    dig -= d1 * 10
-    putit |= d1 > 0
-    if putit:
-        cp[n] = 48 + d1
-        n += 1
+    while div > 1:
+        d1 = dig // div
+        dig -= d1 * div
+        putit |= d1 > 0
+        if putit:
+            cp[n] = 48 + d1
+            n += 1
+        div //= 10
     cp[n] = 48 + dig
     return n + 1
 
