@@ -12,10 +12,10 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 
 from cdclake.tuples import datetimes as _reference
 
-DEF POSTGRES_EPOCH_JDATE = 2451545
-DEF USECS_PER_DAY = 86400000000
-DEF JD_0001_01_01 = 1721426
-DEF JD_10000_01_01 = 5373484
+cdef long long POSTGRES_EPOCH_JDATE = 2451545
+cdef long long USECS_PER_DAY = 86400000000
+cdef long long JD_0001_01_01 = 1721426
+cdef long long JD_10000_01_01 = 5373484
 
 
 cdef inline void _digits(char *cp, long long v, int n) noexcept:

@@ -13,7 +13,7 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 
 from cdclake.tuples import numeric as _reference
 
-DEF MAX_DIGITS = 1000
+cdef int MAX_DIGITS = 1000
 
 
 cdef inline Py_ssize_t _put4(char *cp, int dig, bint leading) noexcept:
