@@ -8,16 +8,26 @@ and not switched off with ``CDCLAKE_PURE_PYTHON=1``; otherwise the module keeps 
 function. A build without a compiler is reported once, on one line, and decoding goes on in
 Python. Callers reach a twinned function through its module (``heap.deform``), so
 :func:`use_python` can switch every one of them at once: the tests run both implementations.
+
+Spark executors on a cluster import cdclake from the zip the driver ships
+(:func:`cdclake.sparkenv.package_zip`), which holds the compiled modules too. Python cannot
+load an extension from inside a zip, so :func:`compiled` copies it out, next to the zip, and
+loads it from there: the executors run the same compiled code as a local decode, as long as
+their Python and platform are the driver's (else the one warning, and Python).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import logging
 import os
 import sys
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
@@ -45,13 +55,61 @@ def compiled(module: str) -> ModuleType | None:
     if pure():
         return None
     try:
-        return importlib.import_module(module)
+        try:
+            return importlib.import_module(module)
+        except ImportError:
+            archived = _from_archive(module)
+            if archived is None:
+                raise
+            return archived
     except ImportError as exc:
         if not _missing:
             log.warning("cdclake's compiled hot path is not built (%s): decoding runs in pure "
                         "Python, several times slower; reinstall with gcc present", exc)
         _missing.append(module)
         return None
+
+
+def active() -> bool:
+    """True when every twin this process bound is compiled (none fell back to Python)."""
+    return bool(_twins) and not _missing and not pure()
+
+
+def _from_archive(module: str) -> ModuleType | None:
+    """``module`` loaded from the zip cdclake (this module with it) was imported from, or None
+    when cdclake was not imported from a zip or the zip has no build of it for this interpreter.
+
+    The extension is copied beside the zip (``<zip>.native/``; a Spark executor's files
+    directory, its own) under a temporary name and renamed, so Python workers starting side
+    by side never load a half-written file. An extension that does not load here (another
+    platform's build) raises ImportError.
+    """
+    archive = getattr(__spec__.loader, "archive", None)  # a zipimporter's: the zip's path
+    if archive is None:
+        return None
+    stem = module.replace(".", "/")
+    with zipfile.ZipFile(archive) as zf:
+        member = next((stem + s for s in importlib.machinery.EXTENSION_SUFFIXES
+                       if stem + s in zf.NameToInfo), None)
+        if member is None:
+            return None
+        path = Path(f"{archive}.native") / member
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(zf.read(member))
+            os.replace(tmp, path)
+    loader = importlib.machinery.ExtensionFileLoader(module, str(path))
+    spec = importlib.util.spec_from_file_location(module, path, loader=loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    try:
+        loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(module, None)
+        raise
+    return mod
 
 
 def twin(python: F, module: str) -> F:

@@ -55,8 +55,8 @@ def package_zip(cache: Path | None = None) -> Path:
         return Path(cdclake.__spec__.loader.archive)  # type: ignore[union-attr]
     files = sorted(Path(d) / f for d, dirs, names in os.walk(root, followlinks=True)
                    if "__pycache__" not in Path(d).parts  # package data may be symlinked
-                   # compiled twins cannot be imported from a zip: executors run their Python
-                   for f in names if not f.endswith((".pyc", ".so", ".c")))
+                   # the compiled twins go too: cdclake.native loads them from the zip
+                   for f in names if not f.endswith((".pyc", ".c")))
     digest = hashlib.sha256()
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")

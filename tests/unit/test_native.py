@@ -5,16 +5,18 @@ run once per implementation (the ``implementation`` fixture)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from cdclake import native
+from cdclake import native, sparkenv
 from cdclake.decoding.plugins import test_decoding  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
 from cdclake.wal import reader
@@ -29,6 +31,7 @@ def test_the_install_built_the_twins() -> None:
                                    "cdclake.wal.reader.XLogReader._read_record",
                                    "cdclake.wal.reader.XLogReader.__iter__",
                                    "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
+                                   "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
                                    "cdclake.tuples.numeric.text",
                                    "cdclake.tuples.datetimes.date_text",
                                    "cdclake.tuples.datetimes.timestamp_text",
@@ -82,3 +85,50 @@ def test_a_build_without_a_compiler_installs_without_the_twins(tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     assert "compiled hot path not built" in out.stderr
     assert not list(src.rglob("*.so"))
+
+
+def _import_from_zip(zip_path: Path) -> dict[str, object]:
+    """What a Python that imports cdclake from ``zip_path`` (as a Spark executor does) binds."""
+    code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
+            "from cdclake import native\n"
+            "from cdclake.decoding.plugins import test_decoding\n"
+            "from cdclake.tuples import heap\n"
+            "from cdclake.wal import reader\n"
+            "print(json.dumps({'file': cdclake.__file__, 'twins': native.twins(),\n"
+            "                  'active': native.active(), 'deform': heap.deform.__module__}))")
+    out = subprocess.run([sys.executable, "-c", code], env={
+        k: v for k, v in os.environ.items() if k != native.PURE_ENV},
+        capture_output=True, text=True, check=True)
+    return {**json.loads(out.stdout), "stderr": out.stderr}
+
+
+def test_cdclake_imported_from_its_zip_runs_the_compiled_twins(tmp_path: Path) -> None:
+    """The zip executors are sent carries the extensions; they are copied out beside it and
+    loaded from there, by every process that starts (the second finds them copied)."""
+    archive = sparkenv.package_zip(tmp_path)
+    for _ in range(2):
+        got = _import_from_zip(archive)
+        assert str(got["file"]).startswith(str(archive))  # not the installed package
+        assert got["active"] is True and got["deform"] == "cdclake.tuples._heap"
+        assert set(got["twins"]) == set(native.twins())  # type: ignore[call-overload]
+        assert not got["stderr"]
+    assert list((tmp_path / f"{archive.name}.native").rglob("_heap.*.so"))
+
+
+def test_an_extension_this_python_cannot_load_falls_back_to_python(tmp_path: Path) -> None:
+    """A zip whose build of a twin is for another platform (here: not a shared object at
+    all): that twin stays Python, with the one warning line, and the others load."""
+    archive = sparkenv.package_zip(tmp_path)
+    broken = tmp_path / "broken.zip"
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(broken, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if "/_heap." in item.filename:
+                data = b"not an ELF object"
+            dst.writestr(item, data)
+    got = _import_from_zip(broken)
+    assert got["active"] is False and got["deform"] == "cdclake.tuples.heap"
+    assert "cdclake.tuples.heap.deform" not in got["twins"]  # type: ignore[operator]
+    assert "cdclake.wal.reader._decode_body" in got["twins"]  # type: ignore[operator]
+    warning = str(got["stderr"]).strip()
+    assert "compiled hot path is not built" in warning and "\n" not in warning

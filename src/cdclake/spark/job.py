@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ from cdclake.wal.record import XLogRecord
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class BatchResult:
@@ -66,7 +69,8 @@ class BatchResult:
     end_lsn: int
     commits: int
     segments: list[str]
-    #: summed over partitions: changes, aborted, spilled_txns, spilled_changes, peak_memory
+    #: summed over partitions: changes, aborted, spilled_txns, spilled_changes, peak_memory,
+    #: pure_python_partitions
     stats: dict[str, int] = field(default_factory=dict)
 
 
@@ -310,6 +314,11 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
     for r in results:
         for k, v in r.stats.items():
             stats[k] = stats.get(k, 0) + v
+    if stats.get("pure_python_partitions"):
+        log.warning("decode: batch %s: %d of %d partitions ran the pure-Python decoder: their "
+                    "executors could not load cdclake's compiled hot path (another Python or "
+                    "platform than the driver's; the executor log says why)", plan.name,
+                    stats["pure_python_partitions"], len(results))
     return BatchResult(plan.name, manifest, plan.read_from, next_lsn, commits, plan.segments,
                        stats)
 

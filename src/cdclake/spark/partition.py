@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdclake import native
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
@@ -114,6 +115,8 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
                "spilled_txns": buffer.spilled_txns, "spilled_changes": buffer.spilled_changes,
                "peak_memory": decoding.peak_memory,
                # every partition applies every DDL message: one of them counts
-               "forged_ddl": len(decoding.replayer.forged) if index == 0 else 0})
+               "forged_ddl": len(decoding.replayer.forged) if index == 0 else 0,
+               # an executor that could not load the compiled hot path (cdclake.native)
+               "pure_python_partitions": 0 if native.active() else 1})
     decoding.close()
     return result

@@ -9,8 +9,9 @@ that imports cdclake on an executor can then only work with the zip cdclake ship
 Both ways a job reaches the cluster are run on the bank's stream (tests/e2e/pipeline/
 test_faults.py), with the Spark merge, and the mirrors compared with the source (DuckDB):
 ``cdclake run`` with ``CDCLAKE_SPARK_MASTER=spark://…`` (an in-process driver that ships the
-zip with ``addPyFile``), and the ingest DAG whose Spark steps go through the Airflow Spark
-provider on a ``spark_default`` connection to the master (``spark-submit --py-files``).
+zip with ``addPyFile``; its executors decode with the compiled twins the zip carries), and the
+ingest DAG whose Spark steps go through the Airflow Spark provider on a ``spark_default``
+connection to the master (``spark-submit --py-files``).
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def test_cdclake_run_on_a_standalone_master(cluster: tuple[str, Path, Path],
             out = json.loads(ok(cdclake(stream.env, "run", "--run-id", f"cluster-{i}",
                                         "--json")).stdout)
             stream.assert_mirrors_equal()
+            # the executors loaded the compiled hot path from the zip (cdclake.native)
+            assert out["steps"]["decode"]["stats"]["pure_python_partitions"] == 0, out
         engines = {t["table"]: t["engine"] for b in out["steps"]["merge"]["batches"]
                    for t in b["tables"]}
         assert engines["public.accounts"] == engines["public.events"] == "spark"

@@ -1,23 +1,37 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twin of ``TestDecoding._tuple`` (:mod:`cdclake.decoding.plugins.test_decoding`,
-see :mod:`cdclake.native`): one change's columns as test_decoding prints them.
+"""Compiled twins of ``TestDecoding.change`` and ``TestDecoding._tuple``
+(:mod:`cdclake.decoding.plugins.test_decoding`, see :mod:`cdclake.native`): one change's line
+as test_decoding prints it.
 
 The same lines and errors as the Python reference, which tests run beside it. Its plan per
 relation version keeps each column's text function and quoting style (bare, bit string, bool,
-quoted) apart, so a value costs one call into its codec and no call for the quoting.
+quoted) apart, so a value costs one call into its codec and no call for the quoting; the
+commonest codecs (int2, int4, int8 and UTF-8 text) cost no call at all: their well-formed
+datums are formatted here, anything else goes to the codec, which says what is wrong.
 """
 
 import sys
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+from cdclake.decoding.changes import DELETE, INSERT
 from cdclake.decoding.rows import UNCHANGED_TOAST, column_payload
+from cdclake.tuples import scalars
 from cdclake.tuples.codecs import FORMAT_ERRORS
 from cdclake.tuples.heap import MissingValue
 
 # test_decoding's literal styles (print_literal)
 cdef enum Style:
     BARE, BIT, BOOL, QUOTED
+
+# codecs formatted inline (well-formed datums only)
+cdef enum Inline:
+    NONE, INT2, INT4, INT8, UTF8
+
+cdef int _INSERT = INSERT
+cdef int _DELETE = DELETE
 
 cdef frozenset _BARE = frozenset({21, 23, 20, 26, 700, 701, 1700})
 cdef frozenset _BIT = frozenset({1560, 1562})
@@ -28,6 +42,7 @@ cdef class _Step:
     cdef str prefix
     cdef object text
     cdef Style style
+    cdef Inline inline
     cdef bint varlena
     cdef object column  #: the LiveColumn
 
@@ -57,6 +72,9 @@ cdef _Plan _plan(layout):
         oid = lc.column.type_oid
         s.style = BARE if oid in _BARE else BIT if oid in _BIT else BOOL if oid == 16 else QUOTED
         s.varlena = lc.codec.typisvarlena
+        s.inline = (INT2 if s.text is scalars.int2_text else INT4 if s.text is scalars.int4_text
+                    else INT8 if s.text is scalars.int8_text
+                    else UTF8 if s.text is scalars.utf8_text else NONE)
         s.column = lc
         p.steps.append(s)
     _plans[id(layout)] = p
@@ -96,8 +114,41 @@ cdef inline str _quoted(Style style, str text):
     return "true" if text == "t" else "false"
 
 
-def _tuple(self, layout, tup, bint skip_nulls, toast, lsn):
-    """See ``TestDecoding._tuple``."""
+cdef inline object _inline_text(Inline kind, object value):
+    """The text of a well-formed int2/int4/int8/UTF-8 datum in ``bytes``; None otherwise (the
+    codec then formats it, or raises its error)."""
+    if type(value) is not bytes:
+        return None
+    cdef const unsigned char *b = <const unsigned char *> PyBytes_AS_STRING(value)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(value)
+    cdef long long v
+    if kind == UTF8:
+        return PyUnicode_DecodeUTF8(<const char *> b, n, NULL)  # strict, as str(p, "utf-8")
+    if kind == INT4 and n == 4:
+        v = <int> (b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24))
+    elif kind == INT8 and n == 8:
+        v = <long long> (
+            (b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned long long> b[3] << 24))
+            | ((<unsigned long long> (b[4] | (b[5] << 8) | (b[6] << 16)
+                                      | (<unsigned int> b[7] << 24))) << 32))
+    elif kind == INT2 and n == 2:
+        v = <short> (b[0] | (b[1] << 8))
+    else:
+        return None
+    return f"{v}"
+
+
+cdef str _text(_Step step, object value):
+    """``step``'s quoted literal of ``value`` (its payload bytes)."""
+    cdef object text = None
+    if step.inline != NONE:
+        text = _inline_text(step.inline, value)
+    if text is None:
+        text = step.text(value)
+    return _quoted(step.style, text)
+
+
+cdef str _tuple_text(layout, tup, bint skip_nulls, toast, lsn):
     cdef list datums = layout.datums(tup, lsn)
     cdef list parts = []
     cdef _Plan plan = _plan(layout)
@@ -118,10 +169,43 @@ def _tuple(self, layout, tup, bint skip_nulls, toast, lsn):
                 if value is UNCHANGED_TOAST:
                     parts.append(step.prefix + "unchanged-toast-datum")
                 else:
-                    parts.append(step.prefix + _quoted(step.style, step.text(value)))
+                    parts.append(step.prefix + _text(step, value))
             else:
-                parts.append(step.prefix + _quoted(step.style, step.text(value)))
+                parts.append(step.prefix + _text(step, value))
     except FORMAT_ERRORS:
         step.column.codec.text(value)  # raises the codec's TupleDecodeError naming type, column
         raise
     return "".join(parts)
+
+
+def _tuple(self, layout, tup, bint skip_nulls, toast, lsn):
+    """See ``TestDecoding._tuple``."""
+    return _tuple_text(layout, tup, skip_nulls, toast, lsn)
+
+
+def change(self, txn, rel, int action, change, toast):
+    """See ``TestDecoding.change``."""
+    if self.skip_empty_xacts and not self._wrote:
+        self._begin_line(txn)
+    self._wrote = True
+    layout = self.layouts.get(rel)
+    cdef list line = ["table ", rel.qualified, ":"]
+    if action == _INSERT:
+        line.append(" INSERT:")
+        new = change.new
+        line.append(" (no-tuple-data)" if new is None else
+                    _tuple_text(layout, new, False, toast, change.lsn))
+    elif action == _DELETE:
+        line.append(" DELETE:")
+        old = change.old
+        line.append(" (no-tuple-data)" if old is None else
+                    _tuple_text(layout, old, True, {}, change.lsn))
+    else:
+        line.append(" UPDATE:")
+        old, new = change.old, change.new
+        if old is not None:
+            line += [" old-key:", _tuple_text(layout, old, True, {}, change.lsn),
+                     " new-tuple:"]
+        line.append(" (no-tuple-data)" if new is None else
+                    _tuple_text(layout, new, False, toast, change.lsn))
+    self.write("".join(line))

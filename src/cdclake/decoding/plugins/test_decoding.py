@@ -184,3 +184,5 @@ class TestDecoding:
 
 TestDecoding._tuple = native.twin(  # type: ignore[method-assign]
     TestDecoding._tuple, "cdclake.decoding.plugins._test_decoding")
+TestDecoding.change = native.twin(  # type: ignore[method-assign]
+    TestDecoding.change, "cdclake.decoding.plugins._test_decoding")
