@@ -239,23 +239,22 @@ def describe(rec: XLogRecord, version: int) -> str:
 # --- output --------------------------------------------------------------------------------
 
 
-def record_json(rec: XLogRecord, version: int) -> dict[str, Any]:
-    """One record as a JSON-ready dict (the ``--json`` line)."""
-    return {
-        "lsn": format_lsn(rec.lsn),
-        "prev": format_lsn(rec.prev),
-        "xid": rec.xid,
-        "rmgr": rmgr_name(rec.rmid),
-        "tot_len": rec.tot_len,
-        "rec_len": rec.rec_len,
-        "blocks": [{"id": b.id, "rel": str(b.rlocator), "fork": _fork_name(b.fork),
-                    "blk": b.blkno, "image": b.image is not None} for b in rec.blocks],
-        "desc": describe(rec, version),
-    }
+#: JSON's own string escaping (the C one ``json.dumps`` uses)
+_json_str: Callable[[str], str] = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def record_json_line(rec: XLogRecord, version: int) -> str:
-    return json.dumps(record_json(rec, version))
+    """One record as a JSON object on one line (the ``--json`` output), written as
+    ``json.dumps`` writes it but without building a dict first: keys lsn, prev, xid, rmgr,
+    tot_len, rec_len, blocks (id, rel, fork, blk, image) and desc."""
+    blocks = ", ".join(
+        f'{{"id": {b.id}, "rel": "{b.rlocator}", "fork": {_json_str(_fork_name(b.fork))}, '
+        f'"blk": {b.blkno}, "image": {"false" if b.image is None else "true"}}}'
+        for b in rec.blocks)
+    return (f'{{"lsn": "{format_lsn(rec.lsn)}", "prev": "{format_lsn(rec.prev)}", '
+            f'"xid": {rec.xid}, "rmgr": {_json_str(rmgr_name(rec.rmid))}, '
+            f'"tot_len": {rec.tot_len}, "rec_len": {rec.rec_len}, "blocks": [{blocks}], '
+            f'"desc": {_json_str(describe(rec, version))}}}')
 
 
 def record_text(rec: XLogRecord, version: int) -> str:
@@ -327,5 +326,5 @@ def run(args: argparse.Namespace, config: object = None, out: TextIO | None = No
     return 0
 
 
-__all__ = ["add_arguments", "describe", "iter_records", "record_json", "record_text",
+__all__ = ["add_arguments", "describe", "iter_records", "record_text",
            "record_type", "run"]

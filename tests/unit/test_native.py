@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cdclake import native, sparkenv
+from cdclake.decoding import decode, reassembly  # noqa: F401 - they register twins
 from cdclake.decoding.plugins import test_decoding  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
 from cdclake.wal import reader
@@ -24,18 +25,24 @@ from cdclake.wal import reader
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: every twin; the modules that bind them are imported above (and by ``_import_from_zip``)
+TWINS = {"cdclake.tuples.heap.deform",
+         "cdclake.wal.reader._decode_body",
+         "cdclake.wal.reader.XLogReader._read_record",
+         "cdclake.wal.reader.XLogReader.__iter__",
+         "cdclake.decoding.decode.Decoder._heap",
+         "cdclake.decoding.reassembly.Replayer.replay",
+         "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
+         "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
+         "cdclake.tuples.numeric.text",
+         "cdclake.tuples.datetimes.date_text",
+         "cdclake.tuples.datetimes.timestamp_text",
+         "cdclake.tuples.datetimes.timestamptz_text"}
+
+
 def test_the_install_built_the_twins() -> None:
     # `make test` installs with pip, which compiles them with gcc: missing ones are a defect
-    assert set(native.twins()) >= {"cdclake.tuples.heap.deform",
-                                   "cdclake.wal.reader._decode_body",
-                                   "cdclake.wal.reader.XLogReader._read_record",
-                                   "cdclake.wal.reader.XLogReader.__iter__",
-                                   "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
-                                   "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
-                                   "cdclake.tuples.numeric.text",
-                                   "cdclake.tuples.datetimes.date_text",
-                                   "cdclake.tuples.datetimes.timestamp_text",
-                                   "cdclake.tuples.datetimes.timestamptz_text"}
+    assert set(native.twins()) == TWINS
     assert type(heap.deform).__name__ == "cython_function_or_method"
 
 
@@ -91,6 +98,7 @@ def _import_from_zip(zip_path: Path) -> dict[str, object]:
     """What a Python that imports cdclake from ``zip_path`` (as a Spark executor does) binds."""
     code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
             "from cdclake import native\n"
+            "from cdclake.decoding import decode, reassembly\n"
             "from cdclake.decoding.plugins import test_decoding\n"
             "from cdclake.tuples import heap\n"
             "from cdclake.wal import reader\n"
@@ -110,7 +118,7 @@ def test_cdclake_imported_from_its_zip_runs_the_compiled_twins(tmp_path: Path) -
         got = _import_from_zip(archive)
         assert str(got["file"]).startswith(str(archive))  # not the installed package
         assert got["active"] is True and got["deform"] == "cdclake.tuples._heap"
-        assert set(got["twins"]) == set(native.twins())  # type: ignore[call-overload]
+        assert set(got["twins"]) == TWINS  # type: ignore[call-overload]
         assert not got["stderr"]
     assert list((tmp_path / f"{archive.name}.native").rglob("_heap.*.so"))
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from cdclake import native
 from cdclake.catalog.signing import DDL_PREFIX
 from cdclake.decoding import rmgrs
 from cdclake.decoding.changes import (
@@ -339,3 +340,9 @@ class Decoder:
             self.replay.replay(info, self.rb.merged_changes(members))
             self.stats.emitted += 1
         self.rb.discard(xid, f.subxacts)
+
+
+#: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, catalog
+#: and TOAST inserts, malformed records)
+Decoder._python_heap = Decoder._heap  # type: ignore[attr-defined]
+Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: ignore[method-assign]

@@ -75,8 +75,7 @@ def default_jobs() -> int:
 def line_writer(out: BinaryIO) -> Callable[[str], None]:
     """Lines as the server's text: UTF-8, undecodable bytes restored, one ``\\n`` each."""
     def write(line: str) -> None:
-        out.write(line.encode("utf-8", "surrogateescape"))
-        out.write(b"\n")
+        out.write((line + "\n").encode("utf-8", "surrogateescape"))
     return write
 
 

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RELKIND_TOAST, RelationVersion
 from cdclake.catalog.signing import DDL_PREFIX, ForgedMessage, open_signed, stale_epoch
@@ -105,6 +106,7 @@ class Replayer:
         self.filter = filter
         #: (commit LSN, LSNs of its DDL messages) of the transaction being committed
         self._own_ddl: tuple[int, frozenset[int]] = (0, frozenset())
+        #: ``_wanted``'s answers by relation version (id, and the version, kept alive)
         self._kept: dict[int, tuple[RelationVersion, bool]] = {}
 
     # -- dictionary ------------------------------------------------------------------------
@@ -236,17 +238,16 @@ class Replayer:
             raise UnknownRelationError(loc, ch.lsn, "the relation was dropped before this LSN")
         if v.rewrite_of:
             return v
-        if not v.is_user_table or not self._wanted(v):
-            return None
-        return v
+        return v if self._wanted(v) else None
 
     def _wanted(self, v: RelationVersion) -> bool:
-        """Gate 3, decided once per relation version (this runs for every change)."""
-        if self.filter is None or not self.filter.tables:
-            return True
+        """Gates 4 and 3 (a user table, one the stream publishes), decided once per relation
+        version: this runs for every change."""
         kept = self._kept.get(id(v))
         if kept is None or kept[0] is not v:
-            kept = self._kept[id(v)] = (v, self.filter.keeps_table(v.schema, v.name))
+            keep = v.is_user_table and (self.filter is None
+                                        or self.filter.keeps_table(v.schema, v.name))
+            kept = self._kept[id(v)] = (v, keep)
         return kept[1]
 
     def _rewrite_row(self, info: TxnInfo, heap: RelationVersion, action: int, ch: Change,
@@ -261,7 +262,7 @@ class Replayer:
             final, own = self._own_ddl
             table = self.dictionary.rewrite_layout(
                 heap.rewrite_of, ch.lsn, own if final == info.final_lsn else ())
-            wanted = table is not None and table.is_user_table and self._wanted(table)
+            wanted = table is not None and self._wanted(table)
             rewritten[loc] = table if wanted else None
         table = rewritten[loc]
         if table is not None and action == INSERT:
@@ -271,7 +272,7 @@ class Replayer:
         v = self.dictionary.relation_for_oid(oid, lsn)
         if v is None or v.dropped:
             raise UnknownRelationError(f"oid {oid}", lsn, "named by a TRUNCATE record")
-        return v if v.is_user_table and v.relkind != RELKIND_TOAST and self._wanted(v) else None
+        return v if v.relkind != RELKIND_TOAST and self._wanted(v) else None
 
 
 def _append_chunk(toast: ToastMap, last_seq: dict[int, int], chunk: ToastChunk, info: TxnInfo,
@@ -287,3 +288,7 @@ def _append_chunk(toast: ToastMap, last_seq: dict[int, int], chunk: ToastChunk, 
         toast[vid] = [chunk.data]
     else:
         toast[vid].append(chunk.data)
+
+
+Replayer.replay = native.twin(  # type: ignore[method-assign]
+    Replayer.replay, "cdclake.decoding._reassembly")

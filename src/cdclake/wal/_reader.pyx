@@ -2,16 +2,24 @@
 """Compiled twins of ``XLogReader.__iter__``, ``XLogReader._read_record`` and ``_decode_body``
 of :mod:`cdclake.wal.reader` (see :mod:`cdclake.native`).
 
-A record's header, checks and CRC, then DecodeXLogRecord, over a C view of its bytes: the same
-records, checks and errors as the pure-Python reference, which tests run beside it. Every read
-is bounds-checked by hand (the reference relies on ``struct`` and ``IndexError`` for that). A
-record continued on later pages is assembled by the reader's own ``_assemble``.
+A record's header, checks and CRC, then DecodeXLogRecord, over a C pointer into the segment's
+bytes (the memoryview the reader holds, whose buffer is read without acquiring it again): the
+same records, checks and errors as the pure-Python reference, which tests run beside it. Every
+read is bounds-checked by hand (the reference relies on ``struct`` and ``IndexError`` for
+that). A record continued on later pages is assembled by the reader's own ``_assemble``.
+Records and block references are built without running their dataclass ``__init__`` (a
+Python frame per object): every field is set here.
 """
 
 import sys
 
 import crc32c
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.buffer cimport Py_buffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+
+
+cdef extern from "Python.h":
+    Py_buffer *PyMemoryView_GET_BUFFER(object view)
 
 from cdclake.errors import WalCorruptError
 from cdclake.wal.lsn import format_lsn
@@ -61,12 +69,12 @@ cdef inline void _need(Py_ssize_t p, Py_ssize_t k, Py_ssize_t n) except *:
         raise _CutOff(f"needs {k} bytes at offset {p}, the record has {n}")
 
 
-cdef inline unsigned int _u16(const unsigned char[::1] b, Py_ssize_t p, Py_ssize_t n) except? 0:
+cdef inline unsigned int _u16(const unsigned char *b, Py_ssize_t p, Py_ssize_t n) except? 0:
     _need(p, 2, n)
     return b[p] | (b[p + 1] << 8)
 
 
-cdef inline unsigned int _u32(const unsigned char[::1] b, Py_ssize_t p, Py_ssize_t n) except? 0:
+cdef inline unsigned int _u32(const unsigned char *b, Py_ssize_t p, Py_ssize_t n) except? 0:
     _need(p, 4, n)
     return b[p] | (b[p + 1] << 8) | (b[p + 2] << 16) | (<unsigned int> b[p + 3] << 24)
 
@@ -75,22 +83,63 @@ cdef inline unsigned int _u32(const unsigned char[::1] b, Py_ssize_t p, Py_ssize
 cdef dict _locators = {}
 
 
+cdef inline const unsigned char *_buf(object view):
+    """The bytes of a C-contiguous memoryview, which the caller keeps alive."""
+    return <const unsigned char *> PyMemoryView_GET_BUFFER(view).buf
+
+
+cdef inline Py_ssize_t _len(object view):
+    return PyMemoryView_GET_BUFFER(view).len
+
+
 def _decode_body(rec, data, where):
     """See :func:`cdclake.wal.reader._decode_body`."""
-    _decode(rec, data, data, where)
+    if type(data) is not bytes and type(data) is not memoryview:
+        data = bytes(data)
+    _decode(rec, _bytes_of(data), _size_of(data), data, 0, where)
 
 
-cdef _decode(rec, const unsigned char[::1] b, data, where):
-    """``_decode_body`` over ``b``, the C view of ``data`` the reader already holds."""
-    cdef Py_ssize_t n = b.shape[0]
+cdef inline const unsigned char *_bytes_of(object data):
+    """The bytes of ``data``: ``bytes``, or a C-contiguous memoryview (a segment's)."""
+    if type(data) is bytes:
+        return <const unsigned char *> PyBytes_AS_STRING(data)
+    return _buf(data)
+
+
+cdef inline Py_ssize_t _size_of(object data):
+    if type(data) is bytes:
+        return PyBytes_GET_SIZE(data)
+    return _len(data)
+
+
+cdef _block(int block_id, int flags):
+    """A BlockRef with its defaults (the rest is set by the caller)."""
+    blk = BlockRef.__new__(BlockRef)
+    blk.id = block_id
+    blk.fork = flags & 0x0F
+    blk.flags = flags
+    blk.data = None
+    blk.image = None
+    blk.bimg_info = 0
+    blk.hole_offset = 0
+    blk.hole_length = 0
+    return blk
+
+
+cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, where):
+    """``_decode_body`` over the record's ``n`` bytes at ``b``: those of ``src`` from ``base``,
+    which its payloads are sliced from (views of a segment, or bytes of an assembled record,
+    as in the reference)."""
     cdef Py_ssize_t tot = rec.tot_len
     cdef Py_ssize_t p = RECORD_HEADER, datatotal = 0, main_len = 0, k
-    cdef int block_id, last_id = -1, flags
+    cdef int block_id, last_id = -1, flags, nblocks = 0, i
     cdef unsigned int dlen, bimg_len, hole_off, hole_len, bimg_info
     cdef bint has_data
+    # per block, until the payloads are sliced: data length, image length (-1: none)
+    cdef Py_ssize_t dlens[33]
+    cdef Py_ssize_t ilens[33]
     blocks = rec.blocks
     last_loc = None
-    lengths = []  # (block, data length, image length) until the payloads are sliced
     try:
         while tot - p > datatotal:
             _need(p, 1, n)
@@ -128,8 +177,8 @@ cdef _decode(rec, const unsigned char[::1] b, data, where):
                 raise WalCorruptError(f"block {block_id}: HAS_DATA does not match data length "
                                       f"{dlen}", segment=where, lsn=rec.lsn)
             datatotal += dlen
-            blk = BlockRef(block_id, None, flags & 0x0F, 0, flags)
-            image_len = None
+            blk = _block(block_id, flags)
+            ilens[nblocks] = -1
             if flags & BKPBLOCK_HAS_IMAGE:
                 _need(p, 5, n)
                 bimg_len = b[p] | (b[p + 1] << 8)
@@ -156,7 +205,7 @@ cdef _decode(rec, const unsigned char[::1] b, data, where):
                 blk.bimg_info = bimg_info
                 blk.hole_offset = hole_off
                 blk.hole_length = hole_len
-                image_len = bimg_len
+                ilens[nblocks] = bimg_len
                 datatotal += bimg_len
             if flags & BKPBLOCK_SAME_REL:
                 if last_loc is None:
@@ -177,22 +226,26 @@ cdef _decode(rec, const unsigned char[::1] b, data, where):
             blk.blkno = _u32(b, p, n)
             p += 4
             blocks.append(blk)
-            lengths.append((blk, dlen, image_len))
+            dlens[nblocks] = dlen
+            nblocks += 1
     except _CutOff as exc:
         raise WalCorruptError(f"record body is cut off ({exc})", segment=where,
                               lsn=rec.lsn) from None
     if tot - p != datatotal:
         raise WalCorruptError(f"record length {tot} does not match its headers "
                               f"({p} + {datatotal})", segment=where, lsn=rec.lsn)
-    for blk, dlen, image_len in lengths:
-        if image_len is not None:
-            k = image_len
-            blk.image = data[p:p + k]
+    p += base  # from here on, offsets into src
+    for i in range(nblocks):
+        blk = blocks[i]
+        k = ilens[i]
+        if k >= 0:
+            blk.image = src[p:p + k]
             p += k
-        if dlen:
-            blk.data = data[p:p + dlen]
-            p += dlen
-    rec.main_data = data[p:p + main_len]
+        k = dlens[i]
+        if k:
+            blk.data = src[p:p + k]
+            p += k
+    rec.main_data = src[p:p + main_len]
 
 
 def __iter__(self):
@@ -259,8 +312,8 @@ cdef _read(self, pos, prev_lsn):
         where = cached[2]
     else:
         view, where = self._segment(cpos // size)
-    cdef const unsigned char[::1] v = view
-    cdef Py_ssize_t n = v.shape[0]
+    cdef const unsigned char *v = _buf(view)
+    cdef Py_ssize_t n = _len(view)
     cdef Py_ssize_t off = cpos % size
     cdef Py_ssize_t page_left = PAGE_SIZE - off % PAGE_SIZE
     cdef Py_ssize_t tot_len, end_pos
@@ -278,30 +331,48 @@ cdef _read(self, pos, prev_lsn):
     if tot_len <= page_left:
         if off + tot_len > n:
             raise _end_of_wal(f"record at {format_lsn(pos)} is cut off by the end of the file")
-        data = view[off:off + tot_len]
         end_pos = cpos + ((tot_len + 7) & ~7)
     else:
         assembled = self._assemble(pos, tot_len, bytes(view[off:off + page_left]))
         if assembled is None:
             return None
         data, end_pos = assembled
-    cdef const unsigned char[::1] d = data
-    cdef Py_ssize_t dn = d.shape[0]
-    cdef unsigned int xid = _u32(d, 4, dn)
-    cdef unsigned long long prev = (_u32(d, 8, dn)
-                                    | (<unsigned long long> _u32(d, 12, dn) << 32))
-    cdef unsigned int info = d[16], rmid = d[17]
-    cdef unsigned int crc = _u32(d, 20, dn)
+        return _record(self, pos, end_pos, tot_len, data, 0, where, prev_lsn, size)
+    return _record(self, pos, end_pos, tot_len, view, off, where, prev_lsn, size)
+
+
+cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t off, where,
+             prev_lsn, Py_ssize_t size):
+    """The record of ``tot_len`` bytes at ``off`` in ``src`` (its segment's view, or the bytes
+    it was assembled into): header checks, CRC, then its body."""
+    cdef const unsigned char *d = _bytes_of(src) + off
+    cdef Py_ssize_t n = min(tot_len, _size_of(src) - off)
+    cdef unsigned int xid = _u32(d, 4, n)
+    cdef unsigned long long prev = (_u32(d, 8, n) | (<unsigned long long> _u32(d, 12, n) << 32))
+    cdef unsigned int info = _u16(d, 16, n) & 0xFF, rmid = d[17]
+    cdef unsigned int crc = _u32(d, 20, n)
     if prev_lsn and prev != prev_lsn:
         raise WalCorruptError(f"record's prev-link {format_lsn(prev)} does not point to "
                               f"the previous record {format_lsn(prev_lsn)}",
                               segment=where, lsn=pos)
     if rmid > RM_MAX_BUILTIN and rmid < RM_MIN_CUSTOM:
         raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
-    if crc32c.crc32c(data[:20], crc32c.crc32c(data[RECORD_HEADER:])) != crc:
+    if crc32c.crc32c(src[off:off + 20],
+                     crc32c.crc32c(src[off + RECORD_HEADER:off + tot_len])) != crc:
         raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
-    rec = XLogRecord(pos, end_pos, prev, xid, rmid, info, tot_len, [], b"",
-                     INVALID_REP_ORIGIN, INVALID_XID, self._segno_tli.get(cpos // size, 1),
-                     where)
-    _decode(rec, d, data, where)
+    rec = XLogRecord.__new__(XLogRecord)
+    rec.lsn = pos
+    rec.end_lsn = end_pos
+    rec.prev = prev
+    rec.xid = xid
+    rec.rmid = rmid
+    rec.info = info
+    rec.tot_len = tot_len
+    rec.blocks = []
+    rec.main_data = b""
+    rec.origin = INVALID_REP_ORIGIN
+    rec.toplevel_xid = INVALID_XID
+    rec.timeline = self._segno_tli.get(pos // size, 1)
+    rec.segment = where
+    _decode(rec, d, n, src, off, where)
     return rec

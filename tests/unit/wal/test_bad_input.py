@@ -29,7 +29,7 @@ from cdclake.wal.lsn import format_lsn
 from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.source import DirectorySource
-from cdclake.waldump import describe, record_json
+from cdclake.waldump import describe, record_json_line
 from tests.oracle.wal.pgwaldump import Row, row_from_json, row_of
 from tests.unit.wal.conftest import FIXTURES, WalFixture, load_fixture
 
@@ -204,7 +204,7 @@ def test_mutated_segment_never_hangs_or_crashes(tmp_path: Path,
         for rec in reader:
             got.append(row_of(rec))
             describe(rec, reader.version)
-            record_json(rec, reader.version)
+            record_json_line(rec, reader.version)
             assert time.monotonic() - t0 < _BOUND
     except WalError:
         pass
