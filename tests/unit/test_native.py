@@ -35,9 +35,11 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
          "cdclake.tuples.numeric.text",
+         "cdclake.tuples.jsonb.text",
          "cdclake.tuples.datetimes.date_text",
          "cdclake.tuples.datetimes.timestamp_text",
-         "cdclake.tuples.datetimes.timestamptz_text"}
+         "cdclake.tuples.datetimes.timestamptz_text",
+         "cdclake.tuples.datetimes.interval_text"}
 
 
 def test_the_install_built_the_twins() -> None:

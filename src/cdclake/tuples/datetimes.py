@@ -331,3 +331,7 @@ def interval_text(b: bytes) -> str:
         parts.append(f"{sign}{abs(hour):02d}:{abs(minute):02d}:{abs(sec):02d}"
                      f"{_fraction(abs(fsec))}")
     return " ".join(parts)
+
+
+_python_interval_text = interval_text
+interval_text = native.twin(interval_text, "cdclake.tuples._datetimes")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 
+from cdclake import native
 from cdclake.tuples import numeric
 
 JB_CMASK = 0x0FFFFFFF
@@ -157,3 +158,8 @@ def _numeric_payload(raw: bytes) -> bytes:
     if size > len(raw) or size < 4:
         raise JsonbFormatError(f"jsonb numeric of {size} bytes does not fit its entry")
     return raw[4:size]
+
+
+#: the reference, which the compiled twin falls back to for what it does not take
+_python_text = text
+text = native.twin(text, "cdclake.tuples._jsonb")

@@ -274,3 +274,105 @@ def test_numeric_specials_are_not_typeable() -> None:
             codec.value(p)
         with pytest.raises(NotTypeable):
             codec.value_from_text(text)
+
+
+def jsonb_disk(value: object, *, top: bool = True) -> bytes:
+    """Test-only encoder: a JSON value -> jsonb container bytes (varlena header excluded), laid
+    out as PostgreSQL's convertJsonb does: an offset instead of a length every 32nd entry,
+    numerics and containers int-aligned in the data area; a scalar at the top is a one-element
+    raw-scalar array."""
+    if top and not isinstance(value, dict | list):
+        return _jsonb_container([value], 1 | 0x10000000 | 0x40000000)
+    if isinstance(value, dict):
+        keys = list(value)
+        return _jsonb_container([*keys, *(value[k] for k in keys)], len(keys) | 0x20000000)
+    assert isinstance(value, list)
+    return _jsonb_container(value, len(value) | 0x40000000)
+
+
+def _jsonb_container(children: list[object], header: int) -> bytes:
+    data = b""
+    entries = []
+    for i, child in enumerate(children):
+        start = len(data)
+        if isinstance(child, bool):
+            jtype, payload = (0x30000000 if child else 0x20000000), b""
+        elif child is None:
+            jtype, payload = 0x40000000, b""
+        elif isinstance(child, str):
+            jtype, payload = 0, child.encode("utf-8", "surrogatepass")
+        else:
+            data += b"\0" * (-len(data) % 4)
+            if isinstance(child, Decimal):
+                body = numeric_disk(child)
+                jtype, payload = 0x10000000, struct.pack("<I", (len(body) + 4) << 2) + body
+            else:
+                jtype, payload = 0x50000000, jsonb_disk(child, top=False)
+        data += payload
+        entries.append(jtype | (len(data) | 0x80000000 if i % 32 == 0 else len(data) - start))
+    return struct.pack(f"<I{len(entries)}I", header, *entries) + data
+
+
+_JSON_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]),
+                     max_size=12) | st.sampled_from(['"', "\\", "\n\t\x01\x1f", "é中", ""])
+_JSON = st.recursive(
+    st.none() | st.booleans() | _JSON_TEXT
+    | st.decimals(allow_nan=False, allow_infinity=False, places=3).map(Decimal),
+    lambda inner: st.lists(inner, max_size=40) | st.dictionaries(_JSON_TEXT, inner, max_size=40),
+    max_leaves=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_JSON, cut=st.integers(0, 64), flip=st.integers(0, 4096), junk=st.binary(max_size=4))
+def test_jsonb_text_twins_agree(value: object, cut: int, flip: int, junk: bytes) -> None:
+    """The compiled jsonb_out writes what the Python reference writes for nested objects,
+    arrays of more than 32 entries (offsets among the lengths), strings that need escaping and
+    numerics; for cut, garbled and invalid-UTF-8 containers, it hands them to the reference,
+    so errors agree too."""
+    from cdclake.tuples import _jsonb, jsonb
+
+    p = jsonb_disk(value)
+    garbled = bytearray(p)
+    if garbled:
+        garbled[flip % len(garbled)] ^= 0xA5
+    for raw in (p, p[:max(0, len(p) - cut)], bytes(garbled), p + junk,
+                p.replace(b"\xc3\xa9", b"\xc3\x28")):
+        try:
+            expected: object = jsonb._python_text(raw)
+        except ValueError as exc:
+            expected = exc
+        try:
+            got: object = _jsonb.text(raw)
+        except ValueError as exc:
+            got = exc
+        assert repr(got) == repr(expected), raw.hex()
+    assert _jsonb.text(p) == jsonb._python_text(p)  # the well-formed one decodes
+
+
+_EDGES_32 = [0, 1, -1, 12, -12, 13, -13, 2**31 - 1, -(2**31)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(time=st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from(_EDGES_64),
+                      st.integers(-86_400_000_001, 86_400_000_001)),
+       day=st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from(_EDGES_32)),
+       month=st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from(_EDGES_32)),
+       junk=st.binary(max_size=3))
+def test_interval_text_twins_agree(time: int, day: int, month: int, junk: bytes) -> None:
+    """The compiled interval text is the Python reference's for every sign mix of years,
+    months, days and time (C's truncating division), +-infinity, and malformed datums."""
+    from cdclake.tuples import _datetimes, datetimes
+
+    p = struct.pack("<qii", time, day, month)
+    inf = struct.pack("<qii", 2**63 - 1, 2**31 - 1, 2**31 - 1)
+    for raw in (p, p + junk, p[:len(junk)], inf, struct.pack("<qii", -(2**63), -(2**31),
+                                                             -(2**31))):
+        try:
+            expected: object = datetimes._python_interval_text(raw)
+        except (ValueError, struct.error) as exc:
+            expected = exc
+        try:
+            got: object = _datetimes.interval_text(raw)
+        except (ValueError, struct.error) as exc:
+            got = exc
+        assert repr(got) == repr(expected), raw.hex()
