@@ -18,6 +18,7 @@ import re
 import struct
 from collections.abc import Callable
 
+from cdclake import native
 from cdclake.tuples.untypeable import NotTypeable
 
 _I32 = struct.Struct("<i")
@@ -116,6 +117,14 @@ def parse(p: bytes, elem_len: int, elem_align: str,
             append(p[off:nul])
             off = nul + 1
     return dims, lbs, items
+
+
+def text(p: bytes, elem_len: int, elem_align: str, elem_oid: int | None,
+         etext: Callable[[bytes], str], delim: str, quote: Callable[[str], str]) -> str:
+    """array_out: the array's text, each present element's by ``etext``."""
+    dims, lbs, items = parse(p, elem_len, elem_align, elem_oid)
+    return format_text(dims, lbs, [None if x is None else etext(x) for x in items], delim,
+                       quote)
 
 
 def check_listable(dims: list[int], lbs: list[int]) -> None:
@@ -227,3 +236,8 @@ def parse_literal(s: str, delim: str = ",") -> list[str | None]:
         if s[i] == "}":
             return out
         i += 1
+
+
+#: the reference, which the compiled twin falls back to for what it does not take
+_python_text = text
+text = native.twin(text, "cdclake.tuples._arrays")

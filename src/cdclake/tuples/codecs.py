@@ -307,12 +307,9 @@ class _Builder:
         quote = arrays.quoter(delim)
         etext, evalue, efrom = elem.text, elem.value, elem.from_text
         parse = arrays.parse
-        fmt = arrays.format_text
 
         def text(p: bytes) -> str:
-            dims, lbs, items = parse(p, elen, ealign, elem_oid)
-            return fmt(dims, lbs, [None if x is None else etext(x) for x in items], delim,
-                       quote)
+            return arrays.text(p, elen, ealign, elem_oid, etext, delim, quote)
 
         listable = arrays.check_listable
 
