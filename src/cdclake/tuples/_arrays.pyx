@@ -7,6 +7,7 @@ Any other array (other element types, more dimensions, another lower bound, a ma
 cut-off datum) goes to the Python reference, which returns its text or raises its error.
 """
 
+from cdclake.tuples._bytes cimport le_int
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeASCII
@@ -15,19 +16,6 @@ from libc.string cimport memcpy
 
 from cdclake.tuples import arrays as _reference
 from cdclake.tuples import scalars
-
-
-cdef inline long long _le(const unsigned char *b, int n) noexcept:
-    """A little-endian signed integer of ``n`` (2, 4 or 8) bytes."""
-    cdef unsigned long long u = 0
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        u = (u << 8) | b[i]
-    if n == 2:
-        return <short> (<unsigned short> u)
-    if n == 4:
-        return <int> (<unsigned int> u)
-    return <long long> u
 
 
 def text(p, elem_len, elem_align, elem_oid, etext, delim, quote):
@@ -39,8 +27,9 @@ def text(p, elem_len, elem_align, elem_oid, etext, delim, quote):
         return _reference._python_text(p, elem_len, elem_align, elem_oid, etext, delim, quote)
     cdef const unsigned char *b = <const unsigned char *> PyBytes_AS_STRING(p)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(p)
-    cdef long long ndim = _le(b, 4), dataoffset = _le(b + 4, 4), elemtype = _le(b + 8, 4)
-    cdef long long nitems = _le(b + 12, 4), lb = _le(b + 16, 4)
+    cdef long long ndim = le_int(b, 4), dataoffset = le_int(b + 4, 4)
+    cdef long long elemtype = le_int(b + 8, 4)
+    cdef long long nitems = le_int(b + 12, 4), lb = le_int(b + 16, 4)
     cdef int m = 1 if elen == 2 else 3 if elen == 4 else 7
     cdef Py_ssize_t off, stride, bitmap_at = 20, o = 0, i
     cdef const unsigned char *bitmap = NULL
@@ -75,7 +64,7 @@ def text(p, elem_len, elem_align, elem_oid, etext, delim, quote):
             if off + elen > n:
                 return _reference._python_text(p, elem_len, elem_align, elem_oid, etext,
                                                delim, quote)
-            o += snprintf(out + o, 21, "%lld", _le(b + off, elen))
+            o += snprintf(out + o, 21, "%lld", le_int(b + off, elen))
             off += stride
         out[o] = 125  # }
         return PyUnicode_DecodeASCII(out, o + 1, NULL)

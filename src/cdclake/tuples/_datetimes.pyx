@@ -8,6 +8,7 @@ five-digit years, a datum of the wrong size) goes to the Python reference, which
 text or raises its error.
 """
 
+from cdclake.tuples._bytes cimport le_int
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdio cimport snprintf
@@ -55,21 +56,10 @@ cdef inline int _ymd(long long jd, char *cp) noexcept:
     return 10
 
 
-cdef inline long long _le(const unsigned char *b, int n) noexcept:
-    """A little-endian signed integer of ``n`` (4 or 8) bytes."""
-    cdef unsigned long long u = 0
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        u = (u << 8) | b[i]
-    if n == 4:
-        return <int> (<unsigned int> u)
-    return <long long> u
-
-
 cdef object _timestamp(object b, bint tz):
     if type(b) is not bytes or PyBytes_GET_SIZE(b) != 8:
         return None
-    cdef long long t = _le(<const unsigned char *> PyBytes_AS_STRING(b), 8)
+    cdef long long t = le_int(<const unsigned char *> PyBytes_AS_STRING(b), 8)
     cdef long long days = t // USECS_PER_DAY
     cdef long long usec = t - days * USECS_PER_DAY
     if usec < 0:  # C division truncates; the calendar wants the floor
@@ -118,7 +108,7 @@ def date_text(b):
     """See ``datetimes.date_text``."""
     cdef char buf[10]
     if type(b) is bytes and PyBytes_GET_SIZE(b) == 4:
-        if _ymd(_le(<const unsigned char *> PyBytes_AS_STRING(b), 4) + POSTGRES_EPOCH_JDATE,
+        if _ymd(le_int(<const unsigned char *> PyBytes_AS_STRING(b), 4) + POSTGRES_EPOCH_JDATE,
                 buf) == 10:
             return PyUnicode_DecodeASCII(buf, 10, NULL)
     return _reference._python_date_text(b)
@@ -129,7 +119,7 @@ def interval_text(b):
     if type(b) is not bytes or PyBytes_GET_SIZE(b) != 16:
         return _reference._python_interval_text(b)
     cdef const unsigned char *p = <const unsigned char *> PyBytes_AS_STRING(b)
-    cdef long long time = _le(p, 8), day = _le(p + 8, 4), month = _le(p + 12, 4)
+    cdef long long time = le_int(p, 8), day = le_int(p + 8, 4), month = le_int(p + 12, 4)
     if (month == 2147483647 and day == 2147483647 and time == 9223372036854775807) or (
             month == -2147483648 and day == -2147483648 and time == -9223372036854775807 - 1):
         return _reference._python_interval_text(b)  # +-infinity
