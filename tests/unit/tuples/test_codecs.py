@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from decimal import Decimal
 
 import pyarrow as pa
@@ -205,6 +206,23 @@ def test_numeric_decimal_and_text(d: Decimal) -> None:
     pa.array([codec.value(p)], type=codec.arrow_type)
 
 
+def assert_twins_agree(fast: Callable[..., object], reference: Callable[..., object],
+                       raw: bytes, *args: object,
+                       errors: type[Exception] | tuple[type[Exception], ...] = ValueError
+                       ) -> None:
+    """A compiled twin returns what its Python reference returns for ``raw``, or raises the
+    same error (one of ``errors``; anything else fails the test)."""
+    try:
+        expected: object = reference(raw, *args)
+    except errors as exc:
+        expected = exc
+    try:
+        got: object = fast(raw, *args)
+    except errors as exc:
+        got = exc
+    assert repr(got) == repr(expected), (getattr(fast, "__name__", fast), raw.hex())
+
+
 @settings(max_examples=500, deadline=None)
 @given(short=st.booleans(), neg=st.booleans(), dscale=st.integers(0, 63),
        weight=st.integers(-64, 63), digits=st.lists(st.integers(0, 9999), max_size=12),
@@ -222,15 +240,7 @@ def test_numeric_text_twins_agree(short: bool, neg: bool, dscale: int, weight: i
     else:
         p = struct.pack(f"<Hh{len(digits)}h", (0x4000 if neg else 0) | dscale, weight, *digits)
     for raw in (p, p + junk, p[:len(junk)], bytes([0xFF]) * len(junk) + p):
-        try:
-            expected: object = numeric._python_text(raw)
-        except ValueError as exc:
-            expected = exc
-        try:
-            got: object = _numeric.text(raw)
-        except ValueError as exc:
-            got = exc
-        assert repr(got) == repr(expected), raw.hex()
+        assert_twins_agree(_numeric.text, numeric._python_text, raw)
 
 
 _EDGES_64 = [0, -1, 1, 2**63 - 1, -(2**63), 86_400_000_000 - 1, -86_400_000_000,
@@ -254,15 +264,7 @@ def test_datetime_text_twins_agree(t: int, junk: bytes) -> None:
     d = max(-(2**31), min(2**31 - 1, t // 86_400_000_000))
     for raw in (struct.pack("<q", t), struct.pack("<i", d), junk):
         for fast, reference in pairs:
-            try:
-                expected: object = reference(raw)
-            except (ValueError, struct.error) as exc:
-                expected = exc
-            try:
-                got: object = fast(raw)
-            except (ValueError, struct.error) as exc:
-                got = exc
-            assert repr(got) == repr(expected), (fast.__name__, raw.hex())
+            assert_twins_agree(fast, reference, raw, errors=(ValueError, struct.error))
 
 
 def test_numeric_specials_are_not_typeable() -> None:
@@ -337,15 +339,7 @@ def test_jsonb_text_twins_agree(value: object, cut: int, flip: int, junk: bytes)
         garbled[flip % len(garbled)] ^= 0xA5
     for raw in (p, p[:max(0, len(p) - cut)], bytes(garbled), p + junk,
                 p.replace(b"\xc3\xa9", b"\xc3\x28")):
-        try:
-            expected: object = jsonb._python_text(raw)
-        except ValueError as exc:
-            expected = exc
-        try:
-            got: object = _jsonb.text(raw)
-        except ValueError as exc:
-            got = exc
-        assert repr(got) == repr(expected), raw.hex()
+        assert_twins_agree(_jsonb.text, jsonb._python_text, raw)
     assert _jsonb.text(p) == jsonb._python_text(p)  # the well-formed one decodes
 
 
@@ -367,15 +361,8 @@ def test_interval_text_twins_agree(time: int, day: int, month: int, junk: bytes)
     inf = struct.pack("<qii", 2**63 - 1, 2**31 - 1, 2**31 - 1)
     for raw in (p, p + junk, p[:len(junk)], inf, struct.pack("<qii", -(2**63), -(2**31),
                                                              -(2**31))):
-        try:
-            expected: object = datetimes._python_interval_text(raw)
-        except (ValueError, struct.error) as exc:
-            expected = exc
-        try:
-            got: object = _datetimes.interval_text(raw)
-        except (ValueError, struct.error) as exc:
-            got = exc
-        assert repr(got) == repr(expected), raw.hex()
+        assert_twins_agree(_datetimes.interval_text, datetimes._python_interval_text, raw,
+                           errors=(ValueError, struct.error))
 
 
 #: element oid -> (bits of an int, struct format, typlen, typalign, alignment, text function)
@@ -402,12 +389,4 @@ def test_array_text_twins_agree(oid: int, data: st.DataObject, lb: int, twod: bo
     p = _array(oid, dims, [lb] * len(dims), items, elen, align)
     args = (elen, typalign, oid, getattr(scalars, text), ",", arrays.quoter(","))
     for raw in (p, p[:max(0, len(p) - cut)], p + junk, p[:16] + junk + p[16:]):
-        try:
-            expected: object = arrays._python_text(raw, *args)
-        except ValueError as exc:
-            expected = exc
-        try:
-            got: object = _arrays.text(raw, *args)
-        except ValueError as exc:
-            got = exc
-        assert repr(got) == repr(expected), raw.hex()
+        assert_twins_agree(_arrays.text, arrays._python_text, raw, *args)
