@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from cdclake import native
 from cdclake.decoding.rmgrs import RMGRS, identify, rmgr_by_name, rmgr_name
 from cdclake.errors import CdclakeError
 from cdclake.wal.lsn import format_lsn, parse_lsn
@@ -255,6 +256,13 @@ def record_json_line(rec: XLogRecord, version: int) -> str:
             f'"xid": {rec.xid}, "rmgr": {_json_str(rmgr_name(rec.rmid))}, '
             f'"tot_len": {rec.tot_len}, "rec_len": {rec.rec_len}, "blocks": [{blocks}], '
             f'"desc": {_json_str(describe(rec, version))}}}')
+
+
+#: the references, which the compiled twins (``cdclake._waldump``) fall back to and must equal
+_python_describe = describe
+_python_record_json_line = record_json_line
+describe = native.twin(describe, "cdclake._waldump")  # type: ignore[assignment]
+record_json_line = native.twin(record_json_line, "cdclake._waldump")  # type: ignore[assignment]
 
 
 def record_text(rec: XLogRecord, version: int) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import native, sparkenv
+from cdclake import native, sparkenv, waldump  # noqa: F401 - waldump registers its twins
 from cdclake.decoding import decode, reassembly  # noqa: F401 - they register twins
 from cdclake.decoding.plugins import test_decoding  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
@@ -40,7 +40,9 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.tuples.datetimes.date_text",
          "cdclake.tuples.datetimes.timestamp_text",
          "cdclake.tuples.datetimes.timestamptz_text",
-         "cdclake.tuples.datetimes.interval_text"}
+         "cdclake.tuples.datetimes.interval_text",
+         "cdclake.waldump.describe",
+         "cdclake.waldump.record_json_line"}
 
 
 def test_the_install_built_the_twins() -> None:
@@ -100,7 +102,7 @@ def test_a_build_without_a_compiler_installs_without_the_twins(tmp_path: Path) -
 def _import_from_zip(zip_path: Path) -> dict[str, object]:
     """What a Python that imports cdclake from ``zip_path`` (as a Spark executor does) binds."""
     code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
-            "from cdclake import native\n"
+            "from cdclake import native, waldump\n"
             "from cdclake.decoding import decode, reassembly\n"
             "from cdclake.decoding.plugins import test_decoding\n"
             "from cdclake.tuples import heap\n"

@@ -12,17 +12,13 @@ with the same filter calls, so both queue the same changes, which the decoding s
 by running every test with both.
 """
 
-from cpython.buffer cimport Py_buffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+from cdclake.wal._payload cimport Bytes, payload, readable
 
 from cdclake.decoding.changes import DELETE, INSERT, SPEC_ABORT, SPEC_INSERT, UPDATE, Change
 from cdclake.wal.record import WalTuple
 from cdclake.wal.rmgr import heap
-
-
-cdef extern from "Python.h":
-    Py_buffer *PyMemoryView_GET_BUFFER(object view)
-    int PyBuffer_IsContiguous(const Py_buffer *view, char order)
 
 
 cdef int OPMASK = heap.XLOG_HEAP_OPMASK
@@ -43,25 +39,6 @@ cdef int HEADER = 5  # xl_heap_header: t_infomask2, t_infomask, t_hoff
 cdef int INSERT_SIZE = 3  # xl_heap_insert: offnum, flags
 cdef int DELETE_SIZE = 8  # xl_heap_delete: xmax, offnum, infobits_set, flags
 cdef int UPDATE_SIZE = 14  # xl_heap_update: old_xmax, old_offnum, old_infobits, flags, ...
-
-
-cdef struct Bytes:
-    const unsigned char *p
-    Py_ssize_t n
-
-
-cdef inline Bytes _bytes(object data):
-    """The bytes of a record's payload: ``bytes`` or a C-contiguous memoryview."""
-    cdef Bytes b
-    cdef Py_buffer *view
-    if type(data) is bytes:
-        b.p = <const unsigned char *> PyBytes_AS_STRING(data)
-        b.n = PyBytes_GET_SIZE(data)
-    else:
-        view = PyMemoryView_GET_BUFFER(data)
-        b.p = <const unsigned char *> view.buf
-        b.n = view.len
-    return b
 
 
 cdef object _tuple(Bytes b, Py_ssize_t off):
@@ -88,17 +65,6 @@ cdef object _change(int action, rec, loc, old, new):
     return c
 
 
-cdef inline bint _usable(data):
-    """Whether ``_bytes`` can read ``data`` (the reader's payloads always are)."""
-    cdef Py_buffer *view
-    if type(data) is bytes:
-        return True
-    if type(data) is not memoryview:
-        return False
-    view = PyMemoryView_GET_BUFFER(data)
-    return view.itemsize == 1 and PyBuffer_IsContiguous(view, b'C')
-
-
 def _heap(self, rec):
     """See ``Decoder._heap``."""
     cdef int op = rec.info & OPMASK
@@ -109,7 +75,7 @@ def _heap(self, rec):
         return self._python_heap(rec)
     blocks = rec.blocks
     main = rec.main_data
-    if not blocks or not _usable(main):
+    if not blocks or not readable(main):
         return self._python_heap(rec)
     blk = blocks[0]
     loc = blk.rlocator
@@ -122,10 +88,10 @@ def _heap(self, rec):
             return self._python_heap(rec)
     if _foreign(self, xid):
         return
-    md = _bytes(main)
+    md = payload(main)
     filt = self.filter
     data = blk.data
-    if data is not None and not _usable(data):
+    if data is not None and not readable(data):
         return self._python_heap(rec)
     if op == OP_INSERT:
         if md.n < INSERT_SIZE:
@@ -139,7 +105,7 @@ def _heap(self, rec):
             return self._python_heap(rec)
         if filt.drop_locator(loc, rec.lsn):  # gates 3-4 where already decidable
             return
-        new = _tuple(_bytes(data), 0) if data else None
+        new = _tuple(payload(data), 0) if data else None
         _queue(self, rec, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
                                   rec, loc, None, new))
     elif op == OP_DELETE:
@@ -166,7 +132,7 @@ def _heap(self, rec):
             return self._python_heap(rec)
         new = None
         if data:
-            bd = _bytes(data)
+            bd = payload(data)
             p = 0
             if flags & UPDATE_PREFIX_FROM_OLD:
                 p += 2

@@ -14,12 +14,9 @@ Python frame per object): every field is set here.
 import sys
 
 import crc32c
-from cpython.buffer cimport Py_buffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
-
-cdef extern from "Python.h":
-    Py_buffer *PyMemoryView_GET_BUFFER(object view)
+from cdclake.wal._payload cimport Bytes, payload
 
 from cdclake.errors import WalCorruptError
 from cdclake.wal.lsn import format_lsn
@@ -83,33 +80,12 @@ cdef inline unsigned int _u32(const unsigned char *b, Py_ssize_t p, Py_ssize_t n
 cdef dict _locators = {}
 
 
-cdef inline const unsigned char *_buf(object view):
-    """The bytes of a C-contiguous memoryview, which the caller keeps alive."""
-    return <const unsigned char *> PyMemoryView_GET_BUFFER(view).buf
-
-
-cdef inline Py_ssize_t _len(object view):
-    return PyMemoryView_GET_BUFFER(view).len
-
-
 def _decode_body(rec, data, where):
     """See :func:`cdclake.wal.reader._decode_body`."""
     if type(data) is not bytes and type(data) is not memoryview:
         data = bytes(data)
-    _decode(rec, _bytes_of(data), _size_of(data), data, 0, where)
-
-
-cdef inline const unsigned char *_bytes_of(object data):
-    """The bytes of ``data``: ``bytes``, or a C-contiguous memoryview (a segment's)."""
-    if type(data) is bytes:
-        return <const unsigned char *> PyBytes_AS_STRING(data)
-    return _buf(data)
-
-
-cdef inline Py_ssize_t _size_of(object data):
-    if type(data) is bytes:
-        return PyBytes_GET_SIZE(data)
-    return _len(data)
+    cdef Bytes b = payload(data)
+    _decode(rec, b.p, b.n, data, 0, where)
 
 
 cdef _block(int block_id, int flags):
@@ -312,8 +288,9 @@ cdef _read(self, pos, prev_lsn):
         where = cached[2]
     else:
         view, where = self._segment(cpos // size)
-    cdef const unsigned char *v = _buf(view)
-    cdef Py_ssize_t n = _len(view)
+    cdef Bytes b = payload(view)
+    cdef const unsigned char *v = b.p
+    cdef Py_ssize_t n = b.n
     cdef Py_ssize_t off = cpos % size
     cdef Py_ssize_t page_left = PAGE_SIZE - off % PAGE_SIZE
     cdef Py_ssize_t tot_len, end_pos
@@ -345,8 +322,9 @@ cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t 
              prev_lsn, Py_ssize_t size):
     """The record of ``tot_len`` bytes at ``off`` in ``src`` (its segment's view, or the bytes
     it was assembled into): header checks, CRC, then its body."""
-    cdef const unsigned char *d = _bytes_of(src) + off
-    cdef Py_ssize_t n = min(tot_len, _size_of(src) - off)
+    cdef Bytes b = payload(src)
+    cdef const unsigned char *d = b.p + off
+    cdef Py_ssize_t n = min(tot_len, b.n - off)
     cdef unsigned int xid = _u32(d, 4, n)
     cdef unsigned long long prev = (_u32(d, 8, n) | (<unsigned long long> _u32(d, 12, n) << 32))
     cdef unsigned int info = _u16(d, 16, n) & 0xFF, rmid = d[17]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cdclake import _waldump, waldump  # type: ignore[attr-defined]
 from cdclake.cli import main as cli_main
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.image import restore_page
@@ -134,6 +135,17 @@ def test_cli_waldump_json_equals_pg_waldump(compared: Compared,
     assert rows == c.theirs
     messages = [o for o in objs if o["rmgr"] == "LogicalMessage"]
     assert any('prefix "cdclake.big"; payload (1300000 bytes)' in o["desc"] for o in messages)
+
+
+def test_compiled_lines_equal_the_reference(compared: Compared) -> None:
+    """Every record of the live WAL, large messages and TOAST included: the compiled
+    ``waldump`` line and description are the Python reference's, character for character."""
+    c = compared
+    for rec in c.records:
+        assert (_waldump.record_json_line(rec, c.pg.version)
+                == waldump._python_record_json_line(rec, c.pg.version))
+        assert _waldump.describe(rec, c.pg.version) == waldump._python_describe(rec,
+                                                                               c.pg.version)
 
 
 def test_cli_text_matches_pg_waldump_line_heads(compared: Compared,
