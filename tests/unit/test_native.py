@@ -41,6 +41,7 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.tuples.datetimes.timestamp_text",
          "cdclake.tuples.datetimes.timestamptz_text",
          "cdclake.tuples.datetimes.interval_text",
+         "cdclake.tuples.floats.float8_datum_text",
          "cdclake.waldump.describe",
          "cdclake.waldump.record_json_line"}
 

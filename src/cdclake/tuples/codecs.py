@@ -174,7 +174,7 @@ def _float4_text(p: bytes) -> str:
 
 
 def _float8_text(p: bytes) -> str:
-    return floats.float8_text(floats.unpack_float8(p))
+    return floats.float8_datum_text(p)
 
 
 _SIMPLE: dict[str, Callable[[], _Parts]] = {

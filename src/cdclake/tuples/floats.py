@@ -15,6 +15,8 @@ import math
 import struct
 from fractions import Fraction
 
+from cdclake import native
+
 _F4 = struct.Struct("<f")
 _F8 = struct.Struct("<d")
 _U32 = struct.Struct("<I")
@@ -167,3 +169,13 @@ def unpack_float4(b: bytes) -> float:
 
 def unpack_float8(b: bytes) -> float:
     return _F8.unpack(b)[0]
+
+
+def float8_datum_text(p: bytes) -> str:
+    """float8out of a float8 column's 8-byte datum."""
+    return float8_text(unpack_float8(p))
+
+
+#: the reference, which the compiled twin falls back to for what it does not take
+_python_float8_datum_text = float8_datum_text
+float8_datum_text = native.twin(float8_datum_text, "cdclake.tuples._floats")
