@@ -16,9 +16,18 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.wal._payload cimport Bytes, payload, readable
 
-from cdclake.decoding.changes import DELETE, INSERT, SPEC_ABORT, SPEC_INSERT, UPDATE, Change
+from cdclake.decoding.changes import (
+    CHANGE_OVERHEAD as _CHANGE_OVERHEAD,
+    DELETE,
+    INSERT,
+    SPEC_ABORT,
+    SPEC_INSERT,
+    UPDATE,
+    Change,
+)
+from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.wal.record import WalTuple
-from cdclake.wal.rmgr import heap
+from cdclake.wal.rmgr import heap, heap2
 
 
 cdef int OPMASK = heap.XLOG_HEAP_OPMASK
@@ -35,7 +44,14 @@ cdef int UPDATE_PREFIX_FROM_OLD = heap.XLH_UPDATE_PREFIX_FROM_OLD
 cdef int UPDATE_SUFFIX_FROM_OLD = heap.XLH_UPDATE_SUFFIX_FROM_OLD
 cdef int DELETE_IS_SUPER = heap.XLH_DELETE_IS_SUPER
 cdef int DELETE_CONTAINS_OLD = heap.XLH_DELETE_CONTAINS_OLD
+cdef int HEAP2_OPMASK = heap2.XLOG_HEAP2_OPMASK
+cdef int OP_MULTI_INSERT = heap2.XLOG_HEAP2_MULTI_INSERT
+cdef int INIT_PAGE = heap.XLOG_HEAP_INIT_PAGE
+cdef int INSERT_LAST_IN_MULTI = heap.XLH_INSERT_LAST_IN_MULTI
 cdef int HEADER = 5  # xl_heap_header: t_infomask2, t_infomask, t_hoff
+cdef int MULTI_SIZE = 4  # xl_heap_multi_insert: flags, pad, ntuples (offsets follow)
+cdef int MULTI_TUPLE = 7  # xl_multi_insert_tuple: datalen, t_infomask2, t_infomask, t_hoff
+cdef Py_ssize_t CHANGE_OVERHEAD = _CHANGE_OVERHEAD
 cdef int INSERT_SIZE = 3  # xl_heap_insert: offnum, flags
 cdef int DELETE_SIZE = 8  # xl_heap_delete: xmax, offnum, infobits_set, flags
 cdef int UPDATE_SIZE = 14  # xl_heap_update: old_xmax, old_offnum, old_infobits, flags, ...
@@ -51,18 +67,42 @@ cdef object _tuple(Bytes b, Py_ssize_t off):
     return t
 
 
-cdef object _change(int action, rec, loc, old, new):
+cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=True):
     c = Change.__new__(Change)
     c.action = action
     c.lsn = rec.lsn
-    c.seq = 0
+    c.seq = seq
     c.locator = loc
     c.old = old
     c.new = new
-    c.clear_toast = True
+    c.clear_toast = clear_toast
     c.origin = rec.origin
     c.payload = None
     return c
+
+
+cdef _buffer(rb, xid, change):
+    """``rb.queue(xid, change)``, inline for the ReorderBuffer itself: the same transaction
+    entry, the same size (``Change.size``: the overhead plus the tuples' bytes) and the same
+    eviction past work_mem."""
+    cdef Py_ssize_t n
+    if type(rb) is not ReorderBuffer:
+        rb.queue(xid, change)
+        return
+    n = CHANGE_OVERHEAD
+    if change.old is not None:
+        n += len(change.old.data)
+    if change.new is not None:
+        n += len(change.new.data)
+    by_txn = rb.by_txn
+    t = by_txn.get(xid)
+    if t is None:
+        t = by_txn[xid] = TXN(xid, change.lsn)
+    t.changes.append(change)
+    t.size += n
+    rb.size += n
+    if rb.size > rb.work_mem:
+        rb._evict()
 
 
 def _heap(self, rec):
@@ -161,5 +201,71 @@ cdef _queue(self, rec, change):
     if rec.lsn < self.skip_before:
         stats.cut_before_start += 1
         return
-    self.rb.queue(rec.xid, change)
+    _buffer(self.rb, rec.xid, change)
     stats.changes += 1
+
+
+def _heap2(self, rec):
+    """See ``Decoder._heap2``: a MULTI_INSERT's tuples queued as INSERT changes; a layout
+    ``heap2.parse`` would reject goes to the reference, which raises its error."""
+    cdef Bytes md, bd
+    cdef int flags, i
+    cdef Py_ssize_t ntuples, count, p, dlen
+    if rec.info & HEAP2_OPMASK != OP_MULTI_INSERT:
+        return
+    blocks = rec.blocks
+    main = rec.main_data
+    if not blocks or not readable(main):
+        return self._python_heap2(rec)
+    blk = blocks[0]
+    loc = blk.rlocator
+    if loc.db != self.db_oid or _foreign(self, rec.xid):
+        return
+    md = payload(main)
+    data = blk.data
+    if md.n < MULTI_SIZE or (data is not None and not readable(data)):
+        return self._python_heap2(rec)
+    flags = md.p[0]
+    ntuples = md.p[2] | (md.p[3] << 8)
+    if not rec.info & INIT_PAGE and md.n < MULTI_SIZE + 2 * ntuples:
+        return self._python_heap2(rec)
+    count = 0
+    if data:  # every tuple header inside the block data, as heap2.parse checks
+        bd = payload(data)
+        p = 0
+        for i in range(ntuples):
+            p = (p + 1) & ~1
+            if p + MULTI_TUPLE > bd.n:
+                return self._python_heap2(rec)
+            p += MULTI_TUPLE + (bd.p[p] | (bd.p[p + 1] << 8))
+        if p > bd.n:
+            return self._python_heap2(rec)
+        count = ntuples
+    if not flags & INSERT_CONTAINS_NEW_TUPLE:
+        return
+    stats = self.stats
+    if rec.lsn < self.skip_before:
+        stats.cut_before_start += count
+        return
+    filt = self.filter
+    if not filt.origin_ok(rec.origin) or filt.drop_locator(loc, rec.lsn):
+        return
+    if count == 0:
+        return
+    rb = self.rb
+    xid = rec.xid
+    last_in_multi = flags & INSERT_LAST_IN_MULTI
+    p = 0
+    for i in range(count):
+        p = (p + 1) & ~1
+        dlen = bd.p[p] | (bd.p[p + 1] << 8)
+        t = WalTuple.__new__(WalTuple)
+        t.infomask2 = bd.p[p + 2] | (bd.p[p + 3] << 8)
+        t.infomask = bd.p[p + 4] | (bd.p[p + 5] << 8)
+        t.t_hoff = bd.p[p + 6]
+        p += MULTI_TUPLE
+        t.data = PyBytes_FromStringAndSize(<const char *> bd.p + p, dlen)
+        p += dlen
+        _buffer(rb, xid, _change(INSERT, rec, loc, None, t, i,
+                                 last_in_multi and i == count - 1))
+    stats.changes += count

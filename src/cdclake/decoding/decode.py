@@ -343,6 +343,9 @@ class Decoder:
 
 
 #: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, catalog
-#: and TOAST inserts, malformed records)
+#: and TOAST inserts, malformed records), and ``_heap2`` the malformed ones
 Decoder._python_heap = Decoder._heap  # type: ignore[attr-defined]
 Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: ignore[method-assign]
+Decoder._python_heap2 = Decoder._heap2  # type: ignore[attr-defined]
+Decoder._heap2 = native.twin(Decoder._heap2,  # type: ignore[method-assign]
+                             "cdclake.decoding._decode")

@@ -17,8 +17,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 from cdclake.decoding.changes import DELETE, INSERT
-from cdclake.decoding.rows import UNCHANGED_TOAST, column_payload
-from cdclake.tuples import scalars
+from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
+from cdclake.tuples import heap, scalars
 from cdclake.tuples.codecs import FORMAT_ERRORS
 from cdclake.tuples.heap import MissingValue
 
@@ -148,8 +148,25 @@ cdef str _text(_Step step, object value):
     return _quoted(step.style, text)
 
 
+cdef list _datums(layout, tup, lsn):
+    """``layout.datums(tup, lsn)``, inline for a RowLayout whose columns cover the tuple (the
+    method raises the error for one that does not)."""
+    if type(layout) is not RowLayout or (tup.infomask2 & 0x07FF) > layout.ncolumns:
+        return layout.datums(tup, lsn)
+    return heap.deform(tup, layout.rel.columns)
+
+
+cdef object _layout(layouts, rel):
+    """``layouts.get(rel)``, inline when the LayoutCache holds it already."""
+    if type(layouts) is LayoutCache:
+        layout = layouts._cache.get(id(rel))
+        if layout is not None and layout.rel is rel:
+            return layout
+    return layouts.get(rel)
+
+
 cdef str _tuple_text(layout, tup, bint skip_nulls, toast, lsn):
-    cdef list datums = layout.datums(tup, lsn)
+    cdef list datums = _datums(layout, tup, lsn)
     cdef list parts = []
     cdef _Plan plan = _plan(layout)
     cdef _Step step = None
@@ -188,7 +205,7 @@ def change(self, txn, rel, int action, change, toast):
     if self.skip_empty_xacts and not self._wrote:
         self._begin_line(txn)
     self._wrote = True
-    layout = self.layouts.get(rel)
+    layout = _layout(self.layouts, rel)
     cdef list line = ["table ", rel.qualified, ":"]
     if action == _INSERT:
         line.append(" INSERT:")
