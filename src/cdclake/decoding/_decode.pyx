@@ -1,15 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twin of ``Decoder._heap`` (:mod:`cdclake.decoding.decode`, see
-:mod:`cdclake.native`): the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables,
-read from the record's bytes and queued as a Change, without the parsed-record dataclasses of
-:mod:`cdclake.wal.rmgr.heap` and without running ``Change.__init__`` or ``WalTuple.__init__``
-(a Python frame each).
+"""Compiled twins of ``Decoder._heap`` and ``Decoder._heap2`` (:mod:`cdclake.decoding.decode`,
+see :mod:`cdclake.native`): the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user
+tables, and COPY's MULTI_INSERT, read from the record's bytes and queued as Changes, without
+the parsed-record dataclasses of :mod:`cdclake.wal.rmgr` and without running
+``Change.__init__`` or ``WalTuple.__init__`` (a Python frame each). A change goes into the
+reorder buffer inline (``_buffer``: ``ReorderBuffer.queue``'s bookkeeping, the same sizes and
+eviction).
 
-Everything else goes to the Python reference (``Decoder._python_heap``) unchanged: TRUNCATE,
-CONFIRM, pg_class inserts (catalog events), TOAST chunks, and any record too short for its
-layout, whose WalCorruptError the reference raises. The gates run in the reference's order,
-with the same filter calls, so both queue the same changes, which the decoding suites check
-by running every test with both.
+Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``)
+unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST chunks, and any record
+too short for its layout, whose WalCorruptError the reference raises. The gates run in the
+reference's order, with the same filter calls, so both queue the same changes, which the
+decoding suites check by running every test with both (and ``test_decode_twins.py`` record
+by record).
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -145,6 +148,9 @@ def _heap(self, rec):
             return self._python_heap(rec)
         if filt.drop_locator(loc, rec.lsn):  # gates 3-4 where already decidable
             return
+        if (not flags & INSERT_IS_SPECULATIVE and self.share is not None
+                and self._elsewhere(rec, loc)):
+            return
         new = _tuple(payload(data), 0) if data else None
         _queue(self, rec, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
                                   rec, loc, None, new))
@@ -158,12 +164,14 @@ def _heap(self, rec):
             return
         if flags & DELETE_IS_SUPER:
             return self._python_heap(rec)
-        if filt.drop_locator(loc, rec.lsn):
+        if filt.drop_locator(loc, rec.lsn) or (self.share is not None
+                                                and self._elsewhere(rec, loc)):
             return
         old = _tuple(md, DELETE_SIZE) if flags & DELETE_CONTAINS_OLD else None
         _queue(self, rec, _change(DELETE, rec, loc, old, None))
     else:
-        if not filt.origin_ok(rec.origin) or filt.drop_locator(loc, rec.lsn):
+        if (not filt.origin_ok(rec.origin) or filt.drop_locator(loc, rec.lsn)
+                or (self.share is not None and self._elsewhere(rec, loc))):
             return
         if md.n < UPDATE_SIZE:
             return self._python_heap(rec)
@@ -198,11 +206,12 @@ cdef bint _foreign(self, xid) except -1:
 cdef _queue(self, rec, change):
     """See ``Decoder._queue``."""
     stats = self.stats
+    cdef bint mine = self.share is None or self._mine(rec)
     if rec.lsn < self.skip_before:
-        stats.cut_before_start += 1
+        stats.cut_before_start += mine
         return
     _buffer(self.rb, rec.xid, change)
-    stats.changes += 1
+    stats.changes += mine
 
 
 def _heap2(self, rec):
@@ -244,11 +253,16 @@ def _heap2(self, rec):
     if not flags & INSERT_CONTAINS_NEW_TUPLE:
         return
     stats = self.stats
+    share = self.share
     if rec.lsn < self.skip_before:
-        stats.cut_before_start += count
+        if share is None or not self._elsewhere(rec, loc):
+            stats.cut_before_start += count
         return
     filt = self.filter
     if not filt.origin_ok(rec.origin) or filt.drop_locator(loc, rec.lsn):
+        return
+    if share is not None and self._elsewhere(rec, loc, count,
+                                             bool(flags & INSERT_LAST_IN_MULTI)):
         return
     if count == 0:
         return

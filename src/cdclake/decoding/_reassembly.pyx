@@ -13,6 +13,7 @@ import sys
 
 from cdclake.decoding.changes import (
     DELETE,
+    ELSEWHERE,
     INSERT,
     MESSAGE,
     SPEC_ABORT,
@@ -26,6 +27,7 @@ from cdclake.wal.lsn import format_lsn
 
 cdef int _INSERT = INSERT
 cdef int _DELETE = DELETE
+cdef int _ELSEWHERE = ELSEWHERE
 cdef int _MESSAGE = MESSAGE
 cdef int _SPEC_ABORT = SPEC_ABORT
 cdef int _SPEC_CONFIRM = SPEC_CONFIRM
@@ -46,9 +48,17 @@ def replay(self, info, changes):
     cdef dict last_seq = {}
     cdef dict rewritten = {}
     cdef int action
+    cdef bint emit = True
+    share = self.share
     spec = None
     for ch in changes:
         action = ch.action
+        if share is not None:
+            if action == _ELSEWHERE:
+                emit = False
+                action = _INSERT  # resolved for its TOAST release only
+            elif action <= _MESSAGE or action == _SPEC_CONFIRM:
+                emit = share(info.xid, ch.lsn)
         if action == _SPEC_CONFIRM:
             if spec is None:
                 raise DecodingError(
@@ -66,7 +76,9 @@ def replay(self, info, changes):
             else:
                 rel = self.resolve(ch, info)
             if rel is not None:
-                if rel.rewrite_of:
+                if not emit:
+                    pass
+                elif rel.rewrite_of:
                     self._rewrite_row(info, rel, action, ch, toast, rewritten)
                 else:
                     change(info, rel, action, ch, toast)
@@ -84,6 +96,8 @@ def replay(self, info, changes):
                 toast.clear()
                 last_seq.clear()
                 spec = None
+        elif not emit:
+            pass
         elif action == _TRUNCATE:
             rels = [r for r in (self._truncated(oid, ch.lsn) for oid in ch.payload.relids)
                     if r is not None]

@@ -24,9 +24,13 @@ SPEC_INSERT = 5
 SPEC_CONFIRM = 6
 SPEC_ABORT = 7
 TOAST_CHUNK = 8
+#: in place of a change another decoder of a parallel decode emits: no tuples, kept only where
+#: TOAST chunks of its transaction are buffered, so reassembly releases them where the change
+#: would have (:class:`~cdclake.decoding.decode.Decoder`, ``share``)
+ELSEWHERE = 9
 
 ACTION_NAMES = ("INSERT", "UPDATE", "DELETE", "TRUNCATE", "MESSAGE", "SPEC_INSERT",
-                "SPEC_CONFIRM", "SPEC_ABORT", "TOAST_CHUNK")
+                "SPEC_CONFIRM", "SPEC_ABORT", "TOAST_CHUNK", "ELSEWHERE")
 
 #: Fixed per-change cost counted against work_mem, like sizeof(ReorderBufferChange) plus the
 #: tuple headers PostgreSQL allocates; the tuple bytes are added on top.

@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "through --dsn)")
     p.add_argument("--output", default="-", help="output file, or - for stdout")
     p.add_argument("--jobs", type=_jobs, default=default_jobs(),
-                   help="decoding processes, each emitting a share of the transactions; the "
+                   help="decoding processes, each emitting a share of the changes; the "
                         "output is the same for any number (default: the cores there are, "
                         "%(default)s here)")
     p.add_argument("--stats", action="store_true", help="print run statistics to stderr")

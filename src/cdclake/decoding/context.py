@@ -118,26 +118,32 @@ def create_decoding_context(
         tracker: Callable[[Dictionary], CatalogTracker] | None = PgClassTracker,
         resolver: Resolver | None = None, startup: Startup | None = None,
         carried: Iterable[OpenTxn] = (), get: Get | None = None,
-        owns: Callable[[int], bool] | None = None, messages: bool = True) -> DecodingContext:
+        owns: Callable[[int], bool] | None = None, messages: bool = True,
+        share: Callable[[int, int], bool] | None = None) -> DecodingContext:
     """Build the stages for a WAL of PostgreSQL ``version`` with ``segment_size`` segments.
 
     ``startup`` and ``carried`` continue a previous batch's decoder (its start-up state and
     the transactions it left open; ``get`` fetches their spilled changes). ``owns`` limits
     emission to some transactions (the others' changes are not even buffered) and
     ``messages`` says whether this context emits the non-transactional messages and warns
-    about forged ones (see :class:`OwnedReplay`); by default it emits everything.
+    about forged ones (see :class:`OwnedReplay`); by default it emits everything. ``share``
+    instead splits the changes of every transaction among decoders that all read it (the
+    workers of :mod:`cdclake.decoding.parallel`; see ``Decoder.share``).
     """
     flt = Filter(dictionary, local_only=options.local_only, tables=options.tables)
     clean_spill_dir(options.spill_dir)
     buffer = ReorderBuffer(options.work_mem, options.spill_dir, segment_size)
     replayer = Replayer(dictionary, plugin, resolver, flt, options.ddl_key,
                         warn_forged=messages)
-    replay = replayer if owns is None else OwnedReplay(replayer, owns, messages)
+    replayer.share = share
+    replay = (replayer if owns is None and messages
+              else OwnedReplay(replayer, owns or _everything, messages))
     decoder = Decoder(db_oid=options.db_oid, buffer=buffer, replay=replay, filter=flt,
                       start_lsn=options.start_lsn, version=version,
                       tracker=tracker(dictionary) if tracker else None,
                       skip_before=options.skip_before,
-                      startup=startup.resume() if startup is not None else None, owns=owns)
+                      startup=startup.resume() if startup is not None else None, owns=owns,
+                      share=share)
     owner = owns or _everything
     carried = list(carried)
     if carried:

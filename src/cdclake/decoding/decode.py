@@ -22,6 +22,7 @@ from cdclake.catalog.signing import DDL_PREFIX
 from cdclake.decoding import rmgrs
 from cdclake.decoding.changes import (
     DELETE,
+    ELSEWHERE,
     INSERT,
     MESSAGE,
     SPEC_ABORT,
@@ -40,7 +41,7 @@ from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
 from cdclake.tuples.varlena import toast_chunk
-from cdclake.wal.record import XLogRecord
+from cdclake.wal.record import RelFileLocator, XLogRecord
 from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
 
 #: pg_control.h: the XLOG record a clean shutdown writes; nothing runs before it
@@ -96,7 +97,8 @@ class Decoder:
     def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
                  start_lsn: int, version: int, tracker: CatalogTracker | None = None,
                  skip_before: int = 0, startup: Startup | None = None,
-                 owns: Callable[[int], bool] | None = None) -> None:
+                 owns: Callable[[int], bool] | None = None,
+                 share: Callable[[int, int], bool] | None = None) -> None:
         self.db_oid = db_oid
         self.rb = buffer
         self.replay = replay
@@ -106,7 +108,8 @@ class Decoder:
         self.tracker = tracker
         self.skip_before = skip_before
         self.stats = DecodeStats()
-        #: which top-level transactions this decoder emits (None: all). The changes of the
+        #: which top-level transactions this decoder emits (None: all; a Spark partition its
+        #: own, see ``share`` for a local parallel decode). The changes of the
         #: others are dropped before they are parsed or buffered; their catalog events, fate
         #: and subtransaction memberships are still followed, so every decoder sharing a WAL
         #: keeps the same dictionary (:class:`~cdclake.decoding.context.OwnedReplay`).
@@ -120,6 +123,16 @@ class Decoder:
         #: ended, so it holds their effects, and the merge hands over from it by transaction
         #: visibility.
         self.startup = startup or (Startup.at_dictionary() if skip_before else Startup())
+        #: which changes this decoder emits, by top-level xid and LSN (None: all), in a
+        #: parallel decode where every worker reads every transaction
+        #: (:mod:`cdclake.decoding.parallel`). An INSERT, UPDATE, DELETE or COPY row it does
+        #: not emit is not parsed or buffered; its transaction is still entered, so every worker
+        #: processes the same commits, and while TOAST chunks of its transaction are buffered a
+        #: placeholder (ELSEWHERE) takes its place, so reassembly releases them where the
+        #: change would have. Speculative inserts and their confirmations and aborts, TOAST
+        #: chunks, TRUNCATEs and transactional messages are buffered by every worker; the
+        #: replayer emits each from one (``Replayer.share``).
+        self.share = share
         #: the handler of each rmgr id (the rmgr table's ``decode``), built once
         self._dispatch = rmgrs.dispatch(self)
 
@@ -137,14 +150,35 @@ class Decoder:
         if handler is not None:
             handler(rec)
 
-    def _foreign(self, xid: int) -> bool:
-        """Whether ``xid``'s top-level transaction belongs to another decoder. A subtransaction
-        is known by then: its first record named its top-level xid (``process``)."""
-        owns = self.owns
-        if owns is None:
-            return False
+    def _top(self, xid: int) -> int:
+        """``xid``'s top-level transaction. A subtransaction is known by then: its first record
+        named its top-level xid (``process``)."""
         t = self.rb.by_txn.get(xid)
-        return not owns(t.top if t is not None and t.top else xid)
+        return t.top if t is not None and t.top else xid
+
+    def _foreign(self, xid: int) -> bool:
+        """Whether ``xid``'s top-level transaction belongs to another decoder."""
+        return self.owns is not None and not self.owns(self._top(xid))
+
+    def _mine(self, rec: XLogRecord) -> bool:
+        """Whether this decoder counts the change of ``rec`` in its statistics: of a parallel
+        decode, where every worker queues some kinds of change, the one whose share it is."""
+        return self.share is None or self.share(self._top(rec.xid), rec.lsn)
+
+    def _elsewhere(self, rec: XLogRecord, loc: RelFileLocator, count: int = 1,
+                   last_clears: bool = True) -> bool:
+        """Whether another decoder emits the ``count`` rows of ``rec`` (``share``); if so, the
+        transaction is entered, and placeholders are queued while it has TOAST chunks."""
+        if self._mine(rec):
+            return False
+        if rec.lsn < self.skip_before or count == 0:
+            return True  # nothing queued: not even the transaction is entered, as by its owner
+        t = self.rb.txn(rec.xid, rec.lsn)
+        if t.toast_pending:
+            for i in range(count):
+                self.rb.queue(rec.xid, Change(ELSEWHERE, rec.lsn, i, loc, None, None,
+                                              last_clears and i == count - 1, rec.origin))
+        return True
 
     def _xlog(self, rec: XLogRecord) -> None:
         if self.stats.records == 1:
@@ -194,15 +228,22 @@ class Decoder:
                 value_id, seq, data = toast_chunk(ins.tuple)
                 self._queue(rec, Change(TOAST_CHUNK, rec.lsn, 0, loc, None, None, False,
                                         rec.origin, ToastChunk(value_id, seq, data)))
+                if rec.lsn >= self.skip_before:
+                    self.rb.by_txn[rec.xid].toast_pending = True
                 return
             if self.filter.drop_locator(loc, rec.lsn):  # gates 3-4 where already decidable
                 return
-            action = SPEC_INSERT if flags & heap.XLH_INSERT_IS_SPECULATIVE else INSERT
-            self._queue(rec, Change(action, rec.lsn, 0, loc, None, ins.tuple, True, rec.origin))
+            if flags & heap.XLH_INSERT_IS_SPECULATIVE:
+                self._queue(rec, Change(SPEC_INSERT, rec.lsn, 0, loc, None, ins.tuple, True,
+                                        rec.origin))
+            elif not self._elsewhere(rec, loc):
+                self._queue(rec, Change(INSERT, rec.lsn, 0, loc, None, ins.tuple, True,
+                                        rec.origin))
         elif self._foreign(rec.xid):
             return
         elif op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE:
-            if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
+            if (not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn)
+                    or self._elsewhere(rec, loc)):
                 return
             upd = heap.parse(rec)
             new = upd.new_tuple if upd.flags & heap.XLH_UPDATE_CONTAINS_NEW_TUPLE else None
@@ -216,7 +257,7 @@ class Decoder:
                 self._queue(rec, Change(SPEC_ABORT, rec.lsn, 0, loc, None, None, True,
                                         rec.origin))
                 return
-            if self.filter.drop_locator(loc, rec.lsn):
+            if self.filter.drop_locator(loc, rec.lsn) or self._elsewhere(rec, loc):
                 return
             old = dele.old_tuple if dele.flags & heap.XLH_DELETE_CONTAINS_OLD else None
             self._queue(rec, Change(DELETE, rec.lsn, 0, loc, old, None, True, rec.origin))
@@ -237,9 +278,12 @@ class Decoder:
         if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
             return
         if rec.lsn < self.skip_before:
-            self.stats.cut_before_start += len(mi.tuples)
+            if not self._elsewhere(rec, loc):
+                self.stats.cut_before_start += len(mi.tuples)
             return
         if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
+            return
+        if self._elsewhere(rec, loc, len(mi.tuples), bool(flags & heap.XLH_INSERT_LAST_IN_MULTI)):
             return
         last = len(mi.tuples) - 1
         last_in_multi = bool(flags & heap.XLH_INSERT_LAST_IN_MULTI)
@@ -252,11 +296,12 @@ class Decoder:
         self.stats.changes += len(mi.tuples)
 
     def _queue(self, rec: XLogRecord, change: Change) -> None:
+        mine = self._mine(rec)
         if rec.lsn < self.skip_before:
-            self.stats.cut_before_start += 1
+            self.stats.cut_before_start += mine
             return
         self.rb.queue(rec.xid, change)
-        self.stats.changes += 1
+        self.stats.changes += mine
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -331,14 +376,17 @@ class Decoder:
         events = sorted((e for m in members for e in m.ddl), key=lambda e: e[0])
         if events:
             self.replay.apply_catalog(events, info)
+        # of a parallel decode, every worker replays (each emits its share of the changes) and
+        # the one whose share the commit record is counts
+        counts = self.share is None or self.share(xid, rec.lsn)
         if self.owns is not None and not self.owns(xid):
             pass  # another decoder emits it
         elif rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
-            self.stats.skipped_before_start += 1
+            self.stats.skipped_before_start += counts
         else:
             self.startup.check(xid, f.subxacts, rec.lsn)
             self.replay.replay(info, self.rb.merged_changes(members))
-            self.stats.emitted += 1
+            self.stats.emitted += counts
         self.rb.discard(xid, f.subxacts)
 
 

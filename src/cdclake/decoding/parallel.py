@@ -1,21 +1,27 @@
 """A decode over several processes: every worker reads the WAL, each emits a share.
 
 The Spark job splits the work by shuffling records by top-level xid, which costs moving
-every record between processes; here each of ``jobs`` worker processes reads the whole WAL
-itself and decodes it with the same decoding context, owning the top-level transactions
-``xid % jobs == index``. A worker drops the other transactions' changes before parsing them,
-but follows every catalog event, commit and abort, so all keep the same dictionary
-(:class:`~cdclake.decoding.decode.Decoder`, ``owns``); worker 0 also emits the
-non-transactional messages. Reading is repeated in every worker and a transaction is decoded
-by one, so the split pays where many transactions' parsing and formatting dominate
-(bench/decode.py measures it), not for one huge transaction.
+every record between processes, and leaves a large transaction to one partition. Here each
+of ``jobs`` worker processes reads the whole WAL itself and decodes it with the same decoding
+context, and the changes of every transaction are dealt out by where they are in the WAL:
+stripes of 256 KiB, worker ``(top-level xid + stripe) % jobs`` emitting the changes of a
+stripe (:class:`Shares`). A small transaction lies in one stripe, so small transactions spread
+over the workers by xid; a large one is split among all of them. A worker does not parse or
+buffer the rows of the others' stripes, but follows every catalog event, commit and abort,
+so all keep the same dictionary; everything else a transaction holds (speculative inserts,
+TOAST chunks, TRUNCATE, messages) every worker buffers, and one emits
+(:class:`~cdclake.decoding.decode.Decoder`, ``share``). Worker 0 also emits the
+non-transactional messages. Reading is repeated in every worker: the split pays where parsing
+and formatting the changes dominate (bench/decode.py measures it).
 
 Each worker streams its output lines through a pipe in frames keyed by where they belong in
-the WAL: a transaction's lines by its commit record's LSN, a non-transactional message's by
-its end LSN (ranked before a commit record starting there, which follows it). Every worker's
-frames come in key order, so the parent merges them into exactly the order of one process,
-holding one frame per worker: the output of ``jobs`` workers equals ``jobs=1``'s, byte for
-byte, in bounded memory.
+the WAL: a transaction's lines by its commit record's LSN, then its BEGIN line, its changes
+by stripe, its COMMIT line; a non-transactional message's by its end LSN (ranked before a
+commit record starting there, which follows it). Every worker's frames come in key order, so
+the parent merges them into exactly the order of one process, writing a transaction's BEGIN
+and COMMIT lines once (each worker that wrote a change of it wrote them too), holding one
+frame per worker: the output of ``jobs`` workers equals ``jobs=1``'s, byte for byte, in
+bounded memory.
 
 Workers are forked, so the plugin factory and the resolver factory may be closures. An error
 in a worker reaches the parent as the same error (its class and message), and the other
@@ -46,10 +52,15 @@ from cdclake.wal.source import SegmentSource
 #: ``make_plugin(dictionary, server_major_version, write)``: a plugin writing lines to ``write``
 LinePlugin = Callable[[Dictionary, int, Callable[[str], None]], OutputPlugin]
 
-_HEAD = struct.Struct("<BQBI")  # frame kind, key LSN, key rank, body length
-_DATA, _END, _ERROR = 0, 1, 2
-_MESSAGE, _COMMIT = 0, 1  # key ranks: a message ending at L precedes a commit starting at L
+_HEAD = struct.Struct("<BQBQI")  # frame kind, key LSN, key rank, key part, body length
+_DATA, _BEGIN_LINE, _END, _ERROR = 0, 1, 2, 3
+#: key ranks at one LSN: a message ending at L precedes a transaction committing at L; a
+#: transaction's lines: those of ``begin`` (a BEGIN written first), its changes (by stripe, a
+#: BEGIN written before the first of them among them), its COMMIT line
+_MESSAGE, _BEGIN, _CHANGES, _COMMIT = 0, 1, 2, 3
 _FRAME_BYTES = 64 * 1024
+#: a stripe is 2**STRIPE_BITS bytes of WAL (256 KiB)
+STRIPE_BITS = 18
 
 
 def peak_rss_kb() -> int:
@@ -81,8 +92,10 @@ def line_writer(out: BinaryIO) -> Callable[[str], None]:
 
 def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
                  make_plugin: LinePlugin, out: BinaryIO, *, jobs: int,
-                 make_resolver: Callable[[Dictionary], Resolver] | None = None) -> DecodeResult:
-    """Decode ``source`` with ``jobs`` processes, writing the plugin's lines to ``out``."""
+                 make_resolver: Callable[[Dictionary], Resolver] | None = None,
+                 stripe_bits: int = STRIPE_BITS) -> DecodeResult:
+    """Decode ``source`` with ``jobs`` processes, writing the plugin's lines to ``out``;
+    the workers share out stripes of ``2**stripe_bits`` bytes of WAL."""
     if jobs < 1:
         raise DecodingError(f"jobs must be at least 1, not {jobs}")
     if jobs == 1:
@@ -99,14 +112,25 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
             rfd, wfd = os.pipe()
             proc = ctx.Process(
                 target=_worker, name=f"cdclake-decode-{index}", daemon=True,
-                args=(index, jobs, wfd, source, dictionary, options, make_plugin, make_resolver))
+                args=(index, jobs, stripe_bits, wfd, source, dictionary, options, make_plugin,
+                      make_resolver))
             proc.start()
             os.close(wfd)
             workers.append((proc, os.fdopen(rfd, "rb", buffering=_FRAME_BYTES)))
         results: dict[int, DecodeResult] = {}
         streams = [_frames(index, pipe, proc, results) for index, (proc, pipe) in
                    enumerate(workers)]
-        for _key, body in heapq.merge(*streams, key=lambda frame: frame[0]):
+        begun = committed = -1  # the last transaction whose BEGIN, COMMIT line was written
+        for (lsn, rank, _part), kind, body in heapq.merge(*streams,
+                                                          key=lambda frame: frame[0]):
+            if kind == _BEGIN_LINE:
+                if lsn == begun:
+                    continue
+                begun = lsn
+            elif rank == _COMMIT:
+                if lsn == committed:
+                    continue
+                committed = lsn
             out.write(body)
         return _combine([results[i] for i in range(jobs)])
     finally:
@@ -117,19 +141,19 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
             pipe.close()
 
 
-def _frames(index: int, pipe: BinaryIO, proc: Any,
-            results: dict[int, DecodeResult]) -> Iterator[tuple[int, bytes]]:
-    """One worker's data frames as ``(key, bytes)``; its result goes to ``results``."""
+def _frames(index: int, pipe: BinaryIO, proc: Any, results: dict[int, DecodeResult],
+            ) -> Iterator[tuple[tuple[int, int, int], int, bytes]]:
+    """One worker's data frames as ``(key, kind, bytes)``; its result goes to ``results``."""
     while True:
         head = pipe.read(_HEAD.size)
         if len(head) < _HEAD.size:
             proc.join()
             raise DecodingError(f"decode worker {index} of the parallel decode ended without "
                                 f"finishing (exit code {proc.exitcode})")
-        kind, lsn, rank, n = _HEAD.unpack(head)
+        kind, lsn, rank, part, n = _HEAD.unpack(head)
         body = pipe.read(n)
-        if kind == _DATA:
-            yield (lsn << 1) | rank, body
+        if kind in (_DATA, _BEGIN_LINE):
+            yield (lsn, rank, part), kind, body
         elif kind == _END:
             worker, result = pickle.loads(body)
             results[worker] = result
@@ -141,21 +165,63 @@ def _frames(index: int, pipe: BinaryIO, proc: Any,
             raise err
 
 
+class Shares:
+    """Which changes worker ``index`` of ``jobs`` emits (``Decoder.share``): those in the
+    stripes ``(top-level xid + stripe) % jobs == index``. It remembers the last LSN it said
+    yes to: the replayer asks right before emitting a change, so that is where the change's
+    lines go (:class:`_Framer`)."""
+
+    def __init__(self, index: int, jobs: int, bits: int = STRIPE_BITS) -> None:
+        self.index = index
+        self.jobs = jobs
+        self.bits = bits
+        self.last = 0
+
+    def stripe(self) -> int:
+        """The stripe of the change said yes to last."""
+        return self.last >> self.bits
+
+    def __call__(self, top: int, lsn: int) -> bool:
+        if (top + (lsn >> self.bits)) % self.jobs != self.index:
+            return False
+        self.last = lsn
+        return True
+
+
 class _Framer:
     """A worker's side of the pipe: lines buffered per output unit, sent as keyed frames."""
 
-    def __init__(self, pipe: BinaryIO) -> None:
+    def __init__(self, pipe: BinaryIO, shares: Shares) -> None:
         self.pipe = pipe
-        self.lsn = 0
-        self.rank = _COMMIT
+        self.shares = shares
+        self.key = (0, _CHANGES, 0)
+        self.txn_lsn = 0  #: the commit LSN of the transaction being replayed
+        self.rank = _CHANGES  #: what the plugin writes now
         self.buf: list[bytes] = []
         self.size = 0
 
     def unit(self, lsn: int, rank: int) -> None:
-        self.lsn, self.rank = lsn, rank
+        self.flush()
+        self.key = (lsn, rank, 0)
+        self.rank = rank
+
+    def write_begin(self, line: str) -> None:
+        """A transaction's BEGIN line: a frame of its own, which the parent writes once, where
+        it was written: in ``begin``, or before a change (among the changes of its stripe)."""
+        if self.rank == _CHANGES:
+            self.flush()
+            key = (self.txn_lsn, _CHANGES, self.shares.stripe())
+        else:
+            key = self.key
+        self.send(_BEGIN_LINE, line.encode("utf-8", "surrogateescape") + b"\n", *key)
 
     def write(self, line: str) -> None:
         b = line.encode("utf-8", "surrogateescape")
+        if self.rank == _CHANGES:
+            key = (self.txn_lsn, _CHANGES, self.shares.stripe())
+            if key != self.key:
+                self.flush()
+                self.key = key
         self.buf.append(b)
         self.size += len(b) + 1
         if self.size >= _FRAME_BYTES:
@@ -164,19 +230,24 @@ class _Framer:
     def flush(self) -> None:
         if self.buf:
             self.buf.append(b"")
-            self.send(_DATA, b"\n".join(self.buf), self.lsn, self.rank)
+            self.send(_DATA, b"\n".join(self.buf), *self.key)
             self.buf = []
             self.size = 0
 
-    def send(self, kind: int, body: bytes, lsn: int = 0, rank: int = 0) -> None:
-        self.pipe.write(_HEAD.pack(kind, lsn, rank, len(body)))
+    def send(self, kind: int, body: bytes, lsn: int = 0, rank: int = 0, part: int = 0) -> None:
+        self.pipe.write(_HEAD.pack(kind, lsn, rank, part, len(body)))
         self.pipe.write(body)
 
 
 class _Keyed:
-    """The plugin, with its output units keyed for the merge."""
+    """The plugin, with its output units keyed for the merge. The plugin writes its BEGIN
+    lines through its ``write_begin``, set here (see ``TestDecoding.write_begin``)."""
 
     def __init__(self, plugin: OutputPlugin, framer: _Framer) -> None:
+        if not hasattr(plugin, "write_begin"):
+            raise DecodingError(f"{type(plugin).__name__} cannot run in a parallel decode: it "
+                                "does not write its BEGIN lines apart (write_begin)")
+        plugin.write_begin = framer.write_begin
         self.plugin = plugin
         self.framer = framer
         self.change = plugin.change
@@ -184,12 +255,17 @@ class _Keyed:
         self.rewrite = plugin.rewrite
 
     def begin(self, txn: TxnInfo) -> None:
-        self.framer.unit(txn.final_lsn, _COMMIT)
+        framer = self.framer
+        framer.unit(txn.final_lsn, _BEGIN)
+        framer.txn_lsn = txn.final_lsn
         self.plugin.begin(txn)
+        framer.unit(txn.final_lsn, _CHANGES)
 
     def commit(self, txn: TxnInfo) -> None:
+        framer = self.framer
+        framer.unit(txn.final_lsn, _COMMIT)
         self.plugin.commit(txn)
-        self.framer.flush()
+        framer.unit(txn.final_lsn, _CHANGES)
 
     def message(self, txn: TxnInfo | None, lsn: int, transactional: bool, prefix: str,
                 content: bytes) -> None:
@@ -197,16 +273,17 @@ class _Keyed:
             self.framer.unit(lsn, _MESSAGE)
         self.plugin.message(txn, lsn, transactional, prefix, content)
         if txn is None:
-            self.framer.flush()
+            self.framer.unit(lsn, _CHANGES)
 
 
-def _worker(index: int, jobs: int, wfd: int, source: SegmentSource, dictionary: Dictionary,
-            options: DecodeOptions, make_plugin: LinePlugin,
+def _worker(index: int, jobs: int, stripe_bits: int, wfd: int, source: SegmentSource,
+            dictionary: Dictionary, options: DecodeOptions, make_plugin: LinePlugin,
             make_resolver: Callable[[Dictionary], Resolver] | None) -> None:
     # its own spill directory: a decoding context clears stale spill files from its own
     own = dataclasses.replace(options, spill_dir=options.spill_dir / f"job-{index}")
+    shares = Shares(index, jobs, stripe_bits)
     with os.fdopen(wfd, "wb", buffering=_FRAME_BYTES) as pipe:
-        framer = _Framer(pipe)
+        framer = _Framer(pipe, shares)
 
         def plugin(d: Dictionary, v: int) -> OutputPlugin:
             return _Keyed(make_plugin(d, v, framer.write), framer)  # type: ignore[return-value]
@@ -214,7 +291,7 @@ def _worker(index: int, jobs: int, wfd: int, source: SegmentSource, dictionary: 
         try:
             result = decode(source, dictionary, own, plugin,
                             resolver=make_resolver(dictionary) if make_resolver else None,
-                            owns=lambda xid: xid % jobs == index, messages=index == 0)
+                            share=shares, messages=index == 0)
             result.worker_peak_rss_kb = peak_rss_kb()
             framer.send(_END, pickle.dumps((index, result)))
         except CdclakeError as exc:
@@ -226,15 +303,17 @@ def _worker(index: int, jobs: int, wfd: int, source: SegmentSource, dictionary: 
 
 def _combine(results: list[DecodeResult]) -> DecodeResult:
     """One result for the whole WAL: what every worker saw once (records, commits, aborts)
-    from the first; what each did for its own transactions summed."""
+    from the first; what each did for its own share summed; a transaction several spilled,
+    once."""
     first = results[0]
+    spilled = set().union(*(r.spilled_xids for r in results))
     owned = ("changes", "emitted", "skipped_before_start", "cut_before_start")
     stats = dataclasses.replace(first.stats, **{
         name: sum(getattr(r.stats, name) for r in results) for name in owned})
     return DecodeResult(
         stats=stats, version=first.version, segment_size=first.segment_size,
         peak_memory=sum(r.peak_memory for r in results),
-        spilled_txns=sum(r.spilled_txns for r in results),
+        spilled_txns=len(spilled), spilled_xids=spilled,
         spilled_changes=sum(r.spilled_changes for r in results),
         spilled_bytes=sum(r.spilled_bytes for r in results),
         open_xids=sorted({x for r in results for x in r.open_xids}),

@@ -29,6 +29,7 @@ from cdclake.catalog.model import RELKIND_TOAST, RelationVersion
 from cdclake.catalog.signing import DDL_PREFIX, ForgedMessage, open_signed, stale_epoch
 from cdclake.decoding.changes import (
     DELETE,
+    ELSEWHERE,
     INSERT,
     MESSAGE,
     SPEC_ABORT,
@@ -108,6 +109,11 @@ class Replayer:
         self._own_ddl: tuple[int, frozenset[int]] = (0, frozenset())
         #: ``_wanted``'s answers by relation version (id, and the version, kept alive)
         self._kept: dict[int, tuple[RelationVersion, bool]] = {}
+        #: which changes this replayer emits, by top-level xid and LSN (None: all): the
+        #: decoder's ``share`` in a parallel decode, asked here of the changes every worker
+        #: buffers (a confirmed speculative insert, TRUNCATE, a message) and of the others,
+        #: which the decoder already chose (the call tells the caller where a change is)
+        self.share: Callable[[int, int], bool] | None = None
 
     # -- dictionary ------------------------------------------------------------------------
 
@@ -169,8 +175,16 @@ class Replayer:
         last_seq: dict[int, int] = {}
         spec: Change | None = None
         rewritten: dict[RelFileLocator, RelationVersion | None] = {}
+        share = self.share
+        emit = True
         for ch in changes:
             action = ch.action
+            if share is not None:
+                if action == ELSEWHERE:
+                    emit = False
+                    action = INSERT  # resolved for its TOAST release only
+                elif action <= MESSAGE or action == SPEC_CONFIRM:
+                    emit = share(info.xid, ch.lsn)
             if action == SPEC_CONFIRM:
                 if spec is None:
                     raise DecodingError(
@@ -181,7 +195,9 @@ class Replayer:
             if action <= DELETE:
                 rel = self.resolve(ch, info)
                 if rel is not None:
-                    if rel.rewrite_of:
+                    if not emit:
+                        pass
+                    elif rel.rewrite_of:
                         self._rewrite_row(info, rel, action, ch, toast, rewritten)
                     else:
                         plugin.change(info, rel, action, ch, toast)
@@ -201,6 +217,8 @@ class Replayer:
                     toast.clear()
                     last_seq.clear()
                     spec = None
+            elif not emit:
+                pass
             elif action == TRUNCATE:
                 t = ch.payload
                 assert isinstance(t, Truncate)

@@ -49,6 +49,7 @@ class TXN:
         "size",
         "spill_files",
         "subxids",
+        "toast_pending",
         "top",
         "xid",
     )
@@ -68,6 +69,8 @@ class TXN:
         #: dictionary messages (lsn, payload), kept in memory apart from the change stream so
         #: commit processing can apply them before replaying (possibly spilled) changes
         self.ddl: list[tuple[int, bytes]] = []
+        #: a TOAST chunk was queued: the changes other decoders emit leave placeholders
+        self.toast_pending = False
 
     @property
     def serialized(self) -> bool:
@@ -90,9 +93,14 @@ class ReorderBuffer:
         self.segment_size = segment_size
         self.size = 0  #: bytes of changes held in memory, all transactions
         self.peak_size = 0
-        self.spilled_txns = 0
+        #: the (sub)transactions spilled at least once
+        self.spilled_xids: set[int] = set()
         self.spilled_changes = 0
         self.spilled_bytes = 0
+
+    @property
+    def spilled_txns(self) -> int:
+        return len(self.spilled_xids)
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -147,7 +155,7 @@ class ReorderBuffer:
             self.spilled_bytes += append_changes(path, batch)
             self.spilled_changes += len(batch)
         if t.nspilled == 0:
-            self.spilled_txns += 1
+            self.spilled_xids.add(t.xid)
         t.nspilled += len(t.changes)
         self.size -= t.size
         t.size = 0

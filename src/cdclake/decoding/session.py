@@ -35,17 +35,19 @@ class DecodeResult:
     end_lsn: int = 0  #: where the next record would start
     #: a parallel decode's largest worker high-water RSS (kB); 0 for one process
     worker_peak_rss_kb: int = 0
+    #: the transactions spilled (the workers of a parallel decode may each spill one)
+    spilled_xids: set[int] = field(default_factory=set)
 
 
 def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
            make_plugin: Callable[[Dictionary, int], OutputPlugin], *,
            tracker: Callable[[Dictionary], CatalogTracker] | None = PgClassTracker,
-           resolver: Resolver | None = None, owns: Callable[[int], bool] | None = None,
+           resolver: Resolver | None = None, share: Callable[[int, int], bool] | None = None,
            messages: bool = True) -> DecodeResult:
     """Decode ``source`` and feed every committed transaction to the plugin.
 
     ``make_plugin(dictionary, server_major_version)`` is called once the first page tells the
-    version: some output formats differ between PostgreSQL versions. ``owns`` and
+    version: some output formats differ between PostgreSQL versions. ``share`` and
     ``messages`` make this one of several decoders sharing the WAL
     (:mod:`cdclake.decoding.parallel`).
     """
@@ -56,7 +58,7 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
             ctx = create_decoding_context(
                 options, dictionary, make_plugin(dictionary, reader.version),
                 version=reader.version, segment_size=reader.segment_size, tracker=tracker,
-                resolver=resolver, owns=owns, messages=messages)
+                resolver=resolver, share=share, messages=messages)
             process = ctx.process
         process(rec)
     if ctx is None:
@@ -65,6 +67,7 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
     result = DecodeResult(
         stats=ctx.decoder.stats, version=reader.version, segment_size=reader.segment_size,
         peak_memory=ctx.peak_memory, spilled_txns=buffer.spilled_txns,
+        spilled_xids=buffer.spilled_xids,
         spilled_changes=buffer.spilled_changes, spilled_bytes=buffer.spilled_bytes,
         open_xids=sorted(x for x, t in buffer.by_txn.items() if not t.top),
         end_lsn=getattr(reader, "end_of_wal", 0) or ctx.decoder.stats.last_lsn)

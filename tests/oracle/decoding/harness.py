@@ -23,6 +23,9 @@ from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
 
+#: the parallel decode's stripes in these tests: 2**9 = 512 bytes of WAL
+STRIPE_BITS = 9
+
 #: a workload step: (session name, SQL); sessions are autocommit connections, so explicit
 #: BEGIN/COMMIT in the SQL make multi-statement transactions and let sessions interleave
 Step = tuple[str, str]
@@ -101,14 +104,17 @@ def as_lines(rows: list[str]) -> list[str]:
 def ours(pg: LocalPostgres, cap: Capture, *, work_mem: int = 64 * 1024 * 1024,
          spill_dir: Path, jobs: int = 2) -> tuple[list[str], DecodeResult]:
     """What ``cdclake decode --jobs JOBS`` writes, as lines of text. Two jobs by default: the
-    parallel decode (every worker's share, merged) must equal the slot."""
+    parallel decode (every worker's share, merged) must equal the slot. Its stripes are
+    512 bytes of WAL here, not 256 KiB, so the workloads' transactions, small as they are,
+    are split among the workers change by change (TOAST values, speculative inserts,
+    subtransactions, TRUNCATE and messages on both sides of a stripe's end)."""
     out = io.BytesIO()
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
                             end_lsn=cap.end_lsn or None, work_mem=work_mem, spill_dir=spill_dir,
                             ddl_key=cap.key)
     result = decode_lines(DirectorySource(pg.archive_dir), Dictionary(), options,
                           lambda d, v, write: TestDecoding(write, d.types, version=v), out,
-                          jobs=jobs)
+                          jobs=jobs, stripe_bits=STRIPE_BITS)
     return out.getvalue().decode("utf-8", "surrogateescape").split("\n")[:-1], result
 
 

@@ -66,6 +66,9 @@ class TestDecoding:
     def __init__(self, write: Callable[[str], None], types: Mapping[int, TypeInfo], *,
                  version: int, include_xids: bool = True, skip_empty_xacts: bool = True) -> None:
         self.write = write
+        #: where the BEGIN line goes: ``write``, unless a parallel decode keys it apart (every
+        #: worker that writes a change of a transaction writes its BEGIN, which is kept once)
+        self.write_begin = write
         self.types = types
         self.include_xids = include_xids
         self.skip_empty_xacts = skip_empty_xacts
@@ -85,7 +88,7 @@ class TestDecoding:
             self._begin_line(txn)
 
     def _begin_line(self, txn: TxnInfo) -> None:
-        self.write(f"BEGIN {txn.xid}" if self.include_xids else "BEGIN")
+        self.write_begin(f"BEGIN {txn.xid}" if self.include_xids else "BEGIN")
 
     def _touch(self, txn: TxnInfo) -> None:
         if self.skip_empty_xacts and not self._wrote:
