@@ -376,14 +376,15 @@ class Decoder:
         events = sorted((e for m in members for e in m.ddl), key=lambda e: e[0])
         if events:
             self.replay.apply_catalog(events, info)
-        # of a parallel decode, every worker replays (each emits its share of the changes) and
-        # the one whose share the commit record is counts
+        # of a parallel decode, every worker holding changes of the transaction replays them
+        # (its share), and the one whose share the commit record is counts it and replays it
+        # in any case (an empty transaction's BEGIN and COMMIT, when the plugin writes them)
         counts = self.share is None or self.share(xid, rec.lsn)
         if self.owns is not None and not self.owns(xid):
             pass  # another decoder emits it
         elif rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
             self.stats.skipped_before_start += counts
-        else:
+        elif counts or any(m.changes or m.spill_files for m in members):
             self.startup.check(xid, f.subxacts, rec.lsn)
             self.replay.replay(info, self.rb.merged_changes(members))
             self.stats.emitted += counts
