@@ -19,14 +19,14 @@ import importlib
 from json.encoder import encode_basestring_ascii as _json_str
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.string cimport memcpy, strlen
+from libc.string cimport strlen
 
 from cdclake.decoding.rmgrs import identify, rmgr_name
 from cdclake.wal.record import FORK_NAMES, RM_HEAP2_ID, RM_HEAP_ID, RM_XACT_ID
 from cdclake.wal.rmgr import heap, heap2, xact
 
+from cdclake.tuples._out cimport Out, put
 from cdclake.wal._payload cimport Bytes, payload, readable
 
 cdef int HEAP_OPMASK = heap.XLOG_HEAP_OPMASK
@@ -82,44 +82,16 @@ cdef bytes _kind(rec, int rmid, int info, int version):
     return kind
 
 
-cdef struct Out:
-    char *p
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
 #: the one output buffer, reused by every call (the GIL is held throughout)
 cdef Out _out = Out(NULL, 0, 0)
 
 
-cdef int _room(Out *o, Py_ssize_t more) except -1:
-    cdef Py_ssize_t cap = o.cap or 1024
-    cdef char *p
-    while o.n + more > cap:
-        cap *= 2
-    if cap != o.cap:
-        p = <char *> PyMem_Realloc(o.p, cap)
-        if p == NULL:
-            raise MemoryError()
-        o.p = p
-        o.cap = cap
-    return 0
-
-
-cdef inline int _put(Out *o, const char *s, Py_ssize_t n) except -1:
-    if o.n + n > o.cap:
-        _room(o, n)
-    memcpy(o.p + o.n, s, n)
-    o.n += n
-    return 0
-
-
 cdef inline int _lit(Out *o, const char *s) except -1:
-    return _put(o, s, strlen(s))
+    return put(o, s, strlen(s))
 
 
 cdef inline int _bytes(Out *o, bytes b) except -1:
-    return _put(o, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
+    return put(o, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b))
 
 
 cdef int _dec(Out *o, unsigned long long v, int width=0) except -1:
@@ -132,7 +104,7 @@ cdef int _dec(Out *o, unsigned long long v, int width=0) except -1:
         v //= 10
         if v == 0 and 24 - i >= width:
             break
-    return _put(o, tmp + i, 24 - i)
+    return put(o, tmp + i, 24 - i)
 
 
 cdef int _hex(Out *o, unsigned long long v, int width=0) except -1:
@@ -145,7 +117,7 @@ cdef int _hex(Out *o, unsigned long long v, int width=0) except -1:
         v >>= 4
         if v == 0 and 16 - i >= width:
             break
-    return _put(o, tmp + i, 16 - i)
+    return put(o, tmp + i, 16 - i)
 
 
 cdef int _lsn(Out *o, unsigned long long lsn) except -1:

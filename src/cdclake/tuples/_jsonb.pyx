@@ -11,9 +11,10 @@ which returns its text or raises its JsonbFormatError.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcpy
+
+from cdclake.tuples._out cimport Out, grow, put
 
 from cdclake.tuples import jsonb as _reference
 from cdclake.tuples import numeric
@@ -36,39 +37,12 @@ cdef int MAX_DEPTH = 1000  # deeper than PostgreSQL's own stack allows: the refe
 cdef const char *HEX = b"0123456789abcdef"
 
 
-cdef struct Out:
-    char *p
-    Py_ssize_t n
-    Py_ssize_t cap
-
-
-cdef int _grow(Out *o, Py_ssize_t k) except -1:
-    cdef Py_ssize_t cap = o.cap
-    cdef char *p
-    while o.n + k > cap:
-        cap *= 2
-    p = <char *> PyMem_Realloc(o.p, cap)
-    if p == NULL:
-        raise MemoryError()
-    o.p = p
-    o.cap = cap
-    return 0
-
-
-cdef inline int _put(Out *o, const char *s, Py_ssize_t k) except -1:
-    if o.n + k > o.cap:
-        _grow(o, k)
-    memcpy(o.p + o.n, s, k)
-    o.n += k
-    return 0
-
-
 cdef int _string(Out *o, const unsigned char *s, Py_ssize_t k) except -1:
     """escape_json of a UTF-8 string, quotes included."""
     cdef Py_ssize_t i
     cdef unsigned char c
     if o.n + 6 * k + 2 > o.cap:
-        _grow(o, 6 * k + 2)
+        grow(o, 6 * k + 2)
     cdef char *d = o.p + o.n
     d[0] = 34
     d += 1
@@ -121,13 +95,13 @@ cdef int _scalar(Out *o, const unsigned char *b, Py_ssize_t n, Py_ssize_t base,
             return 1
         digits = numeric.text(PyBytes_FromStringAndSize(<const char *> b + start + 4,
                                                         size - 4)).encode("ascii")
-        _put(o, PyBytes_AS_STRING(digits), PyBytes_GET_SIZE(digits))
+        put(o, PyBytes_AS_STRING(digits), PyBytes_GET_SIZE(digits))
     elif jtype == ISBOOL_TRUE:
-        _put(o, b"true", 4)
+        put(o, b"true", 4)
     elif jtype == ISBOOL_FALSE:
-        _put(o, b"false", 5)
+        put(o, b"false", 5)
     elif jtype == ISNULL:
-        _put(o, b"null", 4)
+        put(o, b"null", 4)
     elif jtype == ISCONTAINER:
         return _container(o, b, n, base + ((off + 3) & ~3), False, depth + 1)
     else:
@@ -176,28 +150,28 @@ cdef int _container(Out *o, const unsigned char *b, Py_ssize_t n, Py_ssize_t sta
                 return 1
             return _scalar(o, b, n, base, types[0], offs[0], offs[1] - offs[0], depth)
         if is_object:
-            _put(o, b"{", 1)
+            put(o, b"{", 1)
             for i in range(count):
                 if i:
-                    _put(o, b", ", 2)
+                    put(o, b", ", 2)
                 if types[i] != ISSTRING or offs[i + 1] < offs[i] or base + offs[i + 1] > n:
                     return 1
                 _string(o, b + base + offs[i], offs[i + 1] - offs[i])
-                _put(o, b": ", 2)
+                put(o, b": ", 2)
                 r = _scalar(o, b, n, base, types[count + i], offs[count + i],
                             offs[count + i + 1] - offs[count + i], depth)
                 if r:
                     return r
-            _put(o, b"}", 1)
+            put(o, b"}", 1)
         else:
-            _put(o, b"[", 1)
+            put(o, b"[", 1)
             for i in range(count):
                 if i:
-                    _put(o, b", ", 2)
+                    put(o, b", ", 2)
                 r = _scalar(o, b, n, base, types[i], offs[i], offs[i + 1] - offs[i], depth)
                 if r:
                     return r
-            _put(o, b"]", 1)
+            put(o, b"]", 1)
         return 0
     finally:
         PyMem_Free(types)
