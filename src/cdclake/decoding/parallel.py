@@ -35,6 +35,7 @@ import heapq
 import multiprocessing
 import os
 import pickle
+import signal
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -59,6 +60,8 @@ _DATA, _BEGIN_LINE, _END, _ERROR = 0, 1, 2, 3
 #: BEGIN written before the first of them among them), its COMMIT line
 _MESSAGE, _BEGIN, _CHANGES, _COMMIT = 0, 1, 2, 3
 _FRAME_BYTES = 64 * 1024
+#: how long a stopped worker has to exit before it is killed
+_STOP_SECONDS = 5
 #: a stripe is 2**STRIPE_BITS bytes of WAL (256 KiB)
 STRIPE_BITS = 18
 
@@ -134,11 +137,16 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
             out.write(body)
         return _combine([results[i] for i in range(jobs)])
     finally:
+        # a worker still writing stops at its closed pipe; one that does not is killed
         for proc, pipe in workers:
+            pipe.close()
             if proc.is_alive():
                 proc.terminate()
-            proc.join()
-            pipe.close()
+        for proc, _pipe in workers:
+            proc.join(_STOP_SECONDS)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
 
 
 def _frames(index: int, pipe: BinaryIO, proc: Any, results: dict[int, DecodeResult],
@@ -279,6 +287,10 @@ class _Keyed:
 def _worker(index: int, jobs: int, stripe_bits: int, wfd: int, source: SegmentSource,
             dictionary: Dictionary, options: DecodeOptions, make_plugin: LinePlugin,
             make_resolver: Callable[[Dictionary], Resolver] | None) -> None:
+    # a fork inherits the parent's signal handlers (Airflow's task runner catches SIGTERM):
+    # the parent's terminate must end a worker
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     # its own spill directory: a decoding context clears stale spill files from its own
     own = dataclasses.replace(options, spill_dir=options.spill_dir / f"job-{index}")
     shares = Shares(index, jobs, stripe_bits)

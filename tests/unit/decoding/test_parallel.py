@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,3 +100,26 @@ def test_a_killed_worker_stops_the_decode_with_one_clear_error(decfix: DecodingF
     with pytest.raises(DecodingError, match=r"decode worker 1 of the parallel decode ended "
                                             r"without finishing \(exit code -9\)"):
         run(decfix, decfix.dir, 2, tmp_path / "spill", make_plugin=killing)
+
+
+def test_workers_stop_even_where_the_parent_catches_sigterm(decfix: DecodingFixture,
+                                                           tmp_path: Path) -> None:
+    """Airflow's task runner catches SIGTERM, and a forked worker inherits the handler. Worker
+    1 fails while worker 0 is blocked writing more than its pipe holds: the decode must stop
+    with worker 1's error instead of waiting for worker 0 forever."""
+    def flooding(d: Dictionary, version: int, write: Callable[[str], None]) -> OutputPlugin:
+        def write_or_fail(line: str) -> None:
+            if multiprocessing.current_process().name == "cdclake-decode-1":
+                raise DecodingError("worker 1 gives up")
+            for _ in range(1000):  # far more than a pipe holds
+                write(line)
+        return plugin(d, version, write_or_fail)
+
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DecodingError, match="worker 1 gives up"):
+            run(decfix, decfix.dir, 2, tmp_path / "spill", make_plugin=flooding)
+        assert time.monotonic() - started < 60
+    finally:
+        signal.signal(signal.SIGTERM, previous)
