@@ -1,24 +1,31 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twins of ``Decoder._heap`` and ``Decoder._heap2`` (:mod:`cdclake.decoding.decode`,
-see :mod:`cdclake.native`): the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user
-tables, and COPY's MULTI_INSERT, read from the record's bytes and queued as Changes, without
-the parsed-record dataclasses of :mod:`cdclake.wal.rmgr` and without running
-``Change.__init__`` or ``WalTuple.__init__`` (a Python frame each). A change goes into the
-reorder buffer inline (``_buffer``: ``ReorderBuffer.queue``'s bookkeeping, the same sizes and
-eviction).
+"""Compiled twins of ``Decoder.process``, ``Decoder._heap``, ``Decoder._heap2`` and
+``Decoder._xact`` (:mod:`cdclake.decoding.decode`, see :mod:`cdclake.native`): the per-record
+dispatch; the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables, and COPY's
+MULTI_INSERT, read from the record's bytes and queued as Changes, without the parsed-record
+dataclasses of :mod:`cdclake.wal.rmgr` and without running ``Change.__init__`` or
+``WalTuple.__init__`` (a Python frame each); and an ordinary COMMIT, read from its bytes and
+committed without ``XactFinish`` or ``TxnInfo.__init__``. A change goes into the reorder
+buffer inline (``_buffer``: ``ReorderBuffer.queue``'s bookkeeping, the same sizes and
+eviction), and a transaction without subtransactions or spill files leaves it inline
+(``_commit``: ``members`` and ``discard``).
 
-Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``)
-unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST chunks, and any record
-too short for its layout, whose WalCorruptError the reference raises. The gates run in the
-reference's order, with the same filter calls, so both queue the same changes, which the
-decoding suites check by running every test with both (and ``test_decode_twins.py`` record
-by record).
+Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``,
+``_python_xact``) unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST
+chunks, aborts, prepared and replicated commits, and any record too short for its layout,
+whose WalCorruptError the reference raises. The gates run in the reference's order, with the
+same filter calls, so both queue and emit the same changes, which the decoding suites check by
+running every test with both (and ``test_decode_twins.py`` record by record).
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.wal._payload cimport Bytes, payload, readable
+from cdclake.wal._slots cimport blank, offset, put
 
+from operator import itemgetter
+
+from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
     CHANGE_OVERHEAD as _CHANGE_OVERHEAD,
     DELETE,
@@ -27,10 +34,13 @@ from cdclake.decoding.changes import (
     SPEC_INSERT,
     UPDATE,
     Change,
+    TxnInfo,
 )
+from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import TXN, ReorderBuffer
+from cdclake.decoding.startup import Startup
 from cdclake.wal.record import WalTuple
-from cdclake.wal.rmgr import heap, heap2
+from cdclake.wal.rmgr import heap, heap2, xact
 
 
 cdef int OPMASK = heap.XLOG_HEAP_OPMASK
@@ -58,29 +68,64 @@ cdef Py_ssize_t CHANGE_OVERHEAD = _CHANGE_OVERHEAD
 cdef int INSERT_SIZE = 3  # xl_heap_insert: offnum, flags
 cdef int DELETE_SIZE = 8  # xl_heap_delete: xmax, offnum, infobits_set, flags
 cdef int UPDATE_SIZE = 14  # xl_heap_update: old_xmax, old_offnum, old_infobits, flags, ...
+cdef int XACT_OPMASK = xact.XLOG_XACT_OPMASK
+cdef int XACT_COMMIT = xact.XLOG_XACT_COMMIT
+cdef int XACT_HAS_INFO = xact.XLOG_XACT_HAS_INFO
+cdef unsigned int XI_DBINFO = xact.XACT_XINFO_HAS_DBINFO
+cdef unsigned int XI_SUBXACTS = xact.XACT_XINFO_HAS_SUBXACTS
+cdef unsigned int XI_RELFILELOCATORS = xact.XACT_XINFO_HAS_RELFILELOCATORS
+cdef unsigned int XI_INVALS = xact.XACT_XINFO_HAS_INVALS
+cdef unsigned int XI_DROPPED_STATS = xact.XACT_XINFO_HAS_DROPPED_STATS
+#: what the reference reads a commit's fields from: two-phase (its xid, gid) and origin
+cdef unsigned int XI_REFERENCE = xact.XACT_XINFO_HAS_TWOPHASE | xact.XACT_XINFO_HAS_ORIGIN
+cdef Py_ssize_t INVAL_MSG_SIZE = xact.INVAL_MSG_SIZE
+cdef Py_ssize_t LOCATOR_SIZE = 12  # RelFileLocator: spcOid, dbOid, relNumber
+_by_lsn = itemgetter(0)
+cdef Py_ssize_t T_INFOMASK2 = offset(WalTuple, "infomask2")
+cdef Py_ssize_t T_INFOMASK = offset(WalTuple, "infomask")
+cdef Py_ssize_t T_T_HOFF = offset(WalTuple, "t_hoff")
+cdef Py_ssize_t T_DATA = offset(WalTuple, "data")
+cdef Py_ssize_t C_ACTION = offset(Change, "action")
+cdef Py_ssize_t C_LSN = offset(Change, "lsn")
+cdef Py_ssize_t C_SEQ = offset(Change, "seq")
+cdef Py_ssize_t C_LOCATOR = offset(Change, "locator")
+cdef Py_ssize_t C_OLD = offset(Change, "old")
+cdef Py_ssize_t C_NEW = offset(Change, "new")
+cdef Py_ssize_t C_CLEAR_TOAST = offset(Change, "clear_toast")
+cdef Py_ssize_t C_ORIGIN = offset(Change, "origin")
+cdef Py_ssize_t C_PAYLOAD = offset(Change, "payload")
+cdef Py_ssize_t I_XID = offset(TxnInfo, "xid")
+cdef Py_ssize_t I_FIRST_LSN = offset(TxnInfo, "first_lsn")
+cdef Py_ssize_t I_FINAL_LSN = offset(TxnInfo, "final_lsn")
+cdef Py_ssize_t I_END_LSN = offset(TxnInfo, "end_lsn")
+cdef Py_ssize_t I_COMMIT_TIME = offset(TxnInfo, "commit_time")
+cdef Py_ssize_t I_ORIGIN_ID = offset(TxnInfo, "origin_id")
+cdef Py_ssize_t I_ORIGIN_LSN = offset(TxnInfo, "origin_lsn")
+cdef Py_ssize_t I_GID = offset(TxnInfo, "gid")
 
 
 cdef object _tuple(Bytes b, Py_ssize_t off):
     """wal_tuple: xl_heap_header at ``off``, then the tuple's bytes from t_bits on."""
-    t = WalTuple.__new__(WalTuple)
-    t.infomask2 = b.p[off] | (b.p[off + 1] << 8)
-    t.infomask = b.p[off + 2] | (b.p[off + 3] << 8)
-    t.t_hoff = b.p[off + 4]
-    t.data = PyBytes_FromStringAndSize(<const char *> b.p + off + HEADER, b.n - off - HEADER)
+    t = blank(WalTuple)
+    put(t, T_INFOMASK2, b.p[off] | (b.p[off + 1] << 8))
+    put(t, T_INFOMASK, b.p[off + 2] | (b.p[off + 3] << 8))
+    put(t, T_T_HOFF, b.p[off + 4])
+    put(t, T_DATA, PyBytes_FromStringAndSize(<const char *> b.p + off + HEADER,
+                                             b.n - off - HEADER))
     return t
 
 
 cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=True):
-    c = Change.__new__(Change)
-    c.action = action
-    c.lsn = rec.lsn
-    c.seq = seq
-    c.locator = loc
-    c.old = old
-    c.new = new
-    c.clear_toast = clear_toast
-    c.origin = rec.origin
-    c.payload = None
+    c = blank(Change)
+    put(c, C_ACTION, action)
+    put(c, C_LSN, rec.lsn)
+    put(c, C_SEQ, seq)
+    put(c, C_LOCATOR, loc)
+    put(c, C_OLD, old)
+    put(c, C_NEW, new)
+    put(c, C_CLEAR_TOAST, clear_toast)
+    put(c, C_ORIGIN, rec.origin)
+    put(c, C_PAYLOAD, None)
     return c
 
 
@@ -106,6 +151,33 @@ cdef _buffer(rb, xid, change):
     rb.size += n
     if rb.size > rb.work_mem:
         rb._evict()
+
+
+def process(self, rec):
+    """See ``Decoder.process``."""
+    st = self.stats
+    st.records += 1
+    st.last_lsn = rec.lsn
+    top = rec.toplevel_xid
+    if top:
+        self.rb.assign_child(top, rec.xid, rec.lsn)
+    handler = self._dispatch[rec.rmid]
+    if handler is not None:
+        handler(rec)
+
+
+cdef bint _drop(filt, loc, lsn) except -1:
+    """``filt.drop_locator(loc, lsn)``, inline where the newest version of a relation applies
+    and no table list is given (gate 4 by ``is_user_table``, as the reference decides)."""
+    if type(filt) is Filter and not filt.tables:
+        d = filt.dictionary
+        if type(d) is Dictionary:
+            versions = d._by_loc.get((loc.spc, loc.rel))
+            if versions is not None:
+                v = versions[len(versions) - 1]  # (no wraparound here)
+                if v.valid_from <= lsn and not v.dropped:
+                    return not v.is_user_table
+    return filt.drop_locator(loc, lsn)
 
 
 def _heap(self, rec):
@@ -146,7 +218,7 @@ def _heap(self, rec):
             return
         if flags & INSERT_ON_TOAST_RELATION:
             return self._python_heap(rec)
-        if filt.drop_locator(loc, rec.lsn):  # gates 3-4 where already decidable
+        if _drop(filt, loc, rec.lsn):  # gates 3-4 where already decidable
             return
         if (not flags & INSERT_IS_SPECULATIVE and self.share is not None
                 and self._elsewhere(rec, loc)):
@@ -164,13 +236,13 @@ def _heap(self, rec):
             return
         if flags & DELETE_IS_SUPER:
             return self._python_heap(rec)
-        if filt.drop_locator(loc, rec.lsn) or (self.share is not None
+        if _drop(filt, loc, rec.lsn) or (self.share is not None
                                                 and self._elsewhere(rec, loc)):
             return
         old = _tuple(md, DELETE_SIZE) if flags & DELETE_CONTAINS_OLD else None
         _queue(self, rec, _change(DELETE, rec, loc, old, None))
     else:
-        if (not filt.origin_ok(rec.origin) or filt.drop_locator(loc, rec.lsn)
+        if (not filt.origin_ok(rec.origin) or _drop(filt, loc, rec.lsn)
                 or (self.share is not None and self._elsewhere(rec, loc))):
             return
         if md.n < UPDATE_SIZE:
@@ -259,7 +331,7 @@ def _heap2(self, rec):
             stats.cut_before_start += count
         return
     filt = self.filter
-    if not filt.origin_ok(rec.origin) or filt.drop_locator(loc, rec.lsn):
+    if not filt.origin_ok(rec.origin) or _drop(filt, loc, rec.lsn):
         return
     if share is not None and self._elsewhere(rec, loc, count,
                                              bool(flags & INSERT_LAST_IN_MULTI)):
@@ -273,13 +345,140 @@ def _heap2(self, rec):
     for i in range(count):
         p = (p + 1) & ~1
         dlen = bd.p[p] | (bd.p[p + 1] << 8)
-        t = WalTuple.__new__(WalTuple)
-        t.infomask2 = bd.p[p + 2] | (bd.p[p + 3] << 8)
-        t.infomask = bd.p[p + 4] | (bd.p[p + 5] << 8)
-        t.t_hoff = bd.p[p + 6]
+        t = blank(WalTuple)
+        put(t, T_INFOMASK2, bd.p[p + 2] | (bd.p[p + 3] << 8))
+        put(t, T_INFOMASK, bd.p[p + 4] | (bd.p[p + 5] << 8))
+        put(t, T_T_HOFF, bd.p[p + 6])
         p += MULTI_TUPLE
-        t.data = PyBytes_FromStringAndSize(<const char *> bd.p + p, dlen)
+        put(t, T_DATA, PyBytes_FromStringAndSize(<const char *> bd.p + p, dlen))
         p += dlen
         _buffer(rb, xid, _change(INSERT, rec, loc, None, t, i,
                                  last_in_multi and i == count - 1))
     stats.changes += count
+
+
+cdef inline unsigned int _u32(const unsigned char *p):
+    return p[0] | (p[1] << 8) | (p[2] << 16) | (<unsigned int> p[3] << 24)
+
+
+cdef Py_ssize_t _array(Bytes md, Py_ssize_t p, Py_ssize_t item):
+    """The offset past the array of ``item``-byte entries counted at ``p``; -1 where the
+    count or the bytes are not there (the reference reads it, and raises)."""
+    cdef Py_ssize_t n
+    if md.n < p + 4:
+        return -1
+    n = <int> _u32(md.p + p)
+    if n < 0 or md.n < p + 4 + item * n:
+        return -1
+    return p + 4 + item * n
+
+
+def _xact(self, rec):
+    """See ``Decoder._xact``: a COMMIT without two-phase or origin fields (every ordinary
+    transaction's) is read here, to the end ``xact.parse`` checks, and committed; any other
+    record, and a commit whose counts or length the reference would reject, goes to it."""
+    cdef int info = rec.info
+    cdef Bytes md
+    cdef Py_ssize_t p = 8, i, end
+    cdef unsigned int xinfo = 0, db_id = 0
+    cdef long long xact_time
+    if info & XACT_OPMASK != XACT_COMMIT:
+        return self._python_xact(rec)
+    main = rec.main_data
+    if not readable(main):
+        return self._python_xact(rec)
+    md = payload(main)
+    if md.n < 8:
+        return self._python_xact(rec)
+    if info & XACT_HAS_INFO:
+        if md.n < 12:
+            return self._python_xact(rec)
+        xinfo = _u32(md.p + 8)
+        p = 12
+    if xinfo & XI_REFERENCE:
+        return self._python_xact(rec)
+    if xinfo & XI_DBINFO:
+        if md.n < p + 8:
+            return self._python_xact(rec)
+        db_id = _u32(md.p + p)
+        p += 8
+    subxacts = ()
+    if xinfo & XI_SUBXACTS:
+        end = _array(md, p, 4)
+        if end < 0:
+            return self._python_xact(rec)
+        subxacts = tuple([_u32(md.p + i) for i in range(p + 4, end, 4)])
+        p = end
+    if xinfo & XI_RELFILELOCATORS:
+        p = _array(md, p, LOCATOR_SIZE)
+    if p >= 0 and xinfo & XI_DROPPED_STATS:
+        p = _array(md, p, xact.stats_item_size(self.version))
+    if p >= 0 and xinfo & XI_INVALS:
+        p = _array(md, p, INVAL_MSG_SIZE)
+    if p < 0:
+        return self._python_xact(rec)
+    xact_time = <long long> (<unsigned long long> _u32(md.p)
+                             | (<unsigned long long> _u32(md.p + 4) << 32))
+    _commit(self, rec, xact_time, db_id, subxacts)
+
+
+cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts):
+    """See ``Decoder._commit``, for a commit without origin or gid; ``members`` and
+    ``discard`` inline for a transaction without subtransactions or spill files."""
+    stats = self.stats
+    stats.committed += 1
+    xid = rec.xid
+    rb = self.rb
+    plain = type(rb) is ReorderBuffer and not subxacts
+    if plain:
+        top = rb.by_txn.get(xid)
+        if top is None:
+            return
+        members = [top]
+        plain = not top.subxids and not top.spill_files
+    else:
+        members = rb.members(xid, subxacts)
+        if not members:
+            return
+    if db_id and db_id != self.db_oid:
+        rb.discard(xid, subxacts)
+        return
+    first = members[0].first_lsn
+    ddl = False
+    for m in members:
+        if m.first_lsn < first:
+            first = m.first_lsn
+        if m.ddl:
+            ddl = True
+    info = blank(TxnInfo)
+    put(info, I_XID, xid)
+    put(info, I_FIRST_LSN, first)
+    put(info, I_FINAL_LSN, rec.lsn)
+    put(info, I_END_LSN, rec.end_lsn)
+    put(info, I_COMMIT_TIME, xact_time)
+    put(info, I_ORIGIN_ID, rec.origin)
+    put(info, I_ORIGIN_LSN, 0)
+    put(info, I_GID, "")
+    if ddl:
+        self.replay.apply_catalog(sorted([e for m in members for e in m.ddl], key=_by_lsn),
+                                  info)
+    share = self.share
+    counts = share is None or share(xid, rec.lsn)
+    owns = self.owns
+    if owns is not None and not owns(xid):
+        pass  # another decoder emits it
+    elif rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
+        stats.skipped_before_start += counts
+    elif counts or any([m.changes or m.spill_files for m in members]):
+        startup = self.startup
+        if type(startup) is not Startup or startup.suspects is None or startup.suspects:
+            startup.check(xid, subxacts, rec.lsn)
+        self.replay.replay(info, top.changes if plain else rb.merged_changes(members))
+        stats.emitted += counts
+    if not plain:
+        rb.discard(xid, subxacts)
+        return
+    del rb.by_txn[xid]
+    if rb.size > rb.peak_size:
+        rb.peak_size = rb.size
+    rb.size -= top.size

@@ -392,9 +392,14 @@ class Decoder:
 
 
 #: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, catalog
-#: and TOAST inserts, malformed records), and ``_heap2`` the malformed ones
+#: and TOAST inserts, malformed records), ``_heap2`` the malformed ones, and ``_xact`` all but
+#: an ordinary commit
 Decoder._python_heap = Decoder._heap  # type: ignore[attr-defined]
 Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: ignore[method-assign]
 Decoder._python_heap2 = Decoder._heap2  # type: ignore[attr-defined]
 Decoder._heap2 = native.twin(Decoder._heap2,  # type: ignore[method-assign]
                              "cdclake.decoding._decode")
+Decoder._python_xact = Decoder._xact  # type: ignore[attr-defined]
+Decoder._xact = native.twin(Decoder._xact, "cdclake.decoding._decode")  # type: ignore[method-assign]
+Decoder.process = native.twin(Decoder.process,  # type: ignore[method-assign]
+                              "cdclake.decoding._decode")

@@ -8,7 +8,8 @@ same records, checks and errors as the pure-Python reference, which tests run be
 read is bounds-checked by hand (the reference relies on ``struct`` and ``IndexError`` for
 that). A record continued on later pages is assembled by the reader's own ``_assemble``.
 Records and block references are built without running their dataclass ``__init__`` (a
-Python frame per object): every field is set here.
+Python frame per object): every field is stored here, straight into its slot
+(:mod:`cdclake.wal._slots`).
 """
 
 import sys
@@ -17,6 +18,7 @@ import crc32c
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.wal._payload cimport Bytes, payload
+from cdclake.wal._slots cimport blank, offset, put
 
 from cdclake.errors import WalCorruptError
 from cdclake.wal.lsn import format_lsn
@@ -45,6 +47,30 @@ cdef int RM_MIN_CUSTOM = 128
 cdef unsigned int XLP_FIRST_IS_CONTRECORD = 0x0001
 cdef unsigned int XLP_FIRST_IS_OVERWRITE_CONTRECORD = 0x0008
 cdef unsigned int XLOG_SWITCH = 0x40
+
+cdef Py_ssize_t R_LSN = offset(XLogRecord, "lsn")
+cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
+cdef Py_ssize_t R_PREV = offset(XLogRecord, "prev")
+cdef Py_ssize_t R_XID = offset(XLogRecord, "xid")
+cdef Py_ssize_t R_RMID = offset(XLogRecord, "rmid")
+cdef Py_ssize_t R_INFO = offset(XLogRecord, "info")
+cdef Py_ssize_t R_TOT_LEN = offset(XLogRecord, "tot_len")
+cdef Py_ssize_t R_BLOCKS = offset(XLogRecord, "blocks")
+cdef Py_ssize_t R_MAIN_DATA = offset(XLogRecord, "main_data")
+cdef Py_ssize_t R_ORIGIN = offset(XLogRecord, "origin")
+cdef Py_ssize_t R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
+cdef Py_ssize_t R_TIMELINE = offset(XLogRecord, "timeline")
+cdef Py_ssize_t R_SEGMENT = offset(XLogRecord, "segment")
+cdef Py_ssize_t B_ID = offset(BlockRef, "id")
+cdef Py_ssize_t B_RLOCATOR = offset(BlockRef, "rlocator")
+cdef Py_ssize_t B_FORK = offset(BlockRef, "fork")
+cdef Py_ssize_t B_BLKNO = offset(BlockRef, "blkno")
+cdef Py_ssize_t B_FLAGS = offset(BlockRef, "flags")
+cdef Py_ssize_t B_DATA = offset(BlockRef, "data")
+cdef Py_ssize_t B_IMAGE = offset(BlockRef, "image")
+cdef Py_ssize_t B_BIMG_INFO = offset(BlockRef, "bimg_info")
+cdef Py_ssize_t B_HOLE_OFFSET = offset(BlockRef, "hole_offset")
+cdef Py_ssize_t B_HOLE_LENGTH = offset(BlockRef, "hole_length")
 
 #: the reader module (imported when it imports this one): its _EndOfWal
 cdef object _reader = None
@@ -90,15 +116,15 @@ def _decode_body(rec, data, where):
 
 cdef _block(int block_id, int flags):
     """A BlockRef with its defaults (the rest is set by the caller)."""
-    blk = BlockRef.__new__(BlockRef)
-    blk.id = block_id
-    blk.fork = flags & 0x0F
-    blk.flags = flags
-    blk.data = None
-    blk.image = None
-    blk.bimg_info = 0
-    blk.hole_offset = 0
-    blk.hole_length = 0
+    blk = blank(BlockRef)
+    put(blk, B_ID, block_id)
+    put(blk, B_FORK, flags & 0x0F)
+    put(blk, B_FLAGS, flags)
+    put(blk, B_DATA, None)
+    put(blk, B_IMAGE, None)
+    put(blk, B_BIMG_INFO, 0)
+    put(blk, B_HOLE_OFFSET, 0)
+    put(blk, B_HOLE_LENGTH, 0)
     return blk
 
 
@@ -133,11 +159,11 @@ cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, wh
                 datatotal += main_len
                 break
             if block_id == XLR_BLOCK_ID_ORIGIN:
-                rec.origin = _u16(b, p, n)
+                put(rec, R_ORIGIN, _u16(b, p, n))
                 p += 2
                 continue
             if block_id == XLR_BLOCK_ID_TOPLEVEL_XID:
-                rec.toplevel_xid = _u32(b, p, n)
+                put(rec, R_TOPLEVEL_XID, _u32(b, p, n))
                 p += 4
                 continue
             if block_id > XLR_MAX_BLOCK_ID or block_id <= last_id:
@@ -178,16 +204,16 @@ cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, wh
                                           f"(len {bimg_len}, hole {hole_off}+{hole_len}, "
                                           f"info 0x{bimg_info:02X})", segment=where,
                                           lsn=rec.lsn)
-                blk.bimg_info = bimg_info
-                blk.hole_offset = hole_off
-                blk.hole_length = hole_len
+                put(blk, B_BIMG_INFO, bimg_info)
+                put(blk, B_HOLE_OFFSET, hole_off)
+                put(blk, B_HOLE_LENGTH, hole_len)
                 ilens[nblocks] = bimg_len
                 datatotal += bimg_len
             if flags & BKPBLOCK_SAME_REL:
                 if last_loc is None:
                     raise WalCorruptError(f"block {block_id}: SAME_REL without a previous "
                                           "relation", segment=where, lsn=rec.lsn)
-                blk.rlocator = last_loc
+                put(blk, B_RLOCATOR, last_loc)
             else:
                 _need(p, 12, n)
                 key = PyBytes_FromStringAndSize(<const char *> &b[p], 12)
@@ -197,9 +223,9 @@ cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, wh
                         _locators.clear()
                     last_loc = _locators[key] = RelFileLocator(
                         _u32(b, p, n), _u32(b, p + 4, n), _u32(b, p + 8, n))
-                blk.rlocator = last_loc
+                put(blk, B_RLOCATOR, last_loc)
                 p += 12
-            blk.blkno = _u32(b, p, n)
+            put(blk, B_BLKNO, _u32(b, p, n))
             p += 4
             blocks.append(blk)
             dlens[nblocks] = dlen
@@ -215,13 +241,13 @@ cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, wh
         blk = blocks[i]
         k = ilens[i]
         if k >= 0:
-            blk.image = src[p:p + k]
+            put(blk, B_IMAGE, src[p:p + k])
             p += k
         k = dlens[i]
         if k:
-            blk.data = src[p:p + k]
+            put(blk, B_DATA, src[p:p + k])
             p += k
-    rec.main_data = src[p:p + main_len]
+    put(rec, R_MAIN_DATA, src[p:p + main_len])
 
 
 def __iter__(self):
@@ -338,19 +364,19 @@ cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t 
     if crc32c.crc32c(src[off:off + 20],
                      crc32c.crc32c(src[off + RECORD_HEADER:off + tot_len])) != crc:
         raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
-    rec = XLogRecord.__new__(XLogRecord)
-    rec.lsn = pos
-    rec.end_lsn = end_pos
-    rec.prev = prev
-    rec.xid = xid
-    rec.rmid = rmid
-    rec.info = info
-    rec.tot_len = tot_len
-    rec.blocks = []
-    rec.main_data = b""
-    rec.origin = INVALID_REP_ORIGIN
-    rec.toplevel_xid = INVALID_XID
-    rec.timeline = self._segno_tli.get(pos // size, 1)
-    rec.segment = where
+    rec = blank(XLogRecord)
+    put(rec, R_LSN, pos)
+    put(rec, R_END_LSN, end_pos)
+    put(rec, R_PREV, prev)
+    put(rec, R_XID, xid)
+    put(rec, R_RMID, rmid)
+    put(rec, R_INFO, info)
+    put(rec, R_TOT_LEN, tot_len)
+    put(rec, R_BLOCKS, [])
+    put(rec, R_MAIN_DATA, b"")
+    put(rec, R_ORIGIN, INVALID_REP_ORIGIN)
+    put(rec, R_TOPLEVEL_XID, INVALID_XID)
+    put(rec, R_TIMELINE, self._segno_tli.get(pos // size, 1))
+    put(rec, R_SEGMENT, where)
     _decode(rec, d, n, src, off, where)
     return rec

@@ -1,5 +1,9 @@
-"""The compiled ``Decoder._heap`` and ``Decoder._heap2`` (``decoding/_decode.pyx``) against
-their Python reference, record by record: heap INSERT, UPDATE, DELETE and COPY's
+"""The compiled ``Decoder._heap``, ``Decoder._heap2``, ``Decoder._xact`` and
+``Decoder.process`` (``decoding/_decode.pyx``) against their Python reference, record by
+record. Commits: of every sub-record combination, cut short at every length, with bad
+counts, spilled, before the start, unproven by start-up, another decoder's; they must make
+the same replay calls (every field of the transaction), leave the same buffer and statistics,
+and raise the same error. Changes: heap INSERT, UPDATE, DELETE and COPY's
 MULTI_INSERT, whole, cut short at every length, with every flag byte, with their block data
 cut, without blocks and with a payload that is not contiguous. Both must queue the same
 changes (every field, in the same transaction, with the same work_mem accounting and the same
@@ -11,18 +15,36 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding import _decode  # type: ignore[attr-defined]
-from cdclake.decoding.changes import ELSEWHERE
+from cdclake.decoding.changes import ELSEWHERE, Change, TxnInfo
 from cdclake.decoding.decode import Decoder
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
-from cdclake.wal.record import RM_HEAP2_ID, RM_HEAP_ID, BlockRef, RelFileLocator, XLogRecord
-from cdclake.wal.rmgr import heap
-from tests.unit.decoding.records import DB, USER_REL, Recording, heap_record, multi_insert
+from cdclake.decoding.startup import Startup
+from cdclake.errors import DecodingError, WalCorruptError
+from cdclake.wal.record import (
+    RM_HEAP2_ID,
+    RM_HEAP_ID,
+    RM_XACT_ID,
+    BlockRef,
+    RelFileLocator,
+    XLogRecord,
+)
+from cdclake.wal.rmgr import heap, xact
+from tests.unit.decoding.records import (
+    DB,
+    USER_REL,
+    Recording,
+    assignment,
+    heap_record,
+    multi_insert,
+    prepare_record,
+)
 
 LOC = RelFileLocator(1663, DB, USER_REL)
 TUPLE = struct.pack("<HHB", 2, 0, 24) + b"\0" + struct.pack("<ii", 7, 8)
@@ -126,3 +148,130 @@ def test_heap_and_multi_insert_records_queue_the_same(tmp_path: Path) -> None:
                                                       tmp_path / "share", 1 << 20, 0, _alternate)
     actions = {c[0] for _size, _n, changes in txns.values() for c in changes}
     assert ELSEWHERE in actions and actions - {ELSEWHERE}
+
+
+def _commit(lsn: int, xid: int, xinfo: int, *, subxacts: tuple[int, ...] = (11, 12),
+            db: int = DB, count: int | None = None) -> XLogRecord:
+    """A COMMIT with the sub-records ``xinfo`` asks for, in xactdesc.c's order; ``count``
+    replaces every array's count (negative, or more entries than there are bytes)."""
+    md = struct.pack("<qI", 1_000_000 + lsn, xinfo)
+    if xinfo & xact.XACT_XINFO_HAS_DBINFO:
+        md += struct.pack("<II", db, 1663)
+    for flag, n, item in ((xact.XACT_XINFO_HAS_SUBXACTS, len(subxacts), 4),
+                          (xact.XACT_XINFO_HAS_RELFILELOCATORS, 1, 12),
+                          (xact.XACT_XINFO_HAS_DROPPED_STATS, 2, 12),
+                          (xact.XACT_XINFO_HAS_INVALS, 1, 16)):
+        if xinfo & flag:
+            body = (struct.pack(f"<{n}I", *subxacts) if item == 4 else bytes(n * item))
+            md += struct.pack("<i", n if count is None else count) + body
+    if xinfo & xact.XACT_XINFO_HAS_TWOPHASE:
+        md += struct.pack("<I", xid) + b"gid\0"
+    if xinfo & xact.XACT_XINFO_HAS_ORIGIN:
+        md += struct.pack("<Qq", 77, 5)
+    return XLogRecord(lsn, lsn + 8, 0, xid, RM_XACT_ID, xact.XLOG_XACT_HAS_INFO, 64, [], md)
+
+
+def _commits() -> Iterator[XLogRecord]:
+    """Commits of every sub-record combination, cut short, with bad counts, of another
+    database, without xinfo, not contiguous; an abort, a prepare and an assignment."""
+    every = (xact.XACT_XINFO_HAS_DBINFO | xact.XACT_XINFO_HAS_SUBXACTS
+             | xact.XACT_XINFO_HAS_RELFILELOCATORS | xact.XACT_XINFO_HAS_INVALS
+             | xact.XACT_XINFO_HAS_DROPPED_STATS)
+    for xinfo in range(512):
+        yield _commit(1000, 10, xinfo)
+    whole = _commit(1000, 10, every)
+    md = bytes(whole.main_data)
+    for n in range(len(md)):
+        yield dataclasses.replace(whole, main_data=md[:n])
+    for count in (-1, 0, 3, 1 << 30, -(1 << 31)):
+        yield _commit(1000, 10, every, count=count)
+    yield _commit(1000, 10, every, db=DB + 1)
+    yield _commit(1000, 10, xact.XACT_XINFO_HAS_SUBXACTS, subxacts=())
+    yield _commit(1000, 10, xact.XACT_XINFO_HAS_SUBXACTS, subxacts=(13,))
+    yield _commit(1000, 99, 0)  # nothing buffered
+    yield dataclasses.replace(whole, info=0, main_data=md[:8])  # no xinfo at all
+    yield dataclasses.replace(whole, main_data=memoryview(md + md)[::2])
+    yield dataclasses.replace(whole, main_data=memoryview(md))
+    for op in (xact.XLOG_XACT_ABORT, xact.XLOG_XACT_COMMIT_PREPARED):
+        yield dataclasses.replace(whole, info=whole.info | op)
+    yield prepare_record(1000, 10, (11,))
+    yield assignment(1000, 10, (11, 12))
+
+
+class _Replay:
+    """Every call a commit makes of the replay stage, with every field of the transaction."""
+
+    def __init__(self) -> None:
+        self.calls: list[object] = []
+
+    def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None:
+        self.calls.append(("apply_catalog", events, dataclasses.astuple(info)))
+
+    def replay(self, info: TxnInfo, changes: Iterable[Change]) -> None:
+        self.calls.append(("replay", dataclasses.astuple(info), [c.lsn for c in changes]))
+
+    def message(self, lsn: int, prefix: str, content: bytes) -> None:
+        self.calls.append(("message", lsn, prefix))
+
+
+def _decode_all(records: list[XLogRecord], spill: Path, *, work_mem: int, start_lsn: int,
+                startup: Startup, spilled: bool, owns: Callable[[int], bool] | None,
+                share: Callable[[int, int], bool] | None, nested: bool) -> object:
+    """A fresh decoder per commit record, after a transaction was buffered (10, with DDL
+    events; when ``nested``, in subtransactions 11 and 12 too), fed through ``process``; what
+    it did."""
+    out = []
+    for i, commit in enumerate(records):
+        rp = _Replay()
+        d = Decoder(db_oid=DB, buffer=ReorderBuffer(work_mem, spill / str(i), 1 << 20),
+                    replay=rp, filter=Filter(Dictionary()), start_lsn=start_lsn, version=15,
+                    startup=dataclasses.replace(startup), owns=owns, share=share)
+        for lsn, xid, top in ((100, 10, 0), (200, 11, 10), (300, 12, 10), (400, 10, 0)):
+            d.process(heap_record(lsn, xid if nested else 10, toplevel=top if nested else 0))
+        d.rb.txn(10, 100).ddl.append((450, b"b"))
+        d.rb.txn(12 if nested else 10, 300).ddl.append((350, b"a"))
+        if spilled:
+            d.rb.spill(d.rb.txn(11 if nested else 10, 200))
+        try:
+            d.process(commit)
+            outcome: object = None
+        except Exception as exc:  # the error itself is compared
+            outcome = (type(exc), str(exc))
+        out.append((outcome, rp.calls, sorted(d.rb.by_txn), d.rb.size, d.rb.peak_size,
+                    dataclasses.astuple(d.stats)))
+    return out
+
+
+def test_commit_records_and_dispatch_do_the_same(tmp_path: Path) -> None:
+    # the compiled ``process`` and ``_xact`` (its inline commit) against the reference
+    records = list(_commits())
+    setups = [dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
+                   owns=None, share=None),
+              dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=True,
+                   owns=None, share=None),
+              dict(work_mem=1 << 20, start_lsn=5000, startup=Startup(set()), spilled=False,
+                   owns=None, share=None),
+              dict(work_mem=1 << 20, start_lsn=0, startup=Startup(), spilled=False,
+                   owns=None, share=None),
+              dict(work_mem=1 << 20, start_lsn=0, startup=Startup({12}), spilled=False,
+                   owns=None, share=None),
+              dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
+                   owns=lambda xid: xid != 10, share=None),
+              dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
+                   owns=None, share=_alternate)]
+    setups += [{**s, "nested": False} for s in setups]
+    for n, setup in enumerate(setups):
+        setup.setdefault("nested", True)
+        with native.use_python():
+            want = _decode_all(records, tmp_path / f"py{n}", **setup)  # type: ignore[arg-type]
+        with native.use_python(False):
+            assert type(Decoder.process).__name__ == "cython_function_or_method"
+            got = _decode_all(records, tmp_path / f"c{n}", **setup)  # type: ignore[arg-type]
+        assert got == want, setup
+    # the workload reaches what it is meant to: replays, errors, transactions left buffered
+    outcomes = [o for o, *_ in want] + [o for o, *_ in _decode_all(records, tmp_path / "x",
+                                                                   **setups[3])]
+    calls = [c for _o, cs, *_ in want for c in cs]
+    assert {"replay", "apply_catalog"} <= {c[0] for c in calls}  # type: ignore[index]
+    assert any(o is None for o in outcomes)
+    assert {WalCorruptError, DecodingError} <= {o[0] for o in outcomes if o}  # type: ignore[index]

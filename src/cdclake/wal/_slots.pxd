@@ -1,0 +1,48 @@
+# cython: language_level=3
+"""Setting the fields of a ``@dataclass(slots=True)`` instance from C (inlined into each
+compiled module that builds one): ``obj.field = value`` on a Python class looks the name up
+through the type and calls the slot's member descriptor, which costs more than building the
+record itself; the descriptor only stores the pointer at a fixed offset in the instance, and
+:func:`offset` reads that offset from the descriptor (CPython's ``PyMemberDef``) once. A
+class whose field is not such a slot fails at import, where the offset is read."""
+
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        pass
+    object PyType_GenericNew(PyTypeObject *cls, PyObject *args, PyObject *kwds)
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    int T_OBJECT_EX
+
+
+cdef inline Py_ssize_t offset(type cls, str name) except -1:
+    """Where instances of ``cls`` hold their slot ``name`` (a ``__slots__`` member)."""
+    d = cls.__dict__[name]
+    if type(d).__name__ != "member_descriptor":
+        raise TypeError(f"{cls.__name__}.{name} is not a slot")
+    cdef PyMemberDef *m = (<PyMemberDescrObject *> d).d_member
+    if m.type != T_OBJECT_EX:
+        raise TypeError(f"{cls.__name__}.{name} is not an object slot")
+    return m.offset
+
+
+cdef inline object blank(type cls):
+    """``cls.__new__(cls)`` for a class without a ``__new__`` of its own: its slots empty."""
+    return PyType_GenericNew(<PyTypeObject *> cls, NULL, NULL)
+
+
+cdef inline void put(object obj, Py_ssize_t at, object value):
+    """``obj.<the slot at offset at> = value``, as the member descriptor does it."""
+    cdef PyObject **slot = <PyObject **> (<char *> <PyObject *> obj + at)
+    cdef PyObject *old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject *> value
+    Py_XDECREF(old)
