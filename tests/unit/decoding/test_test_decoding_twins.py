@@ -84,3 +84,36 @@ def test_the_compiled_line_equals_the_reference() -> None:
         with native.use_python():
             want = _line(python, tup, action)
         assert _line(_test_decoding.change, tup, action) == want, tup
+
+
+def _framed(include_xids: bool, skip_empty_xacts: bool, changes: int) -> list[str]:
+    """A transaction of ``changes`` changes through the bound begin, change and commit."""
+    lines: list[str] = []
+    begins: list[str] = []
+    plugin = TestDecoding(lines.append, BUILTIN, version=15, include_xids=include_xids,
+                          skip_empty_xacts=skip_empty_xacts)
+    plugin.write_begin = begins.append  # as a parallel decode keys BEGIN lines apart
+    plugin.layouts.get = lambda rel: layout  # type: ignore[method-assign]
+    txn = TxnInfo(7, 0x100, 0x200, 0, 0)
+    plugin.begin(txn)
+    for i in range(changes):
+        row = (struct.pack("<h", i), struct.pack("<i", i), struct.pack("<q", i), None,
+               struct.pack("<i", i), None)
+        plugin.change(txn, REL, INSERT, Change(INSERT, 0x100 + i, 0, None, None, row, True, 0),
+                      {})
+    plugin.commit(txn)
+    return begins + ["--"] + lines
+
+
+def test_the_compiled_framing_equals_the_reference() -> None:
+    # BEGIN and COMMIT lines: with and without xids, empty transactions skipped or not
+    cases = [(x, s, n) for x in (True, False) for s in (True, False) for n in (0, 1, 3)]
+    with native.use_python():
+        want = [_framed(*case) for case in cases]
+    with native.use_python(False):
+        assert type(TestDecoding.commit).__name__ == "cython_function_or_method"
+        got = [_framed(*case) for case in cases]
+    assert got == want
+    assert ["BEGIN 7", "--", "table public.t: INSERT: c0[smallint]:0 c1[integer]:0 "
+            "c2[bigint]:0 c3[text]:null c4[integer]:0 c5[text]:null", "COMMIT 7"] in want
+    assert ["--"] in want and ["BEGIN", "--", "COMMIT"] in want

@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twins of ``TestDecoding.change`` and ``TestDecoding._tuple``
-(:mod:`cdclake.decoding.plugins.test_decoding`, see :mod:`cdclake.native`): one change's line
-as test_decoding prints it.
+"""Compiled twins of ``TestDecoding.change``, ``TestDecoding._tuple``, ``TestDecoding.begin``
+and ``TestDecoding.commit`` (:mod:`cdclake.decoding.plugins.test_decoding`, see
+:mod:`cdclake.native`): one change's line as test_decoding prints it, and the transaction's
+framing, which runs as often as a change in a workload of small transactions.
 
 The same lines and errors as the Python reference, which tests run beside it. Its plan per
 relation version keeps each column's text function and quoting style (bare, bit string, bool,
@@ -200,10 +201,29 @@ def _tuple(self, layout, tup, bint skip_nulls, toast, lsn):
     return _tuple_text(layout, tup, skip_nulls, toast, lsn)
 
 
+cdef _begin_line(self, txn):
+    """See ``TestDecoding._begin_line``."""
+    self.write_begin(f"BEGIN {txn.xid}" if self.include_xids else "BEGIN")
+
+
+def begin(self, txn):
+    """See ``TestDecoding.begin``."""
+    self._wrote = False
+    if not self.skip_empty_xacts:
+        _begin_line(self, txn)
+
+
+def commit(self, txn):
+    """See ``TestDecoding.commit``."""
+    if self.skip_empty_xacts and not self._wrote:
+        return
+    self.write(f"COMMIT {txn.xid}" if self.include_xids else "COMMIT")
+
+
 def change(self, txn, rel, int action, change, toast):
     """See ``TestDecoding.change``."""
     if self.skip_empty_xacts and not self._wrote:
-        self._begin_line(txn)
+        _begin_line(self, txn)
     self._wrote = True
     layout = _layout(self.layouts, rel)
     cdef list line = ["table ", rel.qualified, ":"]

@@ -189,3 +189,7 @@ TestDecoding._tuple = native.twin(  # type: ignore[method-assign]
     TestDecoding._tuple, "cdclake.decoding.plugins._test_decoding")
 TestDecoding.change = native.twin(  # type: ignore[method-assign]
     TestDecoding.change, "cdclake.decoding.plugins._test_decoding")
+TestDecoding.begin = native.twin(  # type: ignore[method-assign]
+    TestDecoding.begin, "cdclake.decoding.plugins._test_decoding")
+TestDecoding.commit = native.twin(  # type: ignore[method-assign]
+    TestDecoding.commit, "cdclake.decoding.plugins._test_decoding")
