@@ -1,7 +1,7 @@
 """The compiled test_decoding line (``TestDecoding.change``/``_tuple`` in
 ``_test_decoding.pyx``) against its Python reference, on random and malformed datums of the
-types it formats without calling a codec (int2, int4, int8, UTF-8 text): the same lines, and
-the same error where the reference raises one. No server."""
+types it formats without calling a codec (int2, int4, int8, UTF-8 text, bool, uuid, bytea,
+float8): the same lines, and the same error where the reference raises one. No server."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.rows import RowLayout
 from tests.unit.tuples.builtin_types import BUILTIN
 
-#: (type oid, attlen) of the columns, in order
-TYPES = ((21, 2), (23, 4), (20, 8), (25, -1), (23, 4), (25, -1))
+#: (type oid, attlen) of the columns, in order: int2, int4, int8, text, int4, text, bool,
+#: uuid, bytea, float8
+TYPES = ((21, 2), (23, 4), (20, 8), (25, -1), (23, 4), (25, -1), (16, 1), (2950, 16),
+         (17, -1), (701, 8))
 
 REL = RelationVersion(
     oid=1, db_oid=5, tablespace=1663, relfilenode=1, schema="public", name="t",
@@ -47,12 +49,16 @@ def _datum(rng: random.Random, oid: int, attlen: int) -> object:
         return None
     if attlen > 0:
         if roll < 0.2:  # the wrong size: the codec's error
-            return rng.randbytes(rng.choice([0, 1, 3, 5, 9]))
+            return rng.randbytes(rng.choice([0, 1, 3, 5, 9, 15, 17]))
+        if oid in (16, 2950, 701):  # any bits: bools other than 0/1, every double, NaNs
+            return rng.randbytes(attlen)
         fmt = {2: "<h", 4: "<i", 8: "<q"}[attlen]
         bits = attlen * 8
         edge = rng.choice([0, -1, 1, -(1 << (bits - 1)), (1 << (bits - 1)) - 1,
                            rng.randrange(-(1 << (bits - 1)), 1 << (bits - 1))])
         return struct.pack(fmt, edge)
+    if oid == 17:
+        return _varlena(rng.randbytes(rng.randrange(0, 200)))
     if roll < 0.2:  # not UTF-8
         return _varlena(b"\xff\xfe" + rng.randbytes(3))
     text = "".join(rng.choice("ab'c\u00e9\u4e2d\n\\ ") for _ in range(rng.randrange(0, 200)))
@@ -98,7 +104,7 @@ def _framed(include_xids: bool, skip_empty_xacts: bool, changes: int) -> list[st
     plugin.begin(txn)
     for i in range(changes):
         row = (struct.pack("<h", i), struct.pack("<i", i), struct.pack("<q", i), None,
-               struct.pack("<i", i), None)
+               struct.pack("<i", i), None, b"\1", None, None, None)
         plugin.change(txn, REL, INSERT, Change(INSERT, 0x100 + i, 0, None, None, row, True, 0),
                       {})
     plugin.commit(txn)
@@ -115,5 +121,6 @@ def test_the_compiled_framing_equals_the_reference() -> None:
         got = [_framed(*case) for case in cases]
     assert got == want
     assert ["BEGIN 7", "--", "table public.t: INSERT: c0[smallint]:0 c1[integer]:0 "
-            "c2[bigint]:0 c3[text]:null c4[integer]:0 c5[text]:null", "COMMIT 7"] in want
+            "c2[bigint]:0 c3[text]:null c4[integer]:0 c5[text]:null c6[boolean]:true "
+            "c7[uuid]:null c8[bytea]:null c9[double precision]:null", "COMMIT 7"] in want
     assert ["--"] in want and ["BEGIN", "--", "COMMIT"] in want

@@ -19,7 +19,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 from cdclake.decoding.changes import DELETE, INSERT
 from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
-from cdclake.tuples import heap, scalars
+from cdclake.tuples import codecs, floats, heap, scalars
 from cdclake.tuples.codecs import FORMAT_ERRORS
 from cdclake.tuples.heap import MissingValue
 
@@ -29,7 +29,7 @@ cdef enum Style:
 
 # codecs formatted inline (well-formed datums only)
 cdef enum Inline:
-    NONE, INT2, INT4, INT8, UTF8
+    NONE, INT2, INT4, INT8, UTF8, BOOL_, UUID, BYTEA, FLOAT8
 
 cdef int _INSERT = INSERT
 cdef int _DELETE = DELETE
@@ -55,6 +55,12 @@ cdef class _Plan:
 
 cdef dict _plans = {}
 
+#: the codec text functions whose well-formed datums ``_inline_text`` formats itself
+cdef dict _INLINE = {scalars.int2_text: INT2, scalars.int4_text: INT4,
+                     scalars.int8_text: INT8, scalars.utf8_text: UTF8,
+                     scalars.bool_text: BOOL_, scalars.uuid_text: UUID,
+                     scalars.bytea_text: BYTEA, codecs._float8_text: FLOAT8}
+
 
 cdef _Plan _plan(layout):
     plan = _plans.get(id(layout))
@@ -73,9 +79,7 @@ cdef _Plan _plan(layout):
         oid = lc.column.type_oid
         s.style = BARE if oid in _BARE else BIT if oid in _BIT else BOOL if oid == 16 else QUOTED
         s.varlena = lc.codec.typisvarlena
-        s.inline = (INT2 if s.text is scalars.int2_text else INT4 if s.text is scalars.int4_text
-                    else INT8 if s.text is scalars.int8_text
-                    else UTF8 if s.text is scalars.utf8_text else NONE)
+        s.inline = _INLINE.get(s.text, NONE)
         s.column = lc
         p.steps.append(s)
     _plans[id(layout)] = p
@@ -116,8 +120,8 @@ cdef inline str _quoted(Style style, str text):
 
 
 cdef inline object _inline_text(Inline kind, object value):
-    """The text of a well-formed int2/int4/int8/UTF-8 datum in ``bytes``; None otherwise (the
-    codec then formats it, or raises its error)."""
+    """The text of a well-formed int2/int4/int8/UTF-8/bool/uuid/bytea/float8 datum in
+    ``bytes``; None otherwise (the codec then formats it, or raises its error)."""
     if type(value) is not bytes:
         return None
     cdef const unsigned char *b = <const unsigned char *> PyBytes_AS_STRING(value)
@@ -125,6 +129,17 @@ cdef inline object _inline_text(Inline kind, object value):
     cdef long long v
     if kind == UTF8:
         return PyUnicode_DecodeUTF8(<const char *> b, n, NULL)  # strict, as str(p, "utf-8")
+    if kind == BYTEA:
+        return "\\x" + (<bytes> value).hex()
+    if kind == FLOAT8:
+        return floats.float8_datum_text(value)  # the twin bound now
+    if kind == BOOL_:
+        return ("t" if b[0] else "f") if n else None
+    if kind == UUID:
+        if n != 16:
+            return None
+        h = (<bytes> value).hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
     if kind == INT4 and n == 4:
         v = <int> (b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24))
     elif kind == INT8 and n == 8:
