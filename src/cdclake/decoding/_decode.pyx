@@ -20,6 +20,7 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
+from cdclake.catalog._dictionary cimport newest_version
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.wal._slots cimport blank, offset, put
 
@@ -39,6 +40,7 @@ from cdclake.decoding.changes import (
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.decoding.startup import Startup
+from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.record import WalTuple
 from cdclake.wal.rmgr import heap, heap2, xact
 
@@ -172,12 +174,19 @@ cdef bint _drop(filt, loc, lsn) except -1:
     if type(filt) is Filter and not filt.tables:
         d = filt.dictionary
         if type(d) is Dictionary:
-            versions = d._by_loc.get((loc.spc, loc.rel))
-            if versions is not None:
-                v = versions[len(versions) - 1]  # (no wraparound here)
-                if v.valid_from <= lsn and not v.dropped:
-                    return not v.is_user_table
+            v = newest_version(d._by_loc, loc.spc, loc.rel, lsn)
+            if v is not None:
+                return not v.is_user_table
     return filt.drop_locator(loc, lsn)
+
+
+cdef bint _is_pg_class(tracker, loc) except -1:
+    """``tracker.is_pg_class(loc.spc, loc.rel)``, inline for the PgClassTracker (asked of
+    every INSERT)."""
+    if type(tracker) is PgClassTracker:
+        pg_class = tracker.dictionary._pg_class_loc
+        return pg_class is not None and pg_class == (loc.spc, loc.rel)
+    return tracker.is_pg_class(loc.spc, loc.rel)
 
 
 def _heap(self, rec):
@@ -199,7 +208,7 @@ def _heap(self, rec):
     xid = rec.xid
     if op == OP_INSERT:
         tracker = self.tracker
-        if tracker is not None and tracker.is_pg_class(loc.spc, loc.rel):
+        if tracker is not None and _is_pg_class(tracker, loc):
             return self._python_heap(rec)
     if _foreign(self, xid):
         return

@@ -3,14 +3,18 @@
 :mod:`cdclake.native`): one committed transaction's changes to output-plugin calls.
 
 The same loop as the Python reference, which tests run beside it, with the relation of a change
-found without a call where it is the common case: the dictionary's version at the change's LSN,
-not a transient heap, whose gates ``Replayer._wanted`` has already decided. Any other change
+found without a call where it is the common case: the dictionary's newest version applies at
+the change's LSN (``catalog/_dictionary.pxd``), and it is not a transient heap, whose gates
+``Replayer._wanted`` has already decided. Any other change
 (a relation created in this transaction, a rewrite, a first sight) goes through
 ``Replayer.resolve``, with its errors.
 """
 
 import sys
 
+from cdclake.catalog._dictionary cimport newest_version
+
+from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
     DELETE,
     ELSEWHERE,
@@ -41,7 +45,9 @@ def replay(self, info, changes):
     append_chunk = sys.modules["cdclake.decoding.reassembly"]._append_chunk
     plugin = self.plugin
     change = plugin.change
-    for_locator = self.dictionary.relation_for_locator
+    dictionary = self.dictionary
+    for_locator = dictionary.relation_for_locator
+    by_loc = dictionary._by_loc if type(dictionary) is Dictionary else None
     cdef dict kept = self._kept
     plugin.begin(info)
     cdef dict toast = {}
@@ -68,7 +74,9 @@ def replay(self, info, changes):
             action = _INSERT
         if action <= _DELETE:
             loc = ch.locator
-            rel = for_locator(loc.spc, loc.rel, ch.lsn)
+            rel = None if by_loc is None else newest_version(by_loc, loc.spc, loc.rel, ch.lsn)
+            if rel is None:
+                rel = for_locator(loc.spc, loc.rel, ch.lsn)
             known = kept.get(id(rel)) if rel is not None and not rel.rewrite_of else None
             if known is not None and (<tuple> known)[0] is rel:
                 if not (<tuple> known)[1]:

@@ -108,7 +108,7 @@ def _framed(include_xids: bool, skip_empty_xacts: bool, changes: int) -> list[st
         plugin.change(txn, REL, INSERT, Change(INSERT, 0x100 + i, 0, None, None, row, True, 0),
                       {})
     plugin.commit(txn)
-    return begins + ["--"] + lines
+    return [*begins, "--", *lines]
 
 
 def test_the_compiled_framing_equals_the_reference() -> None:
