@@ -21,6 +21,7 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.catalog._dictionary cimport newest_version
+from cdclake.decoding._stripes cimport says_yes
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.wal._slots cimport blank, offset, put
 
@@ -30,6 +31,7 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
     CHANGE_OVERHEAD as _CHANGE_OVERHEAD,
     DELETE,
+    ELSEWHERE as _ELSEWHERE,
     INSERT,
     SPEC_ABORT,
     SPEC_INSERT,
@@ -40,6 +42,7 @@ from cdclake.decoding.changes import (
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.decoding.startup import Startup
+from cdclake.decoding.stripes import Shares
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.record import WalTuple
 from cdclake.wal.rmgr import heap, heap2, xact
@@ -129,6 +132,35 @@ cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=
     put(c, C_ORIGIN, rec.origin)
     put(c, C_PAYLOAD, None)
     return c
+
+
+cdef int ELSEWHERE = _ELSEWHERE
+
+
+cdef bint _mine(self, rec) except -1:
+    """See ``Decoder._mine``."""
+    share = self.share
+    if share is None:
+        return True
+    xid = rec.xid
+    t = self.rb.by_txn.get(xid)
+    return says_yes(share, Shares, t.top if t is not None and t.top else xid, rec.lsn)
+
+
+cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) except -1:
+    """See ``Decoder._elsewhere``."""
+    cdef Py_ssize_t i
+    if _mine(self, rec):
+        return False
+    if rec.lsn < self.skip_before or count == 0:
+        return True
+    rb = self.rb
+    xid = rec.xid
+    if rb.txn(xid, rec.lsn).toast_pending:
+        for i in range(count):
+            _buffer(rb, xid, _change(ELSEWHERE, rec, loc, None, None, i,
+                                     last_clears and i == count - 1))
+    return True
 
 
 cdef _buffer(rb, xid, change):
@@ -230,7 +262,7 @@ def _heap(self, rec):
         if _drop(filt, loc, rec.lsn):  # gates 3-4 where already decidable
             return
         if (not flags & INSERT_IS_SPECULATIVE and self.share is not None
-                and self._elsewhere(rec, loc)):
+                and _elsewhere(self, rec, loc)):
             return
         new = _tuple(payload(data), 0) if data else None
         _queue(self, rec, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
@@ -246,13 +278,13 @@ def _heap(self, rec):
         if flags & DELETE_IS_SUPER:
             return self._python_heap(rec)
         if _drop(filt, loc, rec.lsn) or (self.share is not None
-                                                and self._elsewhere(rec, loc)):
+                                         and _elsewhere(self, rec, loc)):
             return
         old = _tuple(md, DELETE_SIZE) if flags & DELETE_CONTAINS_OLD else None
         _queue(self, rec, _change(DELETE, rec, loc, old, None))
     else:
         if (not filt.origin_ok(rec.origin) or _drop(filt, loc, rec.lsn)
-                or (self.share is not None and self._elsewhere(rec, loc))):
+                or (self.share is not None and _elsewhere(self, rec, loc))):
             return
         if md.n < UPDATE_SIZE:
             return self._python_heap(rec)
@@ -287,7 +319,7 @@ cdef bint _foreign(self, xid) except -1:
 cdef _queue(self, rec, change):
     """See ``Decoder._queue``."""
     stats = self.stats
-    cdef bint mine = self.share is None or self._mine(rec)
+    cdef bint mine = _mine(self, rec)
     if rec.lsn < self.skip_before:
         stats.cut_before_start += mine
         return
@@ -336,14 +368,14 @@ def _heap2(self, rec):
     stats = self.stats
     share = self.share
     if rec.lsn < self.skip_before:
-        if share is None or not self._elsewhere(rec, loc):
+        if share is None or not _elsewhere(self, rec, loc):
             stats.cut_before_start += count
         return
     filt = self.filter
     if not filt.origin_ok(rec.origin) or _drop(filt, loc, rec.lsn):
         return
-    if share is not None and self._elsewhere(rec, loc, count,
-                                             bool(flags & INSERT_LAST_IN_MULTI)):
+    if share is not None and _elsewhere(self, rec, loc, count,
+                                        (flags & INSERT_LAST_IN_MULTI) != 0):
         return
     if count == 0:
         return
@@ -472,7 +504,7 @@ cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts)
         self.replay.apply_catalog(sorted([e for m in members for e in m.ddl], key=_by_lsn),
                                   info)
     share = self.share
-    counts = share is None or share(xid, rec.lsn)
+    counts = share is None or says_yes(share, Shares, xid, rec.lsn)
     owns = self.owns
     if owns is not None and not owns(xid):
         pass  # another decoder emits it

@@ -13,6 +13,7 @@ the change's LSN (``catalog/_dictionary.pxd``), and it is not a transient heap, 
 import sys
 
 from cdclake.catalog._dictionary cimport newest_version
+from cdclake.decoding._stripes cimport says_yes
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
@@ -26,6 +27,7 @@ from cdclake.decoding.changes import (
     TOAST_CHUNK,
     TRUNCATE,
 )
+from cdclake.decoding.stripes import Shares
 from cdclake.errors import DecodingError
 from cdclake.wal.lsn import format_lsn
 
@@ -64,7 +66,7 @@ def replay(self, info, changes):
                 emit = False
                 action = _INSERT  # resolved for its TOAST release only
             elif action <= _MESSAGE or action == _SPEC_CONFIRM:
-                emit = share(info.xid, ch.lsn)
+                emit = says_yes(share, Shares, info.xid, ch.lsn)
         if action == _SPEC_CONFIRM:
             if spec is None:
                 raise DecodingError(

@@ -5,8 +5,9 @@ every record between processes, and leaves a large transaction to one partition.
 of ``jobs`` worker processes reads the whole WAL itself and decodes it with the same decoding
 context, and the changes of every transaction are dealt out by where they are in the WAL:
 stripes of 256 KiB, worker ``(top-level xid + stripe) % jobs`` emitting the changes of a
-stripe (:class:`Shares`). A small transaction lies in one stripe, so small transactions spread
-over the workers by xid; a large one is split among all of them. A worker does not parse or
+stripe (:class:`~cdclake.decoding.stripes.Shares`). A small transaction lies in one stripe,
+so small transactions spread over the workers by xid; a large one is split among all of
+them. A worker does not parse or
 buffer the rows of the others' stripes, but follows every catalog event, commit and abort,
 so all keep the same dictionary; everything else a transaction holds (speculative inserts,
 TOAST chunks, TRUNCATE, messages) every worker buffers, and one emits
@@ -47,6 +48,7 @@ from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.context import DecodeOptions
 from cdclake.decoding.reassembly import OutputPlugin, Resolver
 from cdclake.decoding.session import DecodeResult, decode
+from cdclake.decoding.stripes import STRIPE_BITS, Shares
 from cdclake.errors import CdclakeError, DecodingError
 from cdclake.wal.source import SegmentSource
 
@@ -62,8 +64,6 @@ _MESSAGE, _BEGIN, _CHANGES, _COMMIT = 0, 1, 2, 3
 _FRAME_BYTES = 64 * 1024
 #: how long a stopped worker has to exit before it is killed
 _STOP_SECONDS = 5
-#: a stripe is 2**STRIPE_BITS bytes of WAL (256 KiB)
-STRIPE_BITS = 18
 
 
 def peak_rss_kb() -> int:
@@ -171,29 +171,6 @@ def _frames(index: int, pipe: BinaryIO, proc: Any, results: dict[int, DecodeResu
             err = cls.__new__(cls)
             Exception.__init__(err, message)
             raise err
-
-
-class Shares:
-    """Which changes worker ``index`` of ``jobs`` emits (``Decoder.share``): those in the
-    stripes ``(top-level xid + stripe) % jobs == index``. It remembers the last LSN it said
-    yes to: the replayer asks right before emitting a change, so that is where the change's
-    lines go (:class:`_Framer`)."""
-
-    def __init__(self, index: int, jobs: int, bits: int = STRIPE_BITS) -> None:
-        self.index = index
-        self.jobs = jobs
-        self.bits = bits
-        self.last = 0
-
-    def stripe(self) -> int:
-        """The stripe of the change said yes to last."""
-        return self.last >> self.bits
-
-    def __call__(self, top: int, lsn: int) -> bool:
-        if (top + (lsn >> self.bits)) % self.jobs != self.index:
-            return False
-        self.last = lsn
-        return True
 
 
 class _Framer:

@@ -26,6 +26,7 @@ from cdclake.decoding.decode import Decoder
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
+from cdclake.decoding.stripes import Shares
 from cdclake.errors import DecodingError, WalCorruptError
 from cdclake.wal.record import (
     RM_HEAP2_ID,
@@ -130,11 +131,12 @@ def test_heap_and_multi_insert_records_queue_the_same(tmp_path: Path) -> None:
     heaps = [r for r in records if r.rmid == RM_HEAP_ID]
     copies = [r for r in records if r.rmid == RM_HEAP2_ID]
     configs = [(1 << 20, 0, None), (600, 0, None), (1 << 20, 450, None),  # spill; cut
-               (1 << 20, 0, _alternate), (1 << 20, 450, _alternate)]  # a parallel worker's
+               (1 << 20, 0, _alternate), (1 << 20, 450, _alternate),  # a parallel worker's
+               (1 << 20, 0, Shares(1, 2, 6)), (1 << 20, 450, Shares(0, 3, 6))]
     for work_mem, skip_before, share in configs:
         for fast, reference, batch in ((_decode._heap, Decoder._python_heap, heaps),
                                        (_decode._heap2, Decoder._python_heap2, copies)):
-            where = f"{fast.__name__}-{work_mem}-{skip_before}-{share is None}"
+            where = f"{fast.__name__}-{work_mem}-{skip_before}-{share!r}"
             want = _run(reference, batch, tmp_path / f"py-{where}", work_mem, skip_before, share)
             got = _run(fast, batch, tmp_path / f"c-{where}", work_mem, skip_before, share)
             assert got == want, where
@@ -258,7 +260,9 @@ def test_commit_records_and_dispatch_do_the_same(tmp_path: Path) -> None:
               dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
                    owns=lambda xid: xid != 10, share=None),
               dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
-                   owns=None, share=_alternate)]
+                   owns=None, share=_alternate),
+              dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
+                   owns=None, share=Shares(1, 2, 6))]
     setups += [{**s, "nested": False} for s in setups]
     for n, setup in enumerate(setups):
         setup.setdefault("nested", True)
