@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cdclake import native, sparkenv, waldump  # noqa: F401 - waldump registers its twins
-from cdclake.decoding import decode, reassembly  # noqa: F401 - they register twins
+from cdclake.decoding import decode, parallel, reassembly  # noqa: F401 - they register twins
 from cdclake.decoding.plugins import test_decoding  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
 from cdclake.wal import reader
@@ -34,6 +34,7 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.decode.Decoder._heap2",
          "cdclake.decoding.decode.Decoder._xact",
          "cdclake.decoding.decode.Decoder.process",
+         "cdclake.decoding.parallel._Framer.write",
          "cdclake.decoding.reassembly.Replayer.replay",
          "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
@@ -109,7 +110,7 @@ def _import_from_zip(zip_path: Path) -> dict[str, object]:
     """What a Python that imports cdclake from ``zip_path`` (as a Spark executor does) binds."""
     code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
             "from cdclake import native, waldump\n"
-            "from cdclake.decoding import decode, reassembly\n"
+            "from cdclake.decoding import decode, parallel, reassembly\n"
             "from cdclake.decoding.plugins import test_decoding\n"
             "from cdclake.tuples import heap\n"
             "from cdclake.wal import reader\n"

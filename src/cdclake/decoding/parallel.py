@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.context import DecodeOptions
@@ -308,3 +309,6 @@ def _combine(results: list[DecodeResult]) -> DecodeResult:
         open_xids=sorted({x for r in results for x in r.open_xids}),
         end_lsn=first.end_lsn,
         worker_peak_rss_kb=max(r.worker_peak_rss_kb for r in results))
+
+
+_Framer.write = native.twin(_Framer.write, "cdclake.decoding._parallel")  # type: ignore[method-assign]
