@@ -200,6 +200,11 @@ def process(self, rec):
         handler(rec)
 
 
+#: gate 4's answer by relation version (its id, and the version, kept alive so the id stays
+#: its own): ``is_user_table`` is a property of a frozen version, asked of every change
+cdef dict _user_tables = {}
+
+
 cdef bint _drop(filt, loc, lsn) except -1:
     """``filt.drop_locator(loc, lsn)``, inline where the newest version of a relation applies
     and no table list is given (gate 4 by ``is_user_table``, as the reference decides)."""
@@ -208,7 +213,12 @@ cdef bint _drop(filt, loc, lsn) except -1:
         if type(d) is Dictionary:
             v = newest_version(d._by_loc, loc.spc, loc.rel, lsn)
             if v is not None:
-                return not v.is_user_table
+                known = _user_tables.get(id(v))
+                if known is None or (<tuple> known)[0] is not v:
+                    if len(_user_tables) > 4096:
+                        _user_tables.clear()
+                    known = _user_tables[id(v)] = (v, v.is_user_table)
+                return not (<tuple> known)[1]
     return filt.drop_locator(loc, lsn)
 
 
