@@ -1,8 +1,8 @@
 # cython: language_level=3
-"""Setting the fields of a ``@dataclass(slots=True)`` instance from C (inlined into each
-compiled module that builds one): ``obj.field = value`` on a Python class looks the name up
-through the type and calls the slot's member descriptor, which costs more than building the
-record itself; the descriptor only stores the pointer at a fixed offset in the instance, and
+"""Setting the fields of an instance of a ``__slots__`` class (``@dataclass(slots=True)``) from
+C (inlined into each compiled module that builds one): ``obj.field = value`` on a Python class
+looks the name up through the type and calls the slot's member descriptor, which costs more
+than building the record itself; the descriptor only stores the pointer at a fixed offset in the instance, and
 :func:`offset` reads that offset from the descriptor (CPython's ``PyMemberDef``) once. A
 class whose field is not such a slot fails at import, where the offset is read."""
 
@@ -20,6 +20,9 @@ cdef extern from "Python.h":
         Py_ssize_t offset
     ctypedef struct PyMemberDescrObject:
         PyMemberDef *d_member
+
+
+cdef extern from "structmember.h":
     int T_OBJECT_EX
 
 
