@@ -2,12 +2,12 @@
 """Compiled twin of ``Replayer.replay`` (:mod:`cdclake.decoding.reassembly`, see
 :mod:`cdclake.native`): one committed transaction's changes to output-plugin calls.
 
-The same loop as the Python reference, which tests run beside it, with the relation of a change
-found without a call where it is the common case: the dictionary's newest version applies at
-the change's LSN (``catalog/_dictionary.pxd``), and it is not a transient heap, whose gates
-``Replayer._wanted`` has already decided. Any other change
-(a relation created in this transaction, a rewrite, a first sight) goes through
-``Replayer.resolve``, with its errors.
+The same loop as the Python reference, which tests run beside it, with the relation of a
+change found without a call where it is the common case: the dictionary's newest version
+applies at the change's LSN (``catalog/_dictionary.pxd``), and it is not a transient heap,
+whose gates ``Replayer._wanted`` has already decided. Any other change (a relation created in
+this transaction, a rewrite, a first sight) goes through ``Replayer.resolve``, with its
+errors.
 """
 
 import sys

@@ -1,16 +1,15 @@
 """A decode over several processes: every worker reads the WAL, each emits a share.
 
-The Spark job splits the work by shuffling records by top-level xid, which costs moving
-every record between processes, and leaves a large transaction to one partition. Here each
-of ``jobs`` worker processes reads the whole WAL itself and decodes it with the same decoding
+The Spark job splits the work by shuffling records by top-level xid, which costs moving every
+record between processes, and leaves a large transaction to one partition. Here each of
+``jobs`` worker processes reads the whole WAL itself and decodes it with the same decoding
 context, and the changes of every transaction are dealt out by where they are in the WAL:
 stripes of 256 KiB, worker ``(top-level xid + stripe) % jobs`` emitting the changes of a
-stripe (:class:`~cdclake.decoding.stripes.Shares`). A small transaction lies in one stripe,
-so small transactions spread over the workers by xid; a large one is split among all of
-them. A worker does not parse or
-buffer the rows of the others' stripes, but follows every catalog event, commit and abort,
-so all keep the same dictionary; everything else a transaction holds (speculative inserts,
-TOAST chunks, TRUNCATE, messages) every worker buffers, and one emits
+stripe (:class:`~cdclake.decoding.stripes.Shares`). A small transaction lies in one stripe, so
+small transactions spread over the workers by xid; a large one is split among all of them. A
+worker does not parse or buffer the rows of the others' stripes, but follows every catalog
+event, commit and abort, so all keep the same dictionary; everything else a transaction holds
+(speculative inserts, TOAST chunks, TRUNCATE, messages) every worker buffers, and one emits
 (:class:`~cdclake.decoding.decode.Decoder`, ``share``). Worker 0 also emits the
 non-transactional messages. Reading is repeated in every worker: the split pays where parsing
 and formatting the changes dominate (bench/decode.py measures it).

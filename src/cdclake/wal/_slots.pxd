@@ -2,9 +2,10 @@
 """Setting the fields of an instance of a ``__slots__`` class (``@dataclass(slots=True)``) from
 C (inlined into each compiled module that builds one): ``obj.field = value`` on a Python class
 looks the name up through the type and calls the slot's member descriptor, which costs more
-than building the record itself; the descriptor only stores the pointer at a fixed offset in the instance, and
-:func:`offset` reads that offset from the descriptor (CPython's ``PyMemberDef``) once. A
-class whose field is not such a slot fails at import, where the offset is read."""
+than building the record itself; the descriptor only stores the pointer at a fixed offset in
+the instance, and :func:`offset` reads that offset from the descriptor (CPython's
+``PyMemberDef``) once. A class whose field is not such a slot fails at import, where the
+offset is read."""
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
