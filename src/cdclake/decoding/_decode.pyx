@@ -22,6 +22,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.catalog._dictionary cimport newest_version
 from cdclake.decoding._stripes cimport says_yes
+from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.wal._slots cimport blank, offset, put
 
@@ -408,17 +409,13 @@ def _heap2(self, rec):
     stats.changes += count
 
 
-cdef inline unsigned int _u32(const unsigned char *p):
-    return p[0] | (p[1] << 8) | (p[2] << 16) | (<unsigned int> p[3] << 24)
-
-
 cdef Py_ssize_t _array(Bytes md, Py_ssize_t p, Py_ssize_t item):
     """The offset past the array of ``item``-byte entries counted at ``p``; -1 where the
     count or the bytes are not there (the reference reads it, and raises)."""
     cdef Py_ssize_t n
     if md.n < p + 4:
         return -1
-    n = <int> _u32(md.p + p)
+    n = <int> le_int(md.p + p, 4)
     if n < 0 or md.n < p + 4 + item * n:
         return -1
     return p + 4 + item * n
@@ -444,21 +441,22 @@ def _xact(self, rec):
     if info & XACT_HAS_INFO:
         if md.n < 12:
             return self._python_xact(rec)
-        xinfo = _u32(md.p + 8)
+        xinfo = <unsigned int> le_int(md.p + 8, 4)
         p = 12
     if xinfo & XI_REFERENCE:
         return self._python_xact(rec)
     if xinfo & XI_DBINFO:
         if md.n < p + 8:
             return self._python_xact(rec)
-        db_id = _u32(md.p + p)
+        db_id = <unsigned int> le_int(md.p + p, 4)
         p += 8
     subxacts = ()
     if xinfo & XI_SUBXACTS:
         end = _array(md, p, 4)
         if end < 0:
             return self._python_xact(rec)
-        subxacts = tuple([_u32(md.p + i) for i in range(p + 4, end, 4)])
+        subxacts = tuple([<unsigned int> le_int(md.p + i, 4)
+                          for i in range(p + 4, end, 4)])
         p = end
     if xinfo & XI_RELFILELOCATORS:
         p = _array(md, p, LOCATOR_SIZE)
@@ -468,8 +466,7 @@ def _xact(self, rec):
         p = _array(md, p, INVAL_MSG_SIZE)
     if p < 0:
         return self._python_xact(rec)
-    xact_time = <long long> (<unsigned long long> _u32(md.p)
-                             | (<unsigned long long> _u32(md.p + 4) << 32))
+    xact_time = le_int(md.p, 8)
     _commit(self, rec, xact_time, db_id, subxacts)
 
 

@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""C helpers the compiled twins of :mod:`cdclake.tuples` share (inlined into each)."""
+"""C helpers the compiled twins of :mod:`cdclake.tuples` share, and the decoder's, which reads
+a commit record's fields (inlined into each)."""
 
 
 cdef inline long long le_int(const unsigned char *b, int n) noexcept:
