@@ -18,7 +18,7 @@ import pytest
 
 from cdclake import native, sparkenv, waldump  # noqa: F401 - waldump registers its twins
 from cdclake.decoding import decode, parallel, reassembly  # noqa: F401 - they register twins
-from cdclake.decoding.plugins import test_decoding  # noqa: F401 - registers its twin
+from cdclake.decoding.plugins import arrow, test_decoding  # noqa: F401 - register twins
 from cdclake.tuples import heap
 from cdclake.wal import reader
 
@@ -40,6 +40,7 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.begin",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.commit",
+         "cdclake.decoding.plugins.arrow.ArrowRows.change",
          "cdclake.tuples.numeric.text",
          "cdclake.tuples.jsonb.text",
          "cdclake.tuples.arrays.text",
@@ -111,7 +112,7 @@ def _import_from_zip(zip_path: Path) -> dict[str, object]:
     code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
             "from cdclake import native, waldump\n"
             "from cdclake.decoding import decode, parallel, reassembly\n"
-            "from cdclake.decoding.plugins import test_decoding\n"
+            "from cdclake.decoding.plugins import arrow, test_decoding\n"
             "from cdclake.tuples import heap\n"
             "from cdclake.wal import reader\n"
             "print(json.dumps({'file': cdclake.__file__, 'twins': native.twins(),\n"

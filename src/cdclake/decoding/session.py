@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdclake.catalog.dictionary import Dictionary
+from cdclake.decoding.collector import fewer_collections
 from cdclake.decoding.context import DecodeOptions, DecodingContext, create_decoding_context
 from cdclake.decoding.decode import CatalogTracker, DecodeStats
 from cdclake.decoding.reassembly import OutputPlugin, Resolver
@@ -53,14 +54,15 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
     """
     reader = XLogReader(source, start_lsn=options.read_from, end_lsn=options.end_lsn)
     ctx: DecodingContext | None = None
-    for rec in reader:
-        if ctx is None:
-            ctx = create_decoding_context(
-                options, dictionary, make_plugin(dictionary, reader.version),
-                version=reader.version, segment_size=reader.segment_size, tracker=tracker,
-                resolver=resolver, share=share, messages=messages)
-            process = ctx.process
-        process(rec)
+    with fewer_collections():
+        for rec in reader:
+            if ctx is None:
+                ctx = create_decoding_context(
+                    options, dictionary, make_plugin(dictionary, reader.version),
+                    version=reader.version, segment_size=reader.segment_size,
+                    tracker=tracker, resolver=resolver, share=share, messages=messages)
+                process = ctx.process
+            process(rec)
     if ctx is None:
         return DecodeResult(DecodeStats(), 0, 0, 0, 0, 0, 0)
     buffer = ctx.buffer

@@ -46,6 +46,9 @@ BYTES_PER_PART = 16 << 20
 
 COMMIT_LSN = "_commit_lsn"  #: LSN of the transaction's commit record
 COMMIT_TS = "_commit_ts"  #: commit timestamp (UTC)
+#: microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01 (a commit time in WAL
+#: counts from the latter, ``_commit_ts`` from the former)
+PG_EPOCH_US = 946_684_800_000_000
 XID = "_xid"  #: top-level transaction id
 LSN = "_lsn"  #: LSN of the record that made the change
 #: index of the change inside its record (multi-insert tuples share an LSN); -1 for ``W``

@@ -1,12 +1,13 @@
 """The Spark decode job: one batch of archived segments -> ``changes/<batch>/``.
 
-Stages (docs/architecture.md, the data flow): tasks parse segments in parallel (each also reads the
-head of the next segment for a straddling record, and classifies records with the rmgr table
-of :mod:`cdclake.decoding.rmgrs`); the driver collects the subtransaction memberships; records
-are shuffled by top-level xid into ``spark_partitions`` partitions (the records every
-partition needs are broadcast), sorted by LSN, and each partition runs the reorder buffer and
-reassembly of :mod:`cdclake.decoding`, writing the rows it emits to the store as sorted
-runs; one task per relation version merges the runs by commit LSN into the stream's parts
+Stages (docs/architecture.md, the data flow): tasks scan segments in parallel (each also reads
+the head of the next segment for a straddling record) and the driver collects what they found,
+among it the subtransaction memberships; tasks read the segments again and classify their
+records with the rmgr table of :mod:`cdclake.decoding.rmgrs`; records are shuffled by
+top-level xid into ``spark_partitions`` partitions (the records every partition needs are
+broadcast), sorted by LSN, and each partition runs the reorder buffer and reassembly of
+:mod:`cdclake.decoding`, writing the rows it emits to the store as sorted runs; one task per
+relation version merges the runs by commit LSN into the stream's parts
 (:mod:`cdclake.spark.writer`). The driver sees keys, counts and LSNs, never rows, and writes
 the manifest. A batch is at most ``max_batch_segments`` segments (``max_batch_bytes`` of
 WAL). Open transactions go to ``spill/<batch>/`` and come back in the next batch; the
@@ -29,7 +30,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pyarrow import fs as pafs
 
@@ -49,11 +50,15 @@ from cdclake.spark.partition import PartitionContext, PartitionResult, run_parti
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route
-from cdclake.spark.segments import ParsedSegment, parse_segment
+from cdclake.spark.segments import (
+    ParsedSegment,
+    SegmentTask,
+    scan_segment,
+    segment_records,
+)
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.sparkenv import builder, ship
 from cdclake.wal.lsn import format_lsn
-from cdclake.wal.record import XLogRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -182,58 +187,61 @@ class _Inherited:
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
          plan: BatchPlan, state: _Inherited, key: bytes, runs: str
          ) -> tuple[list[PartitionResult], int, int, _Inherited]:
-    """The Spark part: parse, collect routing facts, shuffle, decode per partition; the
-    state with the first batch's start LSN resolved."""
-    from pyspark import StorageLevel
-
+    """The Spark part: scan, collect routing facts, read the records again, shuffle, decode
+    per partition; the state with the first batch's start LSN resolved."""
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
-    # each task streams its segment's records, then its summary: records reach the shuffle
-    # in serialized batches, never a whole segment's worth of Python objects
-    parsed = sc.parallelize(list(plan.tasks), len(plan.tasks)).flatMap(
-        lambda t: parse_segment(t, store, layout, size, db, key))
-    parsed.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        summaries = cast(list[ParsedSegment], parsed.filter(_is_summary).collect())
-        _check_joins(plan, summaries)
-        versions = {s.version for s in summaries if s.version} | (
-            {state.version} if state.version else set())
-        if len(versions) > 1:
-            raise WalCorruptError(f"batch {plan.name} mixes WAL of PostgreSQL versions "
-                                  f"{sorted(versions)}")
-        version = versions.pop() if versions else 0
-        if state.from_dictionary:
-            state = _dictionary_start(plan, summaries, state)
-        next_lsn = summaries[-1].end_of_wal or plan.read_from
-        n = config.spark_partitions
-        pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
-        rmap = sc.broadcast(RouteMap.merge(
-            n, (p.facts for p in summaries), open_memberships(state.open_txns),
-            pg_class[1] if pg_class else None))
-        ctx = PartitionContext(
-            partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
-            version=version, segment_size=size, work_mem=config.work_mem,
-            tables=frozenset(config.tables), runs_prefix=runs,
-            dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
-            store=store, layout=layout,
-            spill_dir=str(config.spill_dir) if config.spill_dir else None,
-            skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key)
-        # the shuffle key is an int (partition, then LSN): sorted as is; pyspark's stubs
-        # reject int as an orderable key type
-        routed = parsed.filter(lambda x: not _is_summary(x)).flatMap(
-            lambda kr: route(*cast(tuple[int, XLogRecord], kr), rmap.value))
-        results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
-                       n, partitionFunc=partition_of)
-                   .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
-                   .collect())
-        rmap.destroy()
-    finally:
-        parsed.unpersist()
+    tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
+    summaries = tasks.map(lambda t: scan_segment(t, store, layout, size, db, key)).collect()
+    _check_joins(plan, summaries)
+    versions = {s.version for s in summaries if s.version} | (
+        {state.version} if state.version else set())
+    if len(versions) > 1:
+        raise WalCorruptError(f"batch {plan.name} mixes WAL of PostgreSQL versions "
+                              f"{sorted(versions)}")
+    version = versions.pop() if versions else 0
+    if state.from_dictionary:
+        state = _dictionary_start(plan, summaries, state)
+    next_lsn = summaries[-1].end_of_wal or plan.read_from
+    n = config.spark_partitions
+    pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
+    rmap = sc.broadcast(RouteMap.merge(
+        n, (p.facts for p in summaries), open_memberships(state.open_txns),
+        pg_class[1] if pg_class else None))
+    ctx = PartitionContext(
+        partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
+        version=version, segment_size=size, work_mem=config.work_mem,
+        tables=frozenset(config.tables), runs_prefix=runs,
+        dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
+        store=store, layout=layout,
+        spill_dir=str(config.spill_dir) if config.spill_dir else None,
+        skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key)
+    # each task streams its piece's records: they reach the shuffle in serialized batches,
+    # never a whole segment's worth of Python objects. The shuffle key is an int (partition,
+    # then LSN): sorted as is; pyspark's stubs reject int as an orderable key type
+    pieces = _pieces(plan, summaries, sc.defaultParallelism)
+    routed = sc.parallelize(pieces, len(pieces)).flatMap(
+        lambda t: segment_records(t, store, layout, size, db)).flatMap(
+        lambda kr: route(*kr, rmap.value))
+    results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
+                   n, partitionFunc=partition_of)
+               .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
+               .collect())
+    rmap.destroy()
     return sorted(results, key=lambda r: r.index), next_lsn, version, state
 
 
-def _is_summary(item: object) -> bool:
-    return isinstance(item, ParsedSegment)
+def _pieces(plan: BatchPlan, summaries: list[ParsedSegment],
+            parallelism: int) -> list[SegmentTask]:
+    """The second read's tasks: each segment cut into pieces of about the same number of kept
+    records, some ``2 * parallelism`` pieces in all. Segments differ a lot: one of small
+    transactions keeps fifty times the records of one holding a bulk load's large records, and
+    a task per segment would leave the cores waiting for it. A piece rereads its segment from
+    the store, so a segment is cut only as far as its records call for."""
+    total = sum(s.records for s in summaries)
+    per_piece = max(1, -(-total // (2 * parallelism)))
+    return [piece for task, s in zip(plan.tasks, summaries, strict=True)
+            for piece in task.pieces(-(-s.records // per_piece), s.last_lsn)]
 
 
 def _dictionary_start(plan: BatchPlan, summaries: list[ParsedSegment],

@@ -24,6 +24,7 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.carry import OpenTxn
+from cdclake.decoding.collector import fewer_collections
 from cdclake.decoding.context import DecodeOptions, create_decoding_context
 from cdclake.decoding.plugins.arrow import ArrowRows
 from cdclake.decoding.startup import Startup
@@ -92,9 +93,10 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
         owns=lambda xid: owner(xid, ctx.partitions) == index, messages=index == 0)
     process = decoding.process
     n = 0
-    for _key, rec in records:
-        process(rec)
-        n += 1
+    with fewer_collections():
+        for _key, rec in records:
+            process(rec)
+            n += 1
 
     def put(xid: int, first_lsn: int, path: Path) -> str:
         key = ctx.layout.spill_key(ctx.batch, xid, first_lsn)

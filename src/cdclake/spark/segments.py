@@ -2,18 +2,21 @@
 
 A record belongs to the segment it starts in. A task reads its segment from the store and, for
 a record that straddles the boundary, the head of the next one (the reader fetches later
-segments lazily, only when a record continues there). Tasks return only the records decoding
-uses, already classified for the shuffle by the rmgr table (:func:`cdclake.decoding.rmgrs.route`,
-see :mod:`cdclake.spark.routing`), plus the facts the driver needs to check that consecutive
-tasks join up (prev-links) and where WAL ended, and where the first full dictionary
-``cdclake source install`` wrote lies (a new stream without a start LSN starts there).
+segments lazily, only when a record continues there). A segment is read twice. First
+(:func:`scan_segment`) for the facts the driver needs: the subtransaction memberships that
+route records, whether consecutive tasks join up (prev-links), where WAL ended, and where the
+first full dictionary ``cdclake source install`` wrote lies (a new stream without a start LSN
+starts there). Then (:func:`segment_records`) for the records decoding uses, classified for
+the shuffle by the rmgr table (:func:`cdclake.decoding.rmgrs.route`, see
+:mod:`cdclake.spark.routing`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
@@ -22,7 +25,7 @@ from cdclake.catalog.signing import DDL_PREFIX, open_signed
 from cdclake.decoding.rmgrs import TXN, memberships, route
 from cdclake.decoding.walclass import PG_CLASS_OID
 from cdclake.wal.lsn import SegmentName
-from cdclake.wal.reader import XLogReader
+from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.record import RM_LOGICALMSG_ID, RM_RELMAP_ID, XLogRecord
 from cdclake.wal.rmgr import logicalmsg, relmap
 
@@ -60,13 +63,30 @@ class StoreWindow:
 
 @dataclass(frozen=True)
 class SegmentTask:
-    """One segment to parse: records starting in ``[read_from, end)``."""
+    """A segment, or a piece of one, to read: records starting in ``[read_from, end)``."""
 
     segment: SegmentName
     read_from: int  #: the segment's start, or where the previous batch stopped inside it
-    end: int  #: the next segment's start
+    end: int  #: the next segment's start (a piece's: where the next piece starts)
     keep_first: bool  #: keep the first record whatever it is (the decoder's clean-start test)
     window: tuple[SegmentName, ...]  #: this segment and the archived ones after it
+
+    def pieces(self, n: int, last_record: int | None) -> list[SegmentTask]:
+        """The range cut into at most ``n`` tasks at page boundaries up to ``last_record``
+        (where the first read found the range's last record to start; None: it found none).
+        A reader starting on a page finds its first record from the page header, and a
+        record belongs to the piece it starts in; past the last record there may be no WAL
+        to start on (the zeroed rest of a segment after a WAL switch, or its end). Only the
+        first piece keeps ``keep_first``; the last ends where the range does."""
+        if last_record is None or n <= 1:
+            return [self]
+        step = (min(self.end, last_record + 1) - self.read_from) // n // PAGE_SIZE * PAGE_SIZE
+        if step <= 0:
+            return [self]
+        base = self.read_from // PAGE_SIZE * PAGE_SIZE
+        cuts = [self.read_from, *(base + i * step for i in range(1, n)), self.end]
+        return [replace(self, read_from=a, end=b, keep_first=self.keep_first and i == 0)
+                for i, (a, b) in enumerate(itertools.pairwise(cuts)) if b > a]
 
 
 @dataclass(frozen=True)
@@ -92,6 +112,7 @@ class ParsedSegment:
     #: the first full-dictionary ``cdclake.ddl`` message of the database starting in the
     #: segment (its record's LSN), if any
     dictionary_lsn: int | None = None
+    records: int = 0  #: records kept for decoding (what the second read sends the shuffle)
     facts: SegmentFacts = field(default_factory=lambda: SegmentFacts({}, frozenset()))
 
 
@@ -136,16 +157,15 @@ def is_dictionary_message(rec: XLogRecord, db_oid: int, key: bytes) -> bool:
     return isinstance(payload, dict) and payload.get("kind") == "dictionary"
 
 
-def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
-                  db_oid: int, key: bytes) -> Iterator[tuple[int, XLogRecord] | ParsedSegment]:
-    """The records starting in the task's range that decoding needs, as (routing class,
-    record), one at a time, then what the segment tells the driver (a :class:`ParsedSegment`).
-
-    Records stream: a task holds one record at a time, not its segment's (a segment of small
-    records parses into hundreds of MB of Python objects).
+def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
+                 db_oid: int, key: bytes) -> ParsedSegment:
+    """What the task's range tells the driver: where it starts and ends, the routing facts,
+    the first full dictionary. Only this summary leaves the task, not the records: the
+    records are read again by :func:`segment_records`, after the driver has what routes
+    them. Parsing the segment twice costs less than keeping its records between the two
+    stages (pickled Python objects, a multiple of the WAL's size, unpickled again).
     """
-    source = StoreWindow(store, layout, segment_size, list(task.window))
-    reader = XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
+    reader = _reader(task, store, layout, segment_size)
     out = ParsedSegment(task.segment.segno)
     facts = FactCollector(db_oid)
     first = True
@@ -155,15 +175,33 @@ def parse_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment
         out.last_lsn = rec.lsn
         if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
             out.dictionary_lsn = rec.lsn
-        for kind, kept in route(rec, db_oid, first=first and task.keep_first):
+        for _kind, kept in route(rec, db_oid, first=first and task.keep_first):
             facts.add(kept, reader.version)
-            yield kind, freeze(kept, drop_images=kind == TXN)
+            out.records += 1
         first = False
     out.version = reader.version
     out.end_of_wal = reader.end_of_wal
     out.end_reason = reader.end_reason
     out.facts = facts.facts()
-    yield out
+    return out
+
+
+def segment_records(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
+                    db_oid: int) -> Iterator[tuple[int, XLogRecord]]:
+    """The records starting in the task's range that decoding needs, as (routing class,
+    record), one at a time: a task holds one record at a time, not its segment's (a segment
+    of small records parses into hundreds of MB of Python objects)."""
+    first = task.keep_first
+    for rec in _reader(task, store, layout, segment_size):
+        for kind, kept in route(rec, db_oid, first=first):
+            yield kind, freeze(kept, drop_images=kind == TXN)
+        first = False
+
+
+def _reader(task: SegmentTask, store: ObjectStore, layout: Layout,
+            segment_size: int) -> XLogReader:
+    source = StoreWindow(store, layout, segment_size, list(task.window))
+    return XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
 
 
 class FactCollector:

@@ -1,6 +1,8 @@
 # cython: language_level=3
-"""C helpers the compiled twins of :mod:`cdclake.tuples` share, and the decoder's, which reads
-a commit record's fields (inlined into each)."""
+"""C helpers the compiled twins of :mod:`cdclake.tuples` share, the decoder's, which reads a
+commit record's fields, and the output plugins', which read datums (inlined into each)."""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 
 cdef inline long long le_int(const unsigned char *b, int n) noexcept:
@@ -14,3 +16,26 @@ cdef inline long long le_int(const unsigned char *b, int n) noexcept:
     if n == 4:
         return <int> (<unsigned int> u)
     return <long long> u
+
+
+cdef inline object plain_payload(object raw):
+    """The value bytes of an inline, uncompressed varlena held in ``bytes`` (the common case);
+    None for anything else (compressed, external, malformed), which ``column_payload``
+    handles with its checks and errors."""
+    if type(raw) is not bytes:
+        return None
+    cdef const unsigned char *b = <const unsigned char *> PyBytes_AS_STRING(raw)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
+    cdef unsigned int size
+    if n == 0:
+        return None
+    if b[0] & 1:
+        if b[0] != 1 and (b[0] >> 1) == n:
+            return PyBytes_FromStringAndSize(<const char *> b + 1, n - 1)
+        return None
+    if n < 4 or b[0] & 2:
+        return None
+    size = (b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24)) >> 2
+    if size != n:
+        return None
+    return PyBytes_FromStringAndSize(<const char *> b + 4, n - 4)

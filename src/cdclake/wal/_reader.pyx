@@ -253,9 +253,8 @@ cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, wh
 def __iter__(self):
     """See ``XLogReader.__iter__``: the same loop, with the records read by ``_read``."""
     end_of_wal = sys.modules["cdclake.wal.reader"]._EndOfWal
-    segno = self._plan()
+    cdef unsigned long long pos = self._plan()
     cdef Py_ssize_t size = self.segment_size
-    cdef unsigned long long pos = segno * size
     cdef unsigned long long prev_lsn = 0
     cdef bint has_start = self.start_lsn is not None
     cdef bint has_end = self.end_lsn is not None

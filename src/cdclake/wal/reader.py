@@ -85,7 +85,10 @@ class _EndOfWal(Exception):
 class XLogReader:
     """Iterate the records of a segment source, from ``start_lsn`` up to ``end_lsn``.
 
-    ``start_lsn=None`` starts at the first record beginning in the first segment. Records are
+    ``start_lsn=None`` starts at the first record beginning in the first segment; a start LSN
+    (a record's, or any other such as a page boundary) yields the first record starting at or
+    after it, reading from its page on: nothing before that page is read but the first
+    page's long header, which gives the segment size. Records are
     yielded while their start LSN is below ``end_lsn``; one that starts before it and continues
     into the next segment is completed from that segment's head.
     """
@@ -109,7 +112,9 @@ class XLogReader:
     # -- segments ----------------------------------------------------------------------------
 
     def _plan(self) -> int:
-        """Choose a timeline per segment number; return the first segno to read."""
+        """Choose a timeline per segment number; return where reading begins: the page of
+        ``start_lsn`` (its records before ``start_lsn`` are read, not yielded: a page is
+        where record boundaries can be found), else the first segment's start."""
         segs = self.source.list_segments()
         if not segs:
             raise WalGapError("no WAL segments to read")
@@ -137,8 +142,8 @@ class XLogReader:
             self._segno_tli[segno] = max(wanted or present)
         self._max_segno = max(self._segno_tli)
         if self.start_lsn is not None:
-            return self.start_lsn // size
-        return min(self._segno_tli)
+            return self.start_lsn // PAGE_SIZE * PAGE_SIZE
+        return min(self._segno_tli) * size
 
     def _segment(self, segno: int) -> tuple[memoryview, str]:
         cached = self._seg_cache
@@ -221,9 +226,8 @@ class XLogReader:
     # -- records -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[XLogRecord]:
-        segno = self._plan()
+        pos = self._plan()
         size = self.segment_size
-        pos = segno * size
         prev_lsn = 0
         start = self.start_lsn
         end = self.end_lsn

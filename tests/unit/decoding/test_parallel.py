@@ -20,6 +20,7 @@ from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.session import DecodeResult
 from cdclake.errors import CdclakeError, DecodingError
+from cdclake.wal.lsn import segment_name
 from cdclake.wal.source import DirectorySource
 from tests.unit.decoding.fixture import DecodingFixture
 
@@ -73,9 +74,13 @@ def test_corrupt_wal_is_the_same_error_with_any_number_of_jobs(decfix: DecodingF
                                                                tmp_path: Path) -> None:
     wal = tmp_path / "corrupt"
     shutil.copytree(decfix.dir, wal)
-    first = sorted(wal.iterdir())[0]
+    # the magic of the third page after the one decoding starts on (pages before it are not
+    # read)
+    target = (decfix.read_from // 8192 + 3) * 8192
+    size = len(sorted(wal.iterdir())[0].read_bytes())
+    first = wal / segment_name(1, target // size, size)
     data = bytearray(first.read_bytes())
-    data[3 * 8192] ^= 0xFF  # the magic of the segment's fourth page
+    data[target % size] ^= 0xFF
     first.write_bytes(bytes(data))
     errors = []
     for jobs in (1, 2):

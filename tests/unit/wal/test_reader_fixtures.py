@@ -15,7 +15,7 @@ from cdclake.errors import WalVersionError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import MAGIC_VERSIONS, PAGE_SIZE, XLogReader
 from cdclake.wal.source import DirectorySource
-from tests.oracle.wal.pgwaldump import Row, ours
+from tests.oracle.wal.pgwaldump import Row, ours, row_of
 from tests.unit.wal.conftest import WalFixture
 
 XLOG_SWITCH = 0x40
@@ -86,6 +86,42 @@ def test_start_and_end_lsn(walfix: WalFixture) -> None:
     got = [r.lsn for r in XLogReader(DirectorySource(walfix.dir), start_lsn=lo, end_lsn=hi)]
     assert got == [r[0] for r in rows if lo <= r[0] < hi]
 
+
+
+def test_starting_on_any_page_reads_the_records_starting_there(walfix: WalFixture) -> None:
+    """A reader given a start LSN begins on its page, not at its segment's start (a Spark
+    task reads a piece of a segment this way): from a page boundary — inside a record that
+    continues there, even one longer than a segment — or from a record's LSN in the middle of
+    a page, it yields exactly the records starting there, each whole, up to the end LSN."""
+    rows = walfix.rows
+    lsns = [r[0] for r in rows]
+    last = lsns[-1]
+    pages = range(lsns[0] // PAGE_SIZE * PAGE_SIZE, last, PAGE_SIZE)
+    starts = [*pages[::5], *lsns[1::97]]
+    straddled = [p for p in pages if all(lsn != p + 24 and lsn != p + 40 for lsn in lsns)]
+    assert straddled, "the fixture has pages that begin inside a record"
+    starts += straddled[::3]
+    for start in starts:
+        end = start + 3 * PAGE_SIZE
+        reader = XLogReader(DirectorySource(walfix.dir), start_lsn=start, end_lsn=end)
+        got = [row_of(r) for r in reader]
+        assert got == [r for r in rows if start <= r[0] < end], format_lsn(start)
+
+
+def test_a_start_lsn_reads_nothing_of_its_segment_before_its_page(walfix: WalFixture,
+                                                                  tmp_path: Path) -> None:
+    """What precedes the start page is not read, but for the segment's first page (its long
+    header gives the segment size): garbage there changes nothing."""
+    path = walfix.segments[0]
+    data = bytearray(path.read_bytes())
+    half = len(data) // 2 // PAGE_SIZE * PAGE_SIZE
+    data[PAGE_SIZE:half] = b"\xff" * (half - PAGE_SIZE)
+    (tmp_path / path.name).write_bytes(bytes(data))
+    start = walfix.segment_start(path) + half
+    end = start + 4 * PAGE_SIZE
+    got = [row_of(r) for r in XLogReader(DirectorySource(tmp_path), start_lsn=start,
+                                         end_lsn=end)]
+    assert got and got == [r for r in walfix.rows if start <= r[0] < end]
 
 # --- the CLI ---------------------------------------------------------------------------------
 

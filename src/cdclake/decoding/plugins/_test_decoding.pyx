@@ -13,9 +13,11 @@ datums are formatted here, anything else goes to the codec, which says what is w
 
 import sys
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+from cdclake.tuples._bytes cimport plain_payload
 
 from cdclake.decoding.changes import DELETE, INSERT
 from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
@@ -84,29 +86,6 @@ cdef _Plan _plan(layout):
         p.steps.append(s)
     _plans[id(layout)] = p
     return p
-
-
-cdef inline object _plain_payload(object raw):
-    """The value bytes of an inline, uncompressed varlena held in ``bytes`` (the common case);
-    None for anything else (compressed, external, malformed), which ``column_payload``
-    handles with its checks and errors."""
-    if type(raw) is not bytes:
-        return None
-    cdef const unsigned char *b = <const unsigned char *> PyBytes_AS_STRING(raw)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(raw)
-    cdef unsigned int size
-    if n == 0:
-        return None
-    if b[0] & 1:
-        if b[0] != 1 and (b[0] >> 1) == n:
-            return PyBytes_FromStringAndSize(<const char *> b + 1, n - 1)
-        return None
-    if n < 4 or b[0] & 2:
-        return None
-    size = (b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24)) >> 2
-    if size != n:
-        return None
-    return PyBytes_FromStringAndSize(<const char *> b + 4, n - 4)
 
 
 cdef inline str _quoted(Style style, str text):
@@ -197,7 +176,7 @@ cdef str _tuple_text(layout, tup, bint skip_nulls, toast, lsn):
                 literal = sys.modules["cdclake.decoding.plugins.test_decoding"].literal
                 parts.append(step.prefix + literal(step.column.column.type_oid, value.text))
             elif step.varlena:
-                plain = _plain_payload(value)
+                plain = plain_payload(value)
                 value = column_payload(step.column, value, toast) if plain is None else plain
                 if value is UNCHANGED_TOAST:
                     parts.append(step.prefix + "unchanged-toast-datum")

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from cdclake import native
 from cdclake.catalog.model import IDENTITY_FULL, IDENTITY_NOTHING, RelationVersion, TypeInfo
 from cdclake.catalog.types import enum_labels
 from cdclake.decoding import stream
@@ -39,9 +40,6 @@ from cdclake.decoding.rows import (
 from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
 from cdclake.wal.record import WalTuple
-
-#: microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01
-PG_EPOCH_US = 946_684_800_000_000
 
 
 def version_dir(rel: RelationVersion) -> str:
@@ -217,8 +215,8 @@ class ArrowRows:
         n = len(values)
         for i, v in enumerate(values):
             cols[i].append(v)
-        for i, v in enumerate((txn.final_lsn, txn.commit_time + PG_EPOCH_US, txn.xid, lsn, seq,
-                               op, old_key, unchanged, texts)):
+        for i, v in enumerate((txn.final_lsn, txn.commit_time + stream.PG_EPOCH_US, txn.xid,
+                               lsn, seq, op, old_key, unchanged, texts)):
             cols[n + i].append(v)
         buf.rows += 1
         buf.pending_bytes += size
@@ -244,6 +242,12 @@ class ArrowRows:
         for buf in self._order:
             self._flush(buf)
         return [(buf.rel, buf.paths, buf.rows) for buf in self._order]
+
+
+#: what the compiled ``change`` hands a change with an old key or without a new tuple
+ArrowRows._python_change = ArrowRows.change  # type: ignore[attr-defined]
+ArrowRows.change = native.twin(  # type: ignore[method-assign]
+    ArrowRows.change, "cdclake.decoding.plugins._arrow")
 
 
 class ArrowChanges(ArrowRows):

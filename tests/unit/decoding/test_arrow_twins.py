@@ -1,0 +1,95 @@
+"""The compiled Arrow row (``ArrowRows.change`` in ``_arrow.pyx``) against its Python
+reference, on random and malformed datums of the types it types without calling a codec
+(int2, int4, int8, UTF-8 text, bool, uuid, bytea, float8), a type whose values may have no
+Arrow form (time: 24:00:00), values of columns added later (MissingValue), TOAST chunks,
+and the changes it hands to the reference (an old key, no new tuple): the same buffered rows,
+and the same error where the reference raises one. No server."""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from typing import Any
+
+from cdclake import native
+from cdclake.catalog.model import Column, RelationVersion
+from cdclake.decoding.changes import DELETE, INSERT, UPDATE, Change, TxnInfo
+from cdclake.decoding.plugins.arrow import ArrowRows
+from cdclake.tuples.heap import MissingValue
+from tests.unit.decoding.test_test_decoding_twins import TYPES, Given, _datum
+from tests.unit.tuples.builtin_types import BUILTIN
+
+#: the test_decoding twin's columns, then a time
+COLUMNS = (*TYPES, (1083, 8))
+DAY_US = 86_400_000_000
+
+REL = RelationVersion(
+    oid=1, db_oid=5, tablespace=1663, relfilenode=1, schema="public", name="t",
+    qualified="public.t", relkind="r", persistence="p", replident="d",
+    columns=tuple(Column(attnum=i + 1, name=f"c{i}", quoted=f"c{i}", type_oid=oid, typmod=-1,
+                         attlen=n, attalign="i", attbyval=n > 0)
+                  for i, (oid, n) in enumerate(COLUMNS)),
+    key_attnums=(1,), valid_from=0)
+
+MISSING = {21: "7", 23: "-3", 20: "9000000000", 25: "added", 16: "t", 2950:
+           "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", 17: "\\x0102", 701: "1.5", 1083:
+           "24:00:00"}
+
+
+def _value(rng: random.Random, oid: int, attlen: int) -> object:
+    if rng.random() < 0.08:
+        return MissingValue(MISSING[oid])
+    if oid == 1083:
+        return struct.pack("<q", rng.choice([0, DAY_US, rng.randrange(DAY_US)]))
+    return _datum(rng, oid, attlen)
+
+
+def _plain(v: object) -> object:
+    """Floats by their bits (NaN equals itself then)."""
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v)) if math.isnan(v) else v
+    return v
+
+
+def _rows(change_fn: Any, changes: list[tuple[int, tuple[object, ...], dict[int, list[bytes]]]]
+          ) -> list[object]:
+    plugin = ArrowRows(BUILTIN, sink=None, rows_per_part=10**9)  # type: ignore[arg-type]
+    plugin.layouts.get = lambda rel: Given(REL, BUILTIN)  # type: ignore[method-assign]
+    txn = TxnInfo(7, 0x100, 0x200, 123, 0)
+    out: list[object] = []
+    for i, (action, tup, toast) in enumerate(changes):
+        new = None if action == DELETE else tup
+        old = tup if action == DELETE or (action == UPDATE and i % 2) else None
+        try:
+            change_fn(plugin, txn, REL, action, Change(action, 0x100 + i, i % 3, None, old, new,
+                                                       True, 0), toast)
+        except Exception as exc:
+            out.append(f"{type(exc).__name__}: {exc}")
+    buf = next(iter(plugin._buffers.values()))
+    return [*out, buf.rows, buf.pending_bytes, [[_plain(v) for v in col] for col in buf.columns]]
+
+
+class Tuple(tuple):  # type: ignore[type-arg]
+    """A tuple with the ``data`` the row size counts."""
+
+    data = b"12345"
+
+
+def test_the_compiled_row_equals_the_reference() -> None:
+    python = next(py for _m, name, py, _c in native._twins if name == "ArrowRows.change")
+    compiled = next(c for _m, name, _p, c in native._twins if name == "ArrowRows.change")
+    rng = random.Random(5)
+    changes = []
+    for _ in range(800):
+        tup = Tuple(_value(rng, oid, n) for oid, n in COLUMNS)
+        toast = {1: [b"ab", b"cde"]} if rng.random() < 0.1 else {}
+        changes.append((rng.choice([INSERT, INSERT, UPDATE, DELETE]), tup, toast))
+    with native.use_python():
+        want = _rows(python, changes)
+    got = _rows(compiled, changes)
+    assert got == want
+    errors = [w for w in want if isinstance(w, str)]
+    assert errors and want[-3] > 200, "malformed datums raise, the others make rows"
+    texts = want[-1][-1]  # type: ignore[index]
+    assert any(t for t in texts), "a value without an Arrow form kept as text"
