@@ -16,6 +16,7 @@ from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
+from cdclake.decoding.plugins._plans cimport cached_steps, keep_steps
 from cdclake.tuples._bytes cimport le_int, plain_payload
 
 from cdclake.decoding import stream
@@ -53,23 +54,14 @@ cdef class _Step:
     cdef object codec
 
 
-cdef class _Plan:
-    cdef object layout  #: kept so the cache key (its id) stays valid
-    cdef list steps
-
-
 cdef dict _plans = {}
 
 
-cdef _Plan _plan(layout):
-    plan = _plans.get(id(layout))
-    if plan is not None and (<_Plan> plan).layout is layout:
-        return <_Plan> plan
-    if len(_plans) > 4096:
-        _plans.clear()
-    p = _Plan()
-    p.layout = layout
-    p.steps = []
+cdef list _steps(layout):
+    cdef list steps = cached_steps(_plans, layout)
+    if steps is not None:
+        return steps
+    steps = []
     for lc in layout.live:
         s = _Step()
         s.index = lc.index
@@ -80,9 +72,8 @@ cdef _Plan _plan(layout):
             s.kind, 16 if fn is scalars.uuid_value else 0)
         s.column = lc
         s.codec = lc.codec
-        p.steps.append(s)
-    _plans[id(layout)] = p
-    return p
+        steps.append(s)
+    return keep_steps(_plans, layout, steps)
 
 
 cdef object _value(_Step step, bytes v):
@@ -116,8 +107,7 @@ cdef tuple _values(layout, tup, lsn, toast, list unchanged):
     cdef list out = []
     cdef dict texts = None
     cdef _Step step
-    cdef _Plan plan = _plan(layout)
-    for step in plan.steps:
+    for step in _steps(layout):
         d = datums[step.index]
         if d is None:
             out.append(None)

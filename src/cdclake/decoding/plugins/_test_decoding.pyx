@@ -17,6 +17,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
+from cdclake.decoding.plugins._plans cimport cached_steps, keep_steps
 from cdclake.tuples._bytes cimport plain_payload
 
 from cdclake.decoding.changes import DELETE, INSERT
@@ -50,11 +51,6 @@ cdef class _Step:
     cdef object column  #: the LiveColumn
 
 
-cdef class _Plan:
-    cdef object layout  #: kept so the cache key (its id) stays valid
-    cdef list steps
-
-
 cdef dict _plans = {}
 
 #: the codec text functions whose well-formed datums ``_inline_text`` formats itself
@@ -64,15 +60,11 @@ cdef dict _INLINE = {scalars.int2_text: INT2, scalars.int4_text: INT4,
                      scalars.bytea_text: BYTEA, codecs._float8_text: FLOAT8}
 
 
-cdef _Plan _plan(layout):
-    plan = _plans.get(id(layout))
-    if plan is not None and (<_Plan> plan).layout is layout:
-        return <_Plan> plan
-    if len(_plans) > 4096:
-        _plans.clear()
-    p = _Plan()
-    p.layout = layout
-    p.steps = []
+cdef list _steps(layout):
+    cdef list steps = cached_steps(_plans, layout)
+    if steps is not None:
+        return steps
+    steps = []
     for lc in layout.live:
         s = _Step()
         s.index = lc.index
@@ -83,9 +75,8 @@ cdef _Plan _plan(layout):
         s.varlena = lc.codec.typisvarlena
         s.inline = _INLINE.get(s.text, NONE)
         s.column = lc
-        p.steps.append(s)
-    _plans[id(layout)] = p
-    return p
+        steps.append(s)
+    return keep_steps(_plans, layout, steps)
 
 
 cdef inline str _quoted(Style style, str text):
@@ -163,11 +154,10 @@ cdef object _layout(layouts, rel):
 cdef str _tuple_text(layout, tup, bint skip_nulls, toast, lsn):
     cdef list datums = _datums(layout, tup, lsn)
     cdef list parts = []
-    cdef _Plan plan = _plan(layout)
     cdef _Step step = None
     value = None
     try:
-        for step in plan.steps:
+        for step in _steps(layout):
             value = datums[step.index]
             if value is None:
                 if not skip_nulls:

@@ -1,0 +1,20 @@
+# cython: language_level=3
+"""The per-layout plans both compiled output plugins keep (inlined into each): what each
+column of a relation version costs to format, worked out once per version."""
+
+
+cdef inline list cached_steps(dict plans, object layout):
+    """The steps kept for ``layout``, or None. Kept by the layout's id together with the
+    layout itself: the id of a layout freed later may be reused by another one."""
+    entry = plans.get(id(layout))
+    if entry is not None and (<tuple> entry)[0] is layout:
+        return <list> (<tuple> entry)[1]
+    return None
+
+
+cdef inline list keep_steps(dict plans, object layout, list steps):
+    """Keep ``steps`` for ``layout`` (a runaway number of versions empties the cache)."""
+    if len(plans) > 4096:
+        plans.clear()
+    plans[id(layout)] = (layout, steps)
+    return steps
