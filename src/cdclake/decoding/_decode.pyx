@@ -19,12 +19,13 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_FromVoidPtr
 
 from cdclake.catalog._dictionary cimport newest_version
 from cdclake.decoding._stripes cimport says_yes
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
-from cdclake.wal._slots cimport blank, offset, put
+from cdclake.wal._slots cimport blank, get, offset, put
 
 from operator import itemgetter
 
@@ -45,7 +46,7 @@ from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.decoding.startup import Startup
 from cdclake.decoding.stripes import Shares
 from cdclake.decoding.walclass import PgClassTracker
-from cdclake.wal.record import WalTuple
+from cdclake.wal.record import WalTuple, XLogRecord
 from cdclake.wal.rmgr import heap, heap2, xact
 
 
@@ -108,6 +109,30 @@ cdef Py_ssize_t I_COMMIT_TIME = offset(TxnInfo, "commit_time")
 cdef Py_ssize_t I_ORIGIN_ID = offset(TxnInfo, "origin_id")
 cdef Py_ssize_t I_ORIGIN_LSN = offset(TxnInfo, "origin_lsn")
 cdef Py_ssize_t I_GID = offset(TxnInfo, "gid")
+cdef Py_ssize_t R_LSN = offset(XLogRecord, "lsn")
+cdef Py_ssize_t R_XID = offset(XLogRecord, "xid")
+cdef Py_ssize_t R_ORIGIN = offset(XLogRecord, "origin")
+cdef Py_ssize_t R_INFO = offset(XLogRecord, "info")
+cdef Py_ssize_t R_MAIN_DATA = offset(XLogRecord, "main_data")
+cdef Py_ssize_t R_BLOCKS = offset(XLogRecord, "blocks")
+cdef Py_ssize_t R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
+cdef Py_ssize_t R_RMID = offset(XLogRecord, "rmid")
+cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
+
+
+cdef inline bint _origin_ok(filt, rec) except -1:
+    """``filt.origin_ok(rec.origin)`` (gate 2, asked of every change), inline for the Filter."""
+    if type(filt) is Filter:
+        return _r(rec, R_ORIGIN, "origin") == 0 or not filt.local_only
+    return filt.origin_ok(_r(rec, R_ORIGIN, "origin"))
+
+
+cdef inline object _r(rec, Py_ssize_t at, str name):
+    """``rec.<name>``: a record the reader built is read at its slot (``at``), anything else
+    by name. A record's fields are read a dozen times on its way through the decoder."""
+    if type(rec) is XLogRecord:
+        return get(rec, at)
+    return getattr(rec, name)
 
 
 cdef object _tuple(Bytes b, Py_ssize_t off):
@@ -124,13 +149,13 @@ cdef object _tuple(Bytes b, Py_ssize_t off):
 cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=True):
     c = blank(Change)
     put(c, C_ACTION, action)
-    put(c, C_LSN, rec.lsn)
+    put(c, C_LSN, _r(rec, R_LSN, "lsn"))
     put(c, C_SEQ, seq)
     put(c, C_LOCATOR, loc)
     put(c, C_OLD, old)
     put(c, C_NEW, new)
     put(c, C_CLEAR_TOAST, clear_toast)
-    put(c, C_ORIGIN, rec.origin)
+    put(c, C_ORIGIN, _r(rec, R_ORIGIN, "origin"))
     put(c, C_PAYLOAD, None)
     return c
 
@@ -143,9 +168,10 @@ cdef bint _mine(self, rec) except -1:
     share = self.share
     if share is None:
         return True
-    xid = rec.xid
+    xid = _r(rec, R_XID, "xid")
     t = self.rb.by_txn.get(xid)
-    return says_yes(share, Shares, t.top if t is not None and t.top else xid, rec.lsn)
+    return says_yes(share, Shares, t.top if t is not None and t.top else xid,
+                    _r(rec, R_LSN, "lsn"))
 
 
 cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) except -1:
@@ -153,11 +179,11 @@ cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) 
     cdef Py_ssize_t i
     if _mine(self, rec):
         return False
-    if rec.lsn < self.skip_before or count == 0:
+    if _r(rec, R_LSN, "lsn") < self.skip_before or count == 0:
         return True
     rb = self.rb
-    xid = rec.xid
-    if rb.txn(xid, rec.lsn).toast_pending:
+    xid = _r(rec, R_XID, "xid")
+    if rb.txn(xid, _r(rec, R_LSN, "lsn")).toast_pending:
         for i in range(count):
             _buffer(rb, xid, _change(ELSEWHERE, rec, loc, None, None, i,
                                      last_clears and i == count - 1))
@@ -181,7 +207,7 @@ cdef _buffer(rb, xid, change):
     t = by_txn.get(xid)
     if t is None:
         t = by_txn[xid] = TXN(xid, change.lsn)
-    t.changes.append(change)
+    (<list> t.changes).append(change)
     t.size += n
     rb.size += n
     if rb.size > rb.work_mem:
@@ -192,11 +218,11 @@ def process(self, rec):
     """See ``Decoder.process``."""
     st = self.stats
     st.records += 1
-    st.last_lsn = rec.lsn
-    top = rec.toplevel_xid
+    st.last_lsn = _r(rec, R_LSN, "lsn")
+    top = _r(rec, R_TOPLEVEL_XID, "toplevel_xid")
     if top:
-        self.rb.assign_child(top, rec.xid, rec.lsn)
-    handler = self._dispatch[rec.rmid]
+        self.rb.assign_child(top, _r(rec, R_XID, "xid"), _r(rec, R_LSN, "lsn"))
+    handler = self._dispatch[_r(rec, R_RMID, "rmid")]
     if handler is not None:
         handler(rec)
 
@@ -214,11 +240,12 @@ cdef bint _drop(filt, loc, lsn) except -1:
         if type(d) is Dictionary:
             v = newest_version(d._by_loc, loc.spc, loc.rel, lsn)
             if v is not None:
-                known = _user_tables.get(id(v))
+                known = _user_tables.get(PyLong_FromVoidPtr(<void *> v))
                 if known is None or (<tuple> known)[0] is not v:
                     if len(_user_tables) > 4096:
                         _user_tables.clear()
-                    known = _user_tables[id(v)] = (v, v.is_user_table)
+                    known = _user_tables[PyLong_FromVoidPtr(<void *> v)] = (
+                        v, v.is_user_table)
                 return not (<tuple> known)[1]
     return filt.drop_locator(loc, lsn)
 
@@ -234,21 +261,21 @@ cdef bint _is_pg_class(tracker, loc) except -1:
 
 def _heap(self, rec):
     """See ``Decoder._heap``."""
-    cdef int op = rec.info & OPMASK
+    cdef int op = _r(rec, R_INFO, "info") & OPMASK
     cdef int flags
     cdef Bytes md, bd
     cdef Py_ssize_t p
     if op != OP_INSERT and op != OP_UPDATE and op != OP_HOT_UPDATE and op != OP_DELETE:
         return self._python_heap(rec)
-    blocks = rec.blocks
-    main = rec.main_data
+    blocks = _r(rec, R_BLOCKS, "blocks")
+    main = _r(rec, R_MAIN_DATA, "main_data")
     if not blocks or not readable(main):
         return self._python_heap(rec)
     blk = blocks[0]
     loc = blk.rlocator
     if loc.db != self.db_oid:  # gate 1, before parsing
         return
-    xid = rec.xid
+    xid = _r(rec, R_XID, "xid")
     if op == OP_INSERT:
         tracker = self.tracker
         if tracker is not None and _is_pg_class(tracker, loc):
@@ -266,11 +293,12 @@ def _heap(self, rec):
         flags = md.p[2]
         if data is not None and len(data) and len(data) < HEADER:
             return self._python_heap(rec)
-        if not flags & INSERT_CONTAINS_NEW_TUPLE or not filt.origin_ok(rec.origin):
+        if (not flags & INSERT_CONTAINS_NEW_TUPLE
+                or not _origin_ok(filt, rec)):
             return
         if flags & INSERT_ON_TOAST_RELATION:
             return self._python_heap(rec)
-        if _drop(filt, loc, rec.lsn):  # gates 3-4 where already decidable
+        if _drop(filt, loc, _r(rec, R_LSN, "lsn")):  # gates 3-4 where already decidable
             return
         if (not flags & INSERT_IS_SPECULATIVE and self.share is not None
                 and _elsewhere(self, rec, loc)):
@@ -284,17 +312,18 @@ def _heap(self, rec):
         flags = md.p[7]
         if flags & DELETE_CONTAINS_OLD and md.n < DELETE_SIZE + HEADER:
             return self._python_heap(rec)
-        if not filt.origin_ok(rec.origin):
+        if not _origin_ok(filt, rec):
             return
         if flags & DELETE_IS_SUPER:
             return self._python_heap(rec)
-        if _drop(filt, loc, rec.lsn) or (self.share is not None
+        if _drop(filt, loc, _r(rec, R_LSN, "lsn")) or (self.share is not None
                                          and _elsewhere(self, rec, loc)):
             return
         old = _tuple(md, DELETE_SIZE) if flags & DELETE_CONTAINS_OLD else None
         _queue(self, rec, _change(DELETE, rec, loc, old, None))
     else:
-        if (not filt.origin_ok(rec.origin) or _drop(filt, loc, rec.lsn)
+        if (not _origin_ok(filt, rec)
+                or _drop(filt, loc, _r(rec, R_LSN, "lsn"))
                 or (self.share is not None and _elsewhere(self, rec, loc))):
             return
         if md.n < UPDATE_SIZE:
@@ -331,10 +360,10 @@ cdef _queue(self, rec, change):
     """See ``Decoder._queue``."""
     stats = self.stats
     cdef bint mine = _mine(self, rec)
-    if rec.lsn < self.skip_before:
+    if _r(rec, R_LSN, "lsn") < self.skip_before:
         stats.cut_before_start += mine
         return
-    _buffer(self.rb, rec.xid, change)
+    _buffer(self.rb, _r(rec, R_XID, "xid"), change)
     stats.changes += mine
 
 
@@ -344,15 +373,15 @@ def _heap2(self, rec):
     cdef Bytes md, bd
     cdef int flags, i
     cdef Py_ssize_t ntuples, count, p, dlen
-    if rec.info & HEAP2_OPMASK != OP_MULTI_INSERT:
+    if _r(rec, R_INFO, "info") & HEAP2_OPMASK != OP_MULTI_INSERT:
         return
-    blocks = rec.blocks
-    main = rec.main_data
+    blocks = _r(rec, R_BLOCKS, "blocks")
+    main = _r(rec, R_MAIN_DATA, "main_data")
     if not blocks or not readable(main):
         return self._python_heap2(rec)
     blk = blocks[0]
     loc = blk.rlocator
-    if loc.db != self.db_oid or _foreign(self, rec.xid):
+    if loc.db != self.db_oid or _foreign(self, _r(rec, R_XID, "xid")):
         return
     md = payload(main)
     data = blk.data
@@ -360,7 +389,7 @@ def _heap2(self, rec):
         return self._python_heap2(rec)
     flags = md.p[0]
     ntuples = md.p[2] | (md.p[3] << 8)
-    if not rec.info & INIT_PAGE and md.n < MULTI_SIZE + 2 * ntuples:
+    if not _r(rec, R_INFO, "info") & INIT_PAGE and md.n < MULTI_SIZE + 2 * ntuples:
         return self._python_heap2(rec)
     count = 0
     if data:  # every tuple header inside the block data, as heap2.parse checks
@@ -378,12 +407,12 @@ def _heap2(self, rec):
         return
     stats = self.stats
     share = self.share
-    if rec.lsn < self.skip_before:
+    if _r(rec, R_LSN, "lsn") < self.skip_before:
         if share is None or not _elsewhere(self, rec, loc):
             stats.cut_before_start += count
         return
     filt = self.filter
-    if not filt.origin_ok(rec.origin) or _drop(filt, loc, rec.lsn):
+    if not _origin_ok(filt, rec) or _drop(filt, loc, _r(rec, R_LSN, "lsn")):
         return
     if share is not None and _elsewhere(self, rec, loc, count,
                                         (flags & INSERT_LAST_IN_MULTI) != 0):
@@ -391,7 +420,7 @@ def _heap2(self, rec):
     if count == 0:
         return
     rb = self.rb
-    xid = rec.xid
+    xid = _r(rec, R_XID, "xid")
     last_in_multi = flags & INSERT_LAST_IN_MULTI
     p = 0
     for i in range(count):
@@ -425,14 +454,14 @@ def _xact(self, rec):
     """See ``Decoder._xact``: a COMMIT without two-phase or origin fields (every ordinary
     transaction's) is read here, to the end ``xact.parse`` checks, and committed; any other
     record, and a commit whose counts or length the reference would reject, goes to it."""
-    cdef int info = rec.info
+    cdef int info = _r(rec, R_INFO, "info")
     cdef Bytes md
     cdef Py_ssize_t p = 8, i, end
     cdef unsigned int xinfo = 0, db_id = 0
     cdef long long xact_time
     if info & XACT_OPMASK != XACT_COMMIT:
         return self._python_xact(rec)
-    main = rec.main_data
+    main = _r(rec, R_MAIN_DATA, "main_data")
     if not readable(main):
         return self._python_xact(rec)
     md = payload(main)
@@ -475,7 +504,7 @@ cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts)
     ``discard`` inline for a transaction without subtransactions or spill files."""
     stats = self.stats
     stats.committed += 1
-    xid = rec.xid
+    xid = _r(rec, R_XID, "xid")
     rb = self.rb
     plain = type(rb) is ReorderBuffer and not subxacts
     if plain:
@@ -501,26 +530,27 @@ cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts)
     info = blank(TxnInfo)
     put(info, I_XID, xid)
     put(info, I_FIRST_LSN, first)
-    put(info, I_FINAL_LSN, rec.lsn)
-    put(info, I_END_LSN, rec.end_lsn)
+    put(info, I_FINAL_LSN, _r(rec, R_LSN, "lsn"))
+    put(info, I_END_LSN, _r(rec, R_END_LSN, "end_lsn"))
     put(info, I_COMMIT_TIME, xact_time)
-    put(info, I_ORIGIN_ID, rec.origin)
+    put(info, I_ORIGIN_ID, _r(rec, R_ORIGIN, "origin"))
     put(info, I_ORIGIN_LSN, 0)
     put(info, I_GID, "")
     if ddl:
         self.replay.apply_catalog(sorted([e for m in members for e in m.ddl], key=_by_lsn),
                                   info)
     share = self.share
-    counts = share is None or says_yes(share, Shares, xid, rec.lsn)
+    counts = share is None or says_yes(share, Shares, xid, _r(rec, R_LSN, "lsn"))
     owns = self.owns
     if owns is not None and not owns(xid):
         pass  # another decoder emits it
-    elif rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
+    elif (_r(rec, R_LSN, "lsn") < self.start_lsn
+          or not _origin_ok(self.filter, rec)):
         stats.skipped_before_start += counts
     elif counts or any([m.changes or m.spill_files for m in members]):
         startup = self.startup
         if type(startup) is not Startup or startup.suspects is None or startup.suspects:
-            startup.check(xid, subxacts, rec.lsn)
+            startup.check(xid, subxacts, _r(rec, R_LSN, "lsn"))
         self.replay.replay(info, top.changes if plain else rb.merged_changes(members))
         stats.emitted += counts
     if not plain:

@@ -12,6 +12,8 @@ errors.
 
 import sys
 
+from cpython.long cimport PyLong_FromVoidPtr
+
 from cdclake.catalog._dictionary cimport newest_version
 from cdclake.decoding._stripes cimport says_yes
 
@@ -79,7 +81,8 @@ def replay(self, info, changes):
             rel = None if by_loc is None else newest_version(by_loc, loc.spc, loc.rel, ch.lsn)
             if rel is None:
                 rel = for_locator(loc.spc, loc.rel, ch.lsn)
-            known = kept.get(id(rel)) if rel is not None and not rel.rewrite_of else None
+            known = (kept.get(PyLong_FromVoidPtr(<void *> rel))
+                     if rel is not None and not rel.rewrite_of else None)
             if known is not None and (<tuple> known)[0] is rel:
                 if not (<tuple> known)[1]:
                     rel = None

@@ -31,6 +31,7 @@ workers are stopped.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import heapq
 import multiprocessing
 import os
@@ -62,6 +63,8 @@ _DATA, _BEGIN_LINE, _END, _ERROR = 0, 1, 2, 3
 #: BEGIN written before the first of them among them), its COMMIT line
 _MESSAGE, _BEGIN, _CHANGES, _COMMIT = 0, 1, 2, 3
 _FRAME_BYTES = 64 * 1024
+#: the pipe buffer a worker gets, if the system allows it
+_PIPE_BYTES = 1 << 20
 #: how long a stopped worker has to exit before it is killed
 _STOP_SECONDS = 5
 
@@ -79,6 +82,16 @@ def peak_rss_kb() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _widen(fd: int) -> None:
+    """Give a worker's pipe the largest buffer allowed: the parent merges the workers'
+    frames in key order, so a worker ahead of the others waits once its pipe is full."""
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(limit, _PIPE_BYTES))
+    except (OSError, ValueError):
+        pass  # a pipe keeps its default size
 
 
 def default_jobs() -> int:
@@ -113,6 +126,7 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
     try:
         for index in range(jobs):
             rfd, wfd = os.pipe()
+            _widen(wfd)
             proc = ctx.Process(
                 target=_worker, name=f"cdclake-decode-{index}", daemon=True,
                 args=(index, jobs, stripe_bits, wfd, source, dictionary, options, make_plugin,

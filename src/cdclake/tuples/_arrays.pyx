@@ -7,11 +7,10 @@ Any other array (other element types, more dimensions, another lower bound, a ma
 cut-off datum) goes to the Python reference, which returns its text or raises its error.
 """
 
-from cdclake.tuples._bytes cimport le_int
+from cdclake.tuples._bytes cimport decimal, le_int
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeASCII
-from libc.stdio cimport snprintf
 from libc.string cimport memcpy
 
 from cdclake.tuples import arrays as _reference
@@ -64,7 +63,7 @@ def text(p, elem_len, elem_align, elem_oid, etext, delim, quote):
             if off + elen > n:
                 return _reference._python_text(p, elem_len, elem_align, elem_oid, etext,
                                                delim, quote)
-            o += snprintf(out + o, 21, "%lld", le_int(b + off, elen))
+            o += decimal(out + o, le_int(b + off, elen))
             off += stride
         out[o] = 125  # }
         return PyUnicode_DecodeASCII(out, o + 1, NULL)

@@ -7,6 +7,7 @@ Python attributes. The pure-Python function stays the reference: tests run both.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_FromVoidPtr
 from libc.stdlib cimport free, malloc
 
 from cdclake.errors import TupleDecodeError
@@ -50,13 +51,13 @@ cdef dict _plans = {}
 
 
 cdef _Plan _plan(columns):
-    plan = _plans.get(id(columns))
+    plan = _plans.get(PyLong_FromVoidPtr(<void *> columns))
     if plan is not None and (<_Plan> plan).columns is columns:
         return <_Plan> plan
     if len(_plans) > 4096:
         _plans.clear()
     plan = _Plan(columns)
-    _plans[id(columns)] = plan
+    _plans[PyLong_FromVoidPtr(<void *> columns)] = plan
     return <_Plan> plan
 
 

@@ -18,7 +18,7 @@ import crc32c
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.wal._payload cimport Bytes, payload
-from cdclake.wal._slots cimport blank, offset, put
+from cdclake.wal._slots cimport blank, get, offset, put
 
 from cdclake.errors import WalCorruptError
 from cdclake.wal.lsn import format_lsn
@@ -71,6 +71,9 @@ cdef Py_ssize_t B_IMAGE = offset(BlockRef, "image")
 cdef Py_ssize_t B_BIMG_INFO = offset(BlockRef, "bimg_info")
 cdef Py_ssize_t B_HOLE_OFFSET = offset(BlockRef, "hole_offset")
 cdef Py_ssize_t B_HOLE_LENGTH = offset(BlockRef, "hole_length")
+
+#: the crc32c package's function, looked up once rather than twice per record
+cdef object _crc = crc32c.crc32c
 
 #: the reader module (imported when it imports this one): its _EndOfWal
 cdef object _reader = None
@@ -286,13 +289,13 @@ def __iter__(self):
                     pos += PAGE_SIZE
                 prev_lsn = 0
                 continue
-            prev_lsn = rec.lsn
-            if rec.rmid == 0 and rec.info & 0xF0 == XLOG_SWITCH:
+            prev_lsn = get(rec, R_LSN)  # the record _read built: its slots are set
+            if get(rec, R_RMID) == 0 and get(rec, R_INFO) & 0xF0 == XLOG_SWITCH:
                 # The rest of the segment is padding.
-                rec.end_lsn = (prev_lsn // size + 1) * size
+                put(rec, R_END_LSN, (prev_lsn // size + 1) * size)
             if not has_start or prev_lsn >= start:
                 yield rec
-            pos = rec.end_lsn
+            pos = get(rec, R_END_LSN)
     except end_of_wal as stop:
         self.end_reason = str(stop.args[0])
         self._check_really_end(pos if stop.lsn is None else stop.lsn, pos)
@@ -308,11 +311,12 @@ cdef _read(self, pos, prev_lsn):
     cdef Py_ssize_t size = self.segment_size
     cdef Py_ssize_t cpos = pos
     cached = self._seg_cache  # the reader's own cache, read here without a Python call
-    if cached is not None and cached[0] == cpos // size:
-        view = cached[1]
-        where = cached[2]
-    else:
-        view, where = self._segment(cpos // size)
+    if cached is None or cached[0] != cpos // size:
+        self._segment(cpos // size)
+        cached = self._seg_cache
+    view = cached[1]
+    where = cached[2]
+    tli = cached[3]  # the timeline of the record's segment, where it starts
     cdef Bytes b = payload(view)
     cdef const unsigned char *v = b.p
     cdef Py_ssize_t n = b.n
@@ -339,12 +343,12 @@ cdef _read(self, pos, prev_lsn):
         if assembled is None:
             return None
         data, end_pos = assembled
-        return _record(self, pos, end_pos, tot_len, data, 0, where, prev_lsn, size)
-    return _record(self, pos, end_pos, tot_len, view, off, where, prev_lsn, size)
+        return _record(self, pos, end_pos, tot_len, data, 0, where, prev_lsn, tli)
+    return _record(self, pos, end_pos, tot_len, view, off, where, prev_lsn, tli)
 
 
 cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t off, where,
-             prev_lsn, Py_ssize_t size):
+             prev_lsn, tli):
     """The record of ``tot_len`` bytes at ``off`` in ``src`` (its segment's view, or the bytes
     it was assembled into): header checks, CRC, then its body."""
     cdef Bytes b = payload(src)
@@ -360,8 +364,7 @@ cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t 
                               segment=where, lsn=pos)
     if rmid > RM_MAX_BUILTIN and rmid < RM_MIN_CUSTOM:
         raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
-    if crc32c.crc32c(src[off:off + 20],
-                     crc32c.crc32c(src[off + RECORD_HEADER:off + tot_len])) != crc:
+    if _crc(src[off:off + 20], _crc(src[off + RECORD_HEADER:off + tot_len])) != crc:
         raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
     rec = blank(XLogRecord)
     put(rec, R_LSN, pos)
@@ -375,7 +378,7 @@ cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t 
     put(rec, R_MAIN_DATA, b"")
     put(rec, R_ORIGIN, INVALID_REP_ORIGIN)
     put(rec, R_TOPLEVEL_XID, INVALID_XID)
-    put(rec, R_TIMELINE, self._segno_tli.get(pos // size, 1))
+    put(rec, R_TIMELINE, tli)
     put(rec, R_SEGMENT, where)
     _decode(rec, d, n, src, off, where)
     return rec

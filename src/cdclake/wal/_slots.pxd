@@ -1,11 +1,11 @@
 # cython: language_level=3
-"""Setting the fields of an instance of a ``__slots__`` class (``@dataclass(slots=True)``) from
-C (inlined into each compiled module that builds one): ``obj.field = value`` on a Python class
-looks the name up through the type and calls the slot's member descriptor, which costs more
-than building the record itself; the descriptor only stores the pointer at a fixed offset in
-the instance, and :func:`offset` reads that offset from the descriptor (CPython's
-``PyMemberDef``) once. A class whose field is not such a slot fails at import, where the
-offset is read."""
+"""Setting and reading the fields of an instance of a ``__slots__`` class
+(``@dataclass(slots=True)``) from C (inlined into each compiled module that builds or reads
+one): ``obj.field = value`` on a Python class looks the name up through the type and calls the
+slot's member descriptor, which costs more than building the record itself; the descriptor
+only stores the pointer at a fixed offset in the instance, and :func:`offset` reads that
+offset from the descriptor (CPython's ``PyMemberDef``) once. A class whose field is not such a
+slot fails at import, where the offset is read."""
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
@@ -50,3 +50,13 @@ cdef inline void put(object obj, Py_ssize_t at, object value):
     Py_INCREF(value)
     slot[0] = <PyObject *> value
     Py_XDECREF(old)
+
+
+cdef inline object get(object obj, Py_ssize_t at):
+    """``obj.<the slot at offset at>``, as the member descriptor reads it: the caller has
+    checked ``obj``'s type, so the offset is that type's own (a record's fields are read
+    several times per record, each a lookup through the type otherwise)."""
+    cdef PyObject *value = (<PyObject **> (<char *> <PyObject *> obj + at))[0]
+    if value == NULL:
+        raise AttributeError(f"slot at offset {at} of {type(obj).__name__} is not set")
+    return <object> value

@@ -107,7 +107,8 @@ class XLogReader:
         self.end_of_wal = 0  #: LSN where valid WAL ended (or reading stopped)
         self._segno_tli: dict[int, int] = {}
         self._max_segno = -1
-        self._seg_cache: tuple[int, memoryview, str] | None = None
+        #: the segment read last: its number, bytes, name for messages and timeline
+        self._seg_cache: tuple[int, memoryview, str, int] | None = None
 
     # -- segments ----------------------------------------------------------------------------
 
@@ -166,7 +167,7 @@ class XLogReader:
                 f"segment file has {len(data)} bytes, expected {size}", segment=where,
                 lsn=segno * size + len(data))
         view = memoryview(data)
-        self._seg_cache = (segno, view, where)
+        self._seg_cache = (segno, view, where, tli)
         return view, where
 
     # -- pages -------------------------------------------------------------------------------

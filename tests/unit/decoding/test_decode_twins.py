@@ -86,6 +86,7 @@ def _variants(rec: XLogRecord) -> Iterator[XLogRecord]:
     yield dataclasses.replace(rec, blocks=[])
     yield dataclasses.replace(rec, main_data=memoryview(md + md)[::2])
     yield dataclasses.replace(rec, blocks=[dataclasses.replace(blk, rlocator=LOC._replace(db=9))])
+    yield dataclasses.replace(rec, origin=5)  # from another node: origin=none drops it
 
 
 def _state(d: Decoder) -> object:
@@ -106,10 +107,11 @@ def _alternate(top: int, lsn: int) -> bool:
 
 def _run(method: Callable[[Decoder, XLogRecord], None], records: list[XLogRecord],
          spill: Path, work_mem: int, skip_before: int,
-         share: Callable[[int, int], bool] | None = None) -> object:
+         share: Callable[[int, int], bool] | None = None, local_only: bool = False) -> object:
     rec = Recording()
     d = Decoder(db_oid=DB, buffer=ReorderBuffer(work_mem, spill, 1 << 20), replay=rec,
-                filter=Filter(Dictionary()), start_lsn=0, version=15, tracker=rec,
+                filter=Filter(Dictionary(), local_only=local_only), start_lsn=0, version=15,
+                tracker=rec,
                 skip_before=skip_before, share=share)
     if share is not None:  # TOAST chunks queued before: the others' rows leave placeholders
         for xid in (10, 12, 14):
@@ -130,15 +132,18 @@ def test_heap_and_multi_insert_records_queue_the_same(tmp_path: Path) -> None:
                *_variants(_delete(400, 13)), *_variants(multi_insert(500, 14, 5))]
     heaps = [r for r in records if r.rmid == RM_HEAP_ID]
     copies = [r for r in records if r.rmid == RM_HEAP2_ID]
-    configs = [(1 << 20, 0, None), (600, 0, None), (1 << 20, 450, None),  # spill; cut
-               (1 << 20, 0, _alternate), (1 << 20, 450, _alternate),  # a parallel worker's
-               (1 << 20, 0, Shares(1, 2, 6)), (1 << 20, 450, Shares(0, 3, 6))]
-    for work_mem, skip_before, share in configs:
+    configs = [(1 << 20, 0, None, False), (600, 0, None, False),  # spill
+               (1 << 20, 450, None, False),  # cut
+               (1 << 20, 0, _alternate, False), (1 << 20, 450, _alternate, False),  # a worker's
+               (1 << 20, 0, Shares(1, 2, 6), False), (1 << 20, 450, Shares(0, 3, 6), False),
+               (1 << 20, 0, None, True), (1 << 20, 0, Shares(1, 2, 6), True)]  # origin=none
+    for work_mem, skip_before, share, local in configs:
         for fast, reference, batch in ((_decode._heap, Decoder._python_heap, heaps),
                                        (_decode._heap2, Decoder._python_heap2, copies)):
-            where = f"{fast.__name__}-{work_mem}-{skip_before}-{share!r}"
-            want = _run(reference, batch, tmp_path / f"py-{where}", work_mem, skip_before, share)
-            got = _run(fast, batch, tmp_path / f"c-{where}", work_mem, skip_before, share)
+            where = f"{fast.__name__}-{work_mem}-{skip_before}-{share!r}-{local}"
+            want = _run(reference, batch, tmp_path / f"py-{where}", work_mem, skip_before, share,
+                        local)
+            got = _run(fast, batch, tmp_path / f"c-{where}", work_mem, skip_before, share, local)
             assert got == want, where
     # the workload reaches what it is meant to: changes queued, errors raised, spills
     outcomes, (txns, _size, spilled, _stats) = _run(Decoder._python_heap2, copies,
@@ -150,6 +155,13 @@ def test_heap_and_multi_insert_records_queue_the_same(tmp_path: Path) -> None:
                                                       tmp_path / "share", 1 << 20, 0, _alternate)
     actions = {c[0] for _size, _n, changes in txns.values() for c in changes}
     assert ELSEWHERE in actions and actions - {ELSEWHERE}
+    # origin=none: the changes from another node are not queued, the local ones are
+    _outcomes, (kept, *_rest) = _run(Decoder._python_heap, heaps, tmp_path / "local",
+                                     1 << 20, 0, local_only=True)
+    queued = [c for _size, _n, changes in txns.values() for c in changes]
+    kept_changes = [c for _size, _n, changes in kept.values() for c in changes]
+    assert kept_changes and all(c[5] == 0 for c in kept_changes)
+    assert any(c[5] == 5 for c in queued)
 
 
 def _commit(lsn: int, xid: int, xinfo: int, *, subxacts: tuple[int, ...] = (11, 12),

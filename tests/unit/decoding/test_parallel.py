@@ -128,3 +128,22 @@ def test_workers_stop_even_where_the_parent_catches_sigterm(decfix: DecodingFixt
         assert time.monotonic() - started < 60
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_worker_pipes_get_the_largest_buffer_the_system_allows() -> None:
+    """The parent merges the workers' frames in key order, so a worker that runs ahead waits
+    on a full pipe: its pipe gets the system's largest buffer (up to 1 MiB), not 64 KiB."""
+    import fcntl
+
+    from cdclake.decoding.parallel import _PIPE_BYTES, _widen
+
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    rfd, wfd = os.pipe()
+    try:
+        before = fcntl.fcntl(wfd, fcntl.F_GETPIPE_SZ)
+        _widen(wfd)
+        assert fcntl.fcntl(wfd, fcntl.F_GETPIPE_SZ) == max(before, min(limit, _PIPE_BYTES))
+        assert min(limit, _PIPE_BYTES) > before
+    finally:
+        os.close(rfd)
+        os.close(wfd)

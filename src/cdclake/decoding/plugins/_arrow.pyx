@@ -14,6 +14,7 @@ goes to the Python reference, and tests run the two side by side.
 
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_FromVoidPtr
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 from cdclake.decoding.plugins._plans cimport cached_steps, keep_steps
@@ -168,7 +169,7 @@ def change(self, txn, rel, int action, change, toast):
     new = change.new
     if change.old is not None or new is None:
         return self._python_change(txn, rel, action, change, toast)
-    buf = self._buffers.get(id(rel))
+    buf = self._buffers.get(PyLong_FromVoidPtr(<void *> rel))
     if buf is None or buf.rel is not rel:
         buf = self._buffer(rel)
     cdef list unchanged = []

@@ -2,11 +2,13 @@
 """The per-layout plans both compiled output plugins keep (inlined into each): what each
 column of a relation version costs to format, worked out once per version."""
 
+from cpython.long cimport PyLong_FromVoidPtr
+
 
 cdef inline list cached_steps(dict plans, object layout):
     """The steps kept for ``layout``, or None. Kept by the layout's id together with the
     layout itself: the id of a layout freed later may be reused by another one."""
-    entry = plans.get(id(layout))
+    entry = plans.get(PyLong_FromVoidPtr(<void *> layout))
     if entry is not None and (<tuple> entry)[0] is layout:
         return <list> (<tuple> entry)[1]
     return None
@@ -16,5 +18,5 @@ cdef inline list keep_steps(dict plans, object layout, list steps):
     """Keep ``steps`` for ``layout`` (a runaway number of versions empties the cache)."""
     if len(plans) > 4096:
         plans.clear()
-    plans[id(layout)] = (layout, steps)
+    plans[PyLong_FromVoidPtr(<void *> layout)] = (layout, steps)
     return steps

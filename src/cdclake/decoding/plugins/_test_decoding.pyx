@@ -14,11 +14,11 @@ datums are formatted here, anything else goes to the codec, which says what is w
 import sys
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.long cimport PyLong_FromVoidPtr
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 
 from cdclake.decoding.plugins._plans cimport cached_steps, keep_steps
-from cdclake.tuples._bytes cimport plain_payload
+from cdclake.tuples._bytes cimport decimal, plain_payload
 
 from cdclake.decoding.changes import DELETE, INSERT
 from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
@@ -79,14 +79,22 @@ cdef list _steps(layout):
     return keep_steps(_plans, layout, steps)
 
 
-cdef inline str _quoted(Style style, str text):
+cdef inline int _quoted(list out, Style style, str text) except -1:
+    """Append ``text`` as test_decoding's literal of ``style``: pieces, joined once per
+    line, rather than a new string per quote."""
     if style == BARE:
-        return text
-    if style == QUOTED:
-        return "'" + text.replace("'", "''") + "'"
-    if style == BIT:
-        return "B'" + text + "'"
-    return "true" if text == "t" else "false"
+        out.append(text)
+    elif style == QUOTED:
+        out.append("'")
+        out.append(text.replace("'", "''"))
+        out.append("'")
+    elif style == BIT:
+        out.append("B'")
+        out.append(text)
+        out.append("'")
+    else:
+        out.append("true" if text == "t" else "false")
+    return 0
 
 
 cdef inline object _inline_text(Inline kind, object value):
@@ -97,6 +105,7 @@ cdef inline object _inline_text(Inline kind, object value):
     cdef const unsigned char *b = <const unsigned char *> PyBytes_AS_STRING(value)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(value)
     cdef long long v
+    cdef char digits[20]
     if kind == UTF8:
         return PyUnicode_DecodeUTF8(<const char *> b, n, NULL)  # strict, as str(p, "utf-8")
     if kind == BYTEA:
@@ -121,17 +130,18 @@ cdef inline object _inline_text(Inline kind, object value):
         v = <short> (b[0] | (b[1] << 8))
     else:
         return None
-    return f"{v}"
+    return PyUnicode_DecodeASCII(digits, decimal(digits, v), NULL)
 
 
-cdef str _text(_Step step, object value):
-    """``step``'s quoted literal of ``value`` (its payload bytes)."""
+cdef int _text(list out, _Step step, object value) except -1:
+    """Append ``step``'s quoted literal of ``value`` (its payload bytes)."""
     cdef object text = None
     if step.inline != NONE:
         text = _inline_text(step.inline, value)
     if text is None:
         text = step.text(value)
-    return _quoted(step.style, text)
+    _quoted(out, step.style, text)
+    return 0
 
 
 cdef list _datums(layout, tup, lsn):
@@ -145,15 +155,15 @@ cdef list _datums(layout, tup, lsn):
 cdef object _layout(layouts, rel):
     """``layouts.get(rel)``, inline when the LayoutCache holds it already."""
     if type(layouts) is LayoutCache:
-        layout = layouts._cache.get(id(rel))
+        layout = layouts._cache.get(PyLong_FromVoidPtr(<void *> rel))
         if layout is not None and layout.rel is rel:
             return layout
     return layouts.get(rel)
 
 
-cdef str _tuple_text(layout, tup, bint skip_nulls, toast, lsn):
+cdef int _tuple_text(list parts, layout, tup, bint skip_nulls, toast, lsn) except -1:
+    """Append the pieces of ``tup``'s columns to ``parts``."""
     cdef list datums = _datums(layout, tup, lsn)
-    cdef list parts = []
     cdef _Step step = None
     value = None
     try:
@@ -161,28 +171,34 @@ cdef str _tuple_text(layout, tup, bint skip_nulls, toast, lsn):
             value = datums[step.index]
             if value is None:
                 if not skip_nulls:
-                    parts.append(step.prefix + "null")
+                    parts.append(step.prefix)
+                    parts.append("null")
             elif type(value) is MissingValue:
                 literal = sys.modules["cdclake.decoding.plugins.test_decoding"].literal
-                parts.append(step.prefix + literal(step.column.column.type_oid, value.text))
+                parts.append(step.prefix)
+                parts.append(literal(step.column.column.type_oid, value.text))
             elif step.varlena:
                 plain = plain_payload(value)
                 value = column_payload(step.column, value, toast) if plain is None else plain
+                parts.append(step.prefix)
                 if value is UNCHANGED_TOAST:
-                    parts.append(step.prefix + "unchanged-toast-datum")
+                    parts.append("unchanged-toast-datum")
                 else:
-                    parts.append(step.prefix + _text(step, value))
+                    _text(parts, step, value)
             else:
-                parts.append(step.prefix + _text(step, value))
+                parts.append(step.prefix)
+                _text(parts, step, value)
     except FORMAT_ERRORS:
         step.column.codec.text(value)  # raises the codec's TupleDecodeError naming type, column
         raise
-    return "".join(parts)
+    return 0
 
 
 def _tuple(self, layout, tup, bint skip_nulls, toast, lsn):
     """See ``TestDecoding._tuple``."""
-    return _tuple_text(layout, tup, skip_nulls, toast, lsn)
+    cdef list parts = []
+    _tuple_text(parts, layout, tup, skip_nulls, toast, lsn)
+    return "".join(parts)
 
 
 cdef _begin_line(self, txn):
@@ -214,19 +230,26 @@ def change(self, txn, rel, int action, change, toast):
     if action == _INSERT:
         line.append(" INSERT:")
         new = change.new
-        line.append(" (no-tuple-data)" if new is None else
-                    _tuple_text(layout, new, False, toast, change.lsn))
+        if new is None:
+            line.append(" (no-tuple-data)")
+        else:
+            _tuple_text(line, layout, new, False, toast, change.lsn)
     elif action == _DELETE:
         line.append(" DELETE:")
         old = change.old
-        line.append(" (no-tuple-data)" if old is None else
-                    _tuple_text(layout, old, True, {}, change.lsn))
+        if old is None:
+            line.append(" (no-tuple-data)")
+        else:
+            _tuple_text(line, layout, old, True, {}, change.lsn)
     else:
         line.append(" UPDATE:")
         old, new = change.old, change.new
         if old is not None:
-            line += [" old-key:", _tuple_text(layout, old, True, {}, change.lsn),
-                     " new-tuple:"]
-        line.append(" (no-tuple-data)" if new is None else
-                    _tuple_text(layout, new, False, toast, change.lsn))
+            line.append(" old-key:")
+            _tuple_text(line, layout, old, True, {}, change.lsn)
+            line.append(" new-tuple:")
+        if new is None:
+            line.append(" (no-tuple-data)")
+        else:
+            _tuple_text(line, layout, new, False, toast, change.lsn)
     self.write("".join(line))
