@@ -22,7 +22,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromVoidPtr
 
 from cdclake.catalog._dictionary cimport newest_version
-from cdclake.decoding._stripes cimport says_yes
+from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.wal._slots cimport blank, get, offset, put
@@ -118,6 +118,7 @@ cdef Py_ssize_t R_BLOCKS = offset(XLogRecord, "blocks")
 cdef Py_ssize_t R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
 cdef Py_ssize_t R_RMID = offset(XLogRecord, "rmid")
 cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
+cdef ShareSlots SHARE = share_slots(Shares)
 
 
 cdef inline bint _origin_ok(filt, rec) except -1:
@@ -163,14 +164,21 @@ cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=
 cdef int ELSEWHERE = _ELSEWHERE
 
 
+cdef object _top(rb, xid):
+    """See ``Decoder._top``."""
+    t = (<dict> rb.by_txn).get(xid) if type(rb) is ReorderBuffer else rb.by_txn.get(xid)
+    if t is None:
+        return xid
+    top = t.top
+    return top if top else xid
+
+
 cdef bint _mine(self, rec) except -1:
     """See ``Decoder._mine``."""
     share = self.share
     if share is None:
         return True
-    xid = _r(rec, R_XID, "xid")
-    t = self.rb.by_txn.get(xid)
-    return says_yes(share, Shares, t.top if t is not None and t.top else xid,
+    return says_yes(share, Shares, &SHARE, _top(self.rb, _r(rec, R_XID, "xid")),
                     _r(rec, R_LSN, "lsn"))
 
 
@@ -183,7 +191,13 @@ cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) 
         return True
     rb = self.rb
     xid = _r(rec, R_XID, "xid")
-    if rb.txn(xid, _r(rec, R_LSN, "lsn")).toast_pending:
+    if type(rb) is ReorderBuffer:  # ``rb.txn`` inline
+        t = (<dict> rb.by_txn).get(xid)
+        if t is None:
+            t = rb.by_txn[xid] = TXN(xid, _r(rec, R_LSN, "lsn"))
+    else:
+        t = rb.txn(xid, _r(rec, R_LSN, "lsn"))
+    if t.toast_pending:
         for i in range(count):
             _buffer(rb, xid, _change(ELSEWHERE, rec, loc, None, None, i,
                                      last_clears and i == count - 1))
@@ -203,7 +217,7 @@ cdef _buffer(rb, xid, change):
         n += len(change.old.data)
     if change.new is not None:
         n += len(change.new.data)
-    by_txn = rb.by_txn
+    cdef dict by_txn = rb.by_txn
     t = by_txn.get(xid)
     if t is None:
         t = by_txn[xid] = TXN(xid, change.lsn)
@@ -305,7 +319,8 @@ def _heap(self, rec):
             return
         new = _tuple(payload(data), 0) if data else None
         _queue(self, rec, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
-                                  rec, loc, None, new))
+                                  rec, loc, None, new),
+               -1 if flags & INSERT_IS_SPECULATIVE and self.share is not None else 1)
     elif op == OP_DELETE:
         if md.n < DELETE_SIZE:
             return self._python_heap(rec)
@@ -320,7 +335,7 @@ def _heap(self, rec):
                                          and _elsewhere(self, rec, loc)):
             return
         old = _tuple(md, DELETE_SIZE) if flags & DELETE_CONTAINS_OLD else None
-        _queue(self, rec, _change(DELETE, rec, loc, old, None))
+        _queue(self, rec, _change(DELETE, rec, loc, old, None), 1)
     else:
         if (not _origin_ok(filt, rec)
                 or _drop(filt, loc, _r(rec, R_LSN, "lsn"))
@@ -344,7 +359,7 @@ def _heap(self, rec):
             if flags & UPDATE_CONTAINS_NEW_TUPLE:
                 new = _tuple(bd, p)
         old = _tuple(md, UPDATE_SIZE) if flags & UPDATE_CONTAINS_OLD else None
-        _queue(self, rec, _change(UPDATE, rec, loc, old, new))
+        _queue(self, rec, _change(UPDATE, rec, loc, old, new), 1)
 
 
 cdef bint _foreign(self, xid) except -1:
@@ -352,14 +367,15 @@ cdef bint _foreign(self, xid) except -1:
     owns = self.owns
     if owns is None:
         return False
-    t = self.rb.by_txn.get(xid)
-    return not owns(t.top if t is not None and t.top else xid)
+    return not owns(_top(self.rb, xid))
 
 
-cdef _queue(self, rec, change):
-    """See ``Decoder._queue``."""
+cdef _queue(self, rec, change, int mine=-1):
+    """See ``Decoder._queue``; ``mine``: ``_mine(rec)`` where the caller knows it already
+    (-1: not known)."""
     stats = self.stats
-    cdef bint mine = _mine(self, rec)
+    if mine < 0:
+        mine = _mine(self, rec)
     if _r(rec, R_LSN, "lsn") < self.skip_before:
         stats.cut_before_start += mine
         return
@@ -508,7 +524,7 @@ cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts)
     rb = self.rb
     plain = type(rb) is ReorderBuffer and not subxacts
     if plain:
-        top = rb.by_txn.get(xid)
+        top = (<dict> rb.by_txn).get(xid)
         if top is None:
             return
         members = [top]
@@ -540,7 +556,7 @@ cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts)
         self.replay.apply_catalog(sorted([e for m in members for e in m.ddl], key=_by_lsn),
                                   info)
     share = self.share
-    counts = share is None or says_yes(share, Shares, xid, _r(rec, R_LSN, "lsn"))
+    counts = share is None or says_yes(share, Shares, &SHARE, xid, _r(rec, R_LSN, "lsn"))
     owns = self.owns
     if owns is not None and not owns(xid):
         pass  # another decoder emits it

@@ -15,7 +15,7 @@ import sys
 from cpython.long cimport PyLong_FromVoidPtr
 
 from cdclake.catalog._dictionary cimport newest_version
-from cdclake.decoding._stripes cimport says_yes
+from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
@@ -32,6 +32,8 @@ from cdclake.decoding.changes import (
 from cdclake.decoding.stripes import Shares
 from cdclake.errors import DecodingError
 from cdclake.wal.lsn import format_lsn
+
+cdef ShareSlots SHARE = share_slots(Shares)
 
 cdef int _INSERT = INSERT
 cdef int _DELETE = DELETE
@@ -68,7 +70,7 @@ def replay(self, info, changes):
                 emit = False
                 action = _INSERT  # resolved for its TOAST release only
             elif action <= _MESSAGE or action == _SPEC_CONFIRM:
-                emit = says_yes(share, Shares, info.xid, ch.lsn)
+                emit = says_yes(share, Shares, &SHARE, info.xid, ch.lsn)
         if action == _SPEC_CONFIRM:
             if spec is None:
                 raise DecodingError(

@@ -21,7 +21,10 @@ commit record starting there, which follows it). Every worker's frames come in k
 the parent merges them into exactly the order of one process, writing a transaction's BEGIN
 and COMMIT lines once (each worker that wrote a change of it wrote them too), holding one
 frame per worker: the output of ``jobs`` workers equals ``jobs=1``'s, byte for byte, in
-bounded memory.
+bounded memory. A transaction whose records all lie in one stripe of the worker's (most of
+a workload of small transactions) goes out whole, ranked first at its commit LSN: no other
+worker writes more of it than its BEGIN and COMMIT lines (:meth:`Shares.alone`), which the
+parent drops.
 
 Workers are forked, so the plugin factory and the resolver factory may be closures. An error
 in a worker reaches the parent as the same error (its class and message), and the other
@@ -59,9 +62,10 @@ LinePlugin = Callable[[Dictionary, int, Callable[[str], None]], OutputPlugin]
 _HEAD = struct.Struct("<BQBQI")  # frame kind, key LSN, key rank, key part, body length
 _DATA, _BEGIN_LINE, _END, _ERROR = 0, 1, 2, 3
 #: key ranks at one LSN: a message ending at L precedes a transaction committing at L; a
-#: transaction's lines: those of ``begin`` (a BEGIN written first), its changes (by stripe, a
-#: BEGIN written before the first of them among them), its COMMIT line
-_MESSAGE, _BEGIN, _CHANGES, _COMMIT = 0, 1, 2, 3
+#: transaction's lines: all of them, from the one worker that writes any (``_ALONE``), or
+#: those of ``begin`` (a BEGIN written first), its changes (by stripe, a BEGIN written before
+#: the first of them among them), its COMMIT line
+_MESSAGE, _ALONE, _BEGIN, _CHANGES, _COMMIT = 0, 1, 2, 3, 4
 _FRAME_BYTES = 64 * 1024
 #: the pipe buffer a worker gets, if the system allows it
 _PIPE_BYTES = 1 << 20
@@ -138,9 +142,14 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
         streams = [_frames(index, pipe, proc, results) for index, (proc, pipe) in
                    enumerate(workers)]
         begun = committed = -1  # the last transaction whose BEGIN, COMMIT line was written
-        for (lsn, rank, _part), kind, body in heapq.merge(*streams,
-                                                          key=lambda frame: frame[0]):
-            if kind == _BEGIN_LINE:
+        alone = alone_worker = -1  # the last transaction one worker wrote whole, and which
+        for (lsn, rank, _part), index, kind, body in heapq.merge(
+                *streams, key=lambda frame: frame[0]):
+            if rank == _ALONE:
+                alone, alone_worker = lsn, index
+            elif lsn == alone and index != alone_worker:
+                continue  # the BEGIN or COMMIT line another worker wrote too
+            elif kind == _BEGIN_LINE:
                 if lsn == begun:
                     continue
                 begun = lsn
@@ -164,8 +173,9 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
 
 
 def _frames(index: int, pipe: BinaryIO, proc: Any, results: dict[int, DecodeResult],
-            ) -> Iterator[tuple[tuple[int, int, int], int, bytes]]:
-    """One worker's data frames as ``(key, kind, bytes)``; its result goes to ``results``."""
+            ) -> Iterator[tuple[tuple[int, int, int], int, int, bytes]]:
+    """One worker's data frames as ``(key, index, kind, bytes)``; its result goes to
+    ``results``."""
     while True:
         head = pipe.read(_HEAD.size)
         if len(head) < _HEAD.size:
@@ -175,7 +185,7 @@ def _frames(index: int, pipe: BinaryIO, proc: Any, results: dict[int, DecodeResu
         kind, lsn, rank, part, n = _HEAD.unpack(head)
         body = pipe.read(n)
         if kind in (_DATA, _BEGIN_LINE):
-            yield (lsn, rank, part), kind, body
+            yield (lsn, rank, part), index, kind, body
         elif kind == _END:
             worker, result = pickle.loads(body)
             results[worker] = result
@@ -206,7 +216,11 @@ class _Framer:
 
     def write_begin(self, line: str) -> None:
         """A transaction's BEGIN line: a frame of its own, which the parent writes once, where
-        it was written: in ``begin``, or before a change (among the changes of its stripe)."""
+        it was written: in ``begin``, or before a change (among the changes of its stripe);
+        in the lines of a transaction this worker writes alone, a line like the others."""
+        if self.rank == _ALONE:
+            self.write(line)
+            return
         if self.rank == _CHANGES:
             self.flush()
             key = (self.txn_lsn, _CHANGES, self.shares.stripe())
@@ -254,15 +268,22 @@ class _Keyed:
         self.rewrite = plugin.rewrite
 
     def begin(self, txn: TxnInfo) -> None:
+        """A transaction no other worker writes a line of goes out in frames of its own, in
+        one unit (most of a workload of small transactions: 1 frame instead of 3)."""
         framer = self.framer
-        framer.unit(txn.final_lsn, _BEGIN)
         framer.txn_lsn = txn.final_lsn
+        if framer.shares.alone(txn.xid, txn.first_lsn, txn.final_lsn):
+            framer.unit(txn.final_lsn, _ALONE)
+            self.plugin.begin(txn)
+            return
+        framer.unit(txn.final_lsn, _BEGIN)
         self.plugin.begin(txn)
         framer.unit(txn.final_lsn, _CHANGES)
 
     def commit(self, txn: TxnInfo) -> None:
         framer = self.framer
-        framer.unit(txn.final_lsn, _COMMIT)
+        if framer.rank != _ALONE:
+            framer.unit(txn.final_lsn, _COMMIT)
         self.plugin.commit(txn)
         framer.unit(txn.final_lsn, _CHANGES)
 

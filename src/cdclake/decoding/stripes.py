@@ -30,6 +30,16 @@ class Shares:
         """The stripe of the change said yes to last."""
         return self.last >> self.bits
 
+    def alone(self, top: int, first_lsn: int, final_lsn: int) -> bool:
+        """Whether no other worker writes a line of the transaction ``top`` whose records
+        lie from ``first_lsn`` to its commit record at ``final_lsn``: they lie in one stripe,
+        this worker's. Then every change of it, and its commit, are this worker's share; another
+        worker replays it only for what every worker buffers (TOAST chunks, speculative
+        inserts, TRUNCATE, messages), which this one emits, so it writes at most the BEGIN and
+        COMMIT lines this one writes too."""
+        stripe = first_lsn >> self.bits
+        return stripe == final_lsn >> self.bits and (top + stripe) % self.jobs == self.index
+
     def __call__(self, top: int, lsn: int) -> bool:
         if (top + (lsn >> self.bits)) % self.jobs != self.index:
             return False

@@ -15,10 +15,23 @@ from pathlib import Path
 import pytest
 
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.decoding.parallel import STRIPE_BITS, decode_lines
+from cdclake.decoding.changes import TxnInfo
+from cdclake.decoding.parallel import (
+    _ALONE,
+    _BEGIN,
+    _BEGIN_LINE,
+    _COMMIT,
+    _DATA,
+    _HEAD,
+    STRIPE_BITS,
+    _Framer,
+    _Keyed,
+    decode_lines,
+)
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.session import DecodeResult
+from cdclake.decoding.stripes import Shares
 from cdclake.errors import CdclakeError, DecodingError
 from cdclake.wal.lsn import segment_name
 from cdclake.wal.source import DirectorySource
@@ -59,6 +72,61 @@ def test_any_number_of_jobs_writes_what_one_process_writes(decfix: DecodingFixtu
         assert getattr(rn.stats, name) == getattr(r1.stats, name), name
     assert rn.open_xids == r1.open_xids
     assert rn.worker_peak_rss_kb > 0 and r1.worker_peak_rss_kb == 0
+
+
+@pytest.mark.parametrize("stripe_bits", [STRIPE_BITS, 9])
+def test_begin_and_commit_lines_every_worker_writes_come_out_once(decfix: DecodingFixture,
+                                                                 tmp_path: Path,
+                                                                 stripe_bits: int) -> None:
+    """Without skip-empty-xacts, every worker that replays a transaction writes its BEGIN and
+    COMMIT lines, also a worker that emits none of its changes (it holds the TOAST chunks,
+    speculative inserts, TRUNCATE and messages every worker buffers); the merge keeps them
+    once, also where the transaction's own worker wrote it whole in one frame."""
+    def eager(d: Dictionary, version: int, write: Callable[[str], None]) -> OutputPlugin:
+        return TestDecoding(write, d.types, version=version,  # type: ignore[return-value]
+                            skip_empty_xacts=False)
+
+    one, _ = run(decfix, decfix.dir, 1, tmp_path / "one", make_plugin=eager)
+    many, _ = run(decfix, decfix.dir, 2, tmp_path / "many", make_plugin=eager,
+                  stripe_bits=stripe_bits)
+    assert many == one
+    assert one.count(b"\nBEGIN ") > slot_text(decfix).count(b"\nBEGIN ")  # empty ones too
+
+
+def _frames(pipe: io.BytesIO) -> list[tuple[int, tuple[int, int, int], bytes]]:
+    data, at, frames = pipe.getvalue(), 0, []
+    while at < len(data):
+        kind, lsn, rank, part, n = _HEAD.unpack_from(data, at)
+        at += _HEAD.size
+        frames.append((kind, (lsn, rank, part), data[at:at + n]))
+        at += n
+    return frames
+
+
+@pytest.mark.parametrize("xid", [4, 5])
+def test_a_transaction_only_its_worker_writes_goes_out_in_one_frame(xid: int) -> None:
+    """Worker 0 of 2, a transaction whose records lie in stripe 0 (the first 256 KiB): with
+    an even xid the stripe is worker 0's, so no other worker writes a line of it, and its
+    lines go out in one frame; with an odd one, worker 0 writes only what every worker
+    replaying it writes (here its BEGIN and COMMIT), keyed apart for the merge to keep once."""
+    pipe = io.BytesIO()
+    framer = _Framer(pipe, Shares(0, 2))  # type: ignore[arg-type]
+    keyed = _Keyed(TestDecoding(framer.write, {}, version=15, skip_empty_xacts=False),
+                   framer)  # type: ignore[arg-type]
+    info = TxnInfo(xid=xid, first_lsn=100, final_lsn=200, end_lsn=232, commit_time=0)
+    keyed.begin(info)
+    if xid == 4:
+        framer.write("table public.t: INSERT: id[integer]:1")
+    keyed.commit(info)
+    framer.flush()
+    if xid == 4:
+        assert _frames(pipe) == [(_DATA, (200, _ALONE, 0), b"BEGIN 4\ntable public.t: INSERT: "
+                                  b"id[integer]:1\nCOMMIT 4\n")]
+    else:
+        assert _frames(pipe) == [(_BEGIN_LINE, (200, _BEGIN, 0), b"BEGIN 5\n"),
+                                 (_DATA, (200, _COMMIT, 0), b"COMMIT 5\n")]
+    assert Shares(0, 2).alone(4, 100, 200) and not Shares(1, 2).alone(4, 100, 200)
+    assert not Shares(0, 2).alone(4, 100, 1 << STRIPE_BITS)  # two stripes: two workers
 
 
 def test_every_worker_spills_and_cleans_up(decfix: DecodingFixture, tmp_path: Path) -> None:
