@@ -59,6 +59,15 @@ def test_the_install_built_the_twins() -> None:
     assert type(heap.deform).__name__ == "cython_function_or_method"
 
 
+def test_the_compiled_reader_checks_crcs_through_the_crc32c_packages_own_step() -> None:
+    """The step ``crc32c.crc32c`` runs, called through its pointer (it agreed with
+    ``crc32c.crc32c`` at import on every length up to 300 bytes); a flipped bit is still a CRC
+    error in the record's header and in its body (``test_bad_input``, both readers)."""
+    from cdclake.wal import _reader
+
+    assert _reader.fast_crc()
+
+
 def test_use_python_switches_every_twin_and_back() -> None:
     compiled = heap.deform, reader._decode_body, reader.XLogReader._read_record
     with native.use_python():

@@ -7,6 +7,8 @@ bytes (the memoryview the reader holds, whose buffer is read without acquiring i
 same records, checks and errors as the pure-Python reference, which tests run beside it. Every
 read is bounds-checked by hand (the reference relies on ``struct`` and ``IndexError`` for
 that). A record continued on later pages is assembled by the reader's own ``_assemble``.
+The CRC is computed by the function the ``crc32c`` package chose for this machine (hardware
+or its software tables), called through a C pointer (``_crc_function``).
 Records and block references are built without running their dataclass ``__init__`` (a
 Python frame per object): every field is stored here, straight into its slot
 (:mod:`cdclake.wal._slots`).
@@ -14,8 +16,11 @@ Python frame per object): every field is stored here, straight into its slot
 
 import sys
 
+import os
+
 import crc32c
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.module cimport PyModule_GetState
 
 from cdclake.wal._payload cimport Bytes, payload
 from cdclake.wal._slots cimport blank, get, offset, put
@@ -74,6 +79,57 @@ cdef Py_ssize_t B_HOLE_LENGTH = offset(BlockRef, "hole_length")
 
 #: the crc32c package's function, looked up once rather than twice per record
 cdef object _crc = crc32c.crc32c
+
+#: ``uint32_t fn(uint32_t crc, const unsigned char *data, unsigned long length)``: the CRC
+#: step the crc32c package's ``crc32c()`` runs between inverting its value and its result
+ctypedef unsigned int (*crc_step)(unsigned int, const unsigned char *, unsigned long) nogil
+cdef crc_step _step = NULL
+
+
+cdef crc_step _crc_function():
+    """The crc32c package's own CRC step, as its module keeps it: the first field of the
+    ``crc32c._crc32c`` module's state (``CRC32CState.crc_fn``: hardware where the CPU has it,
+    else its tables). Called through the pointer, a record's CRC costs the CRC; through
+    ``crc32c.crc32c`` it costs two calls with their argument parsing, buffer requests and
+    slices (some 2,000 instructions a record, more than the CRC of a small record). Only if
+    the step agrees with ``crc32c.crc32c`` on every length up to 300 bytes; otherwise (a
+    crc32c build keeping a different state) NULL, and the records are checked through
+    ``crc32c.crc32c``."""
+    module = sys.modules.get("crc32c._crc32c")
+    if module is None:
+        return NULL
+    cdef void *state = PyModule_GetState(module)
+    if state == NULL:
+        return NULL
+    cdef crc_step step = (<crc_step *> state)[0]
+    if step == NULL:
+        return NULL
+    sample = os.urandom(300)
+    cdef const unsigned char *p = sample
+    cdef Py_ssize_t k
+    for k in range(len(sample) + 1):
+        if (step(0xFFFFFFFF, p, k) ^ 0xFFFFFFFF) != _crc(sample[:k]):
+            return NULL
+    return step
+
+
+_step = _crc_function()
+
+
+def fast_crc() -> bool:
+    """Whether records are checked through the crc32c package's step directly."""
+    return _step != NULL
+
+
+cdef inline unsigned int _record_crc(const unsigned char *d, Py_ssize_t n, src, Py_ssize_t off,
+                                     Py_ssize_t tot_len) except? 0:
+    """A record's CRC-32C as PostgreSQL computes it: its data after the 24-byte header, then
+    the header up to ``xl_crc``. ``n``: the bytes of the record at ``d`` there are."""
+    cdef unsigned int crc
+    if _step != NULL:
+        crc = _step(0xFFFFFFFF, d + RECORD_HEADER, n - RECORD_HEADER)
+        return _step(crc, d, 20) ^ 0xFFFFFFFF
+    return _crc(src[off:off + 20], _crc(src[off + RECORD_HEADER:off + tot_len]))
 
 #: the reader module (imported when it imports this one): its _EndOfWal
 cdef object _reader = None
@@ -364,7 +420,7 @@ cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t 
                               segment=where, lsn=pos)
     if rmid > RM_MAX_BUILTIN and rmid < RM_MIN_CUSTOM:
         raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
-    if _crc(src[off:off + 20], _crc(src[off + RECORD_HEADER:off + tot_len])) != crc:
+    if _record_crc(d, n, src, off, tot_len) != crc:
         raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
     rec = blank(XLogRecord)
     put(rec, R_LSN, pos)

@@ -55,11 +55,14 @@ def _one_page_record(fix: WalFixture, seg: Path) -> tuple[int, int]:
     raise AssertionError("fixture has no suitable record")
 
 
-def test_flipped_bit_is_a_crc_error(wal15: WalFixture) -> None:
+@pytest.mark.parametrize("where", ["body", "header"])
+def test_flipped_bit_is_a_crc_error(wal15: WalFixture, where: str) -> None:
+    """The CRC covers the record's data and its header up to xl_crc (here xl_xid, which
+    nothing else checks)."""
     seg = wal15.segments[1]
     lsn, tot = _one_page_record(wal15, seg)
     data = bytearray(seg.read_bytes())
-    data[lsn - wal15.segment_start(seg) + tot - 3] ^= 0x10  # inside the record's body
+    data[lsn - wal15.segment_start(seg) + (tot - 3 if where == "body" else 4)] ^= 0x10
     seg.write_bytes(bytes(data))
     got = []
     with pytest.raises(WalCorruptError, match="CRC") as err:
