@@ -15,7 +15,7 @@ import sys
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_FromVoidPtr
-from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8, PyUnicode_FindChar
 
 from cdclake.decoding.plugins._plans cimport cached_steps, keep_steps
 from cdclake.tuples._bytes cimport decimal, plain_payload
@@ -81,12 +81,16 @@ cdef list _steps(layout):
 
 cdef inline int _quoted(list out, Style style, str text) except -1:
     """Append ``text`` as test_decoding's literal of ``style``: pieces, joined once per
-    line, rather than a new string per quote."""
+    line, rather than a new string per quote; a text without a quote in it as it is (looked
+    for in C: ``str.replace`` is a method call, for nothing, on almost every value)."""
     if style == BARE:
         out.append(text)
     elif style == QUOTED:
         out.append("'")
-        out.append(text.replace("'", "''"))
+        if PyUnicode_FindChar(text, "'", 0, len(text), 1) < 0:
+            out.append(text)
+        else:
+            out.append(text.replace("'", "''"))
         out.append("'")
     elif style == BIT:
         out.append("B'")
