@@ -14,9 +14,8 @@ Python frame per object): every field is stored here, straight into its slot
 (:mod:`cdclake.wal._slots`).
 """
 
-import sys
-
 import os
+import sys
 
 import crc32c
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -130,6 +129,7 @@ cdef inline unsigned int _record_crc(const unsigned char *d, Py_ssize_t n, src, 
         crc = _step(0xFFFFFFFF, d + RECORD_HEADER, n - RECORD_HEADER)
         return _step(crc, d, 20) ^ 0xFFFFFFFF
     return _crc(src[off:off + 20], _crc(src[off + RECORD_HEADER:off + tot_len]))
+
 
 #: the reader module (imported when it imports this one): its _EndOfWal
 cdef object _reader = None
