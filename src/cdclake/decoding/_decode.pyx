@@ -164,6 +164,14 @@ cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=
 cdef int ELSEWHERE = _ELSEWHERE
 
 
+cdef inline object _entry(dict by_txn, xid, lsn):
+    """``ReorderBuffer.txn``: the transaction's entry in ``by_txn``, made where it is new."""
+    t = by_txn.get(xid)
+    if t is None:
+        t = by_txn[xid] = TXN(xid, lsn)
+    return t
+
+
 cdef object _top(rb, xid):
     """See ``Decoder._top``."""
     t = (<dict> rb.by_txn).get(xid) if type(rb) is ReorderBuffer else rb.by_txn.get(xid)
@@ -191,10 +199,8 @@ cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) 
         return True
     rb = self.rb
     xid = _r(rec, R_XID, "xid")
-    if type(rb) is ReorderBuffer:  # ``rb.txn`` inline
-        t = (<dict> rb.by_txn).get(xid)
-        if t is None:
-            t = rb.by_txn[xid] = TXN(xid, _r(rec, R_LSN, "lsn"))
+    if type(rb) is ReorderBuffer:
+        t = _entry(rb.by_txn, xid, _r(rec, R_LSN, "lsn"))
     else:
         t = rb.txn(xid, _r(rec, R_LSN, "lsn"))
     if t.toast_pending:
@@ -217,10 +223,7 @@ cdef _buffer(rb, xid, change):
         n += len(change.old.data)
     if change.new is not None:
         n += len(change.new.data)
-    cdef dict by_txn = rb.by_txn
-    t = by_txn.get(xid)
-    if t is None:
-        t = by_txn[xid] = TXN(xid, change.lsn)
+    t = _entry(rb.by_txn, xid, change.lsn)
     (<list> t.changes).append(change)
     t.size += n
     rb.size += n
