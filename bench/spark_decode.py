@@ -12,6 +12,13 @@ shuffle has the same partitions in both. Reported: changes, seconds and changes/
 (best of --repeat), and the ratios local[2] / local[1], warm and cold; all must decode the
 same changes.
 
+Each run also reports the CPU its process tree used (the driver, the JVM, the Python
+workers), in cores: CPU seconds over wall seconds. ``local[1]`` runs one task at a time, but
+the JVM moves the shuffle's bytes, collects garbage and compiles beside it, on the other core;
+so ``local[1]`` already uses more than one core. For the same CPU work, ``local[2]`` on N
+cores cannot be more than N / (the cores ``local[1]`` used) times faster: printed as the
+ratio's bound.
+
     .venv/bin/python bench/spark_decode.py [--scale N] [--repeat N] [--partitions N]
 """
 
@@ -34,20 +41,39 @@ from decode import _pgbench  # bench/decode.py and bench/scale.py, sibling scrip
 from scale import wait_archived
 
 DECODE = """
-import json, sys, time
+import json, os, sys, time
 from dataclasses import replace
 from cdclake.config import Config
 from cdclake.spark.job import decode_batch, spark_session
 config = Config.load()
 spark = spark_session(config)
 spark.sparkContext.parallelize(range(4), 4).count()  # started
+
+def tree_cpu():
+    # CPU seconds of this process and its descendants (with the children they reaped)
+    parent, cpu = {}, {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(pid)] = int(fields[1])
+        cpu[int(pid)] = sum(map(int, fields[11:15]))
+    def ours(pid):
+        while pid in parent and pid != os.getpid():
+            pid = parent[pid]
+        return pid == os.getpid()
+    return sum(cpu[p] for p in cpu if ours(p)) / os.sysconf("SC_CLK_TCK")
+
 out = {}
 for run, url in (("cold", sys.argv[1]), ("warm", sys.argv[2])):
     run_config = replace(config, store_url=url)
-    changes, started = 0, time.monotonic()
+    changes, started, cpu = 0, time.monotonic(), tree_cpu()
     while (result := decode_batch(run_config, spark=spark)) is not None:
         changes += result.stats.get("changes", 0)
-    out[run] = {"seconds": time.monotonic() - started, "changes": changes}
+    seconds = time.monotonic() - started
+    out[run] = {"seconds": seconds, "changes": changes, "cores": (tree_cpu() - cpu) / seconds}
 print(json.dumps(out))
 """
 
@@ -105,15 +131,17 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
     print(f"Spark decode job, pgbench scale {args.scale}, {args.partitions} shuffle partitions, "
           f"best of {args.repeat}")
-    print("| master | run | changes | seconds | changes/s |")
-    print("|---|---|---:|---:|---:|")
+    print("| master | run | changes | seconds | changes/s | CPU cores used |")
+    print("|---|---|---:|---:|---:|---:|")
     for (master, run), r in sorted(best.items(), key=lambda kv: (kv[0][1] == "cold", kv[0])):
         print(f"| {master} | {run} | {r['changes']:,} | {r['seconds']:.1f} | "
-              f"{r['changes'] / r['seconds']:,.0f} |")
+              f"{r['changes'] / r['seconds']:,.0f} | {r['cores']:.2f} |")
     same = len({r["changes"] for r in best.values()}) == 1
+    cores = len(os.sched_getaffinity(0))
     for run in ("warm", "cold"):
         one, two = best[("local[1]", run)], best[("local[2]", run)]
-        print(f"local[2] / local[1], {run}: **{one['seconds'] / two['seconds']:.2f}x**")
+        print(f"local[2] / local[1], {run}: **{one['seconds'] / two['seconds']:.2f}x** (bound "
+              f"on {cores} cores: {cores / one['cores']:.2f}x)")
     print(f"same changes in every run: {'yes' if same else 'NO'}")
 
 
