@@ -75,7 +75,9 @@ class BatchResult:
     commits: int
     segments: list[str]
     #: summed over partitions: changes, aborted, spilled_txns, spilled_changes, peak_memory,
-    #: pure_python_partitions
+    #: pure_python_partitions; and peak_partition_changes, the changes of the partition that
+    #: decoded the most (a transaction's changes are all its partition's, so one large
+    #: transaction is decoded on one core: the batch waits for that partition)
     stats: dict[str, int] = field(default_factory=dict)
 
 
@@ -322,6 +324,7 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
     for r in results:
         for k, v in r.stats.items():
             stats[k] = stats.get(k, 0) + v
+    stats["peak_partition_changes"] = max(r.stats.get("changes", 0) for r in results)
     if stats.get("pure_python_partitions"):
         log.warning("decode: batch %s: %d of %d partitions ran the pure-Python decoder: their "
                     "executors could not load cdclake's compiled hot path (another Python or "

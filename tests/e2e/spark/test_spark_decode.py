@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,12 @@ def test_one_batch_equals_single_process_decode(pg: LocalPostgres, archived: Arc
     for name, table in expected.items():
         assert got[name].schema == table.schema, name
         assert rows(got[name]) == rows(table), name
+    # the busiest partition decoded all of the largest transaction, at least its share, and
+    # not everything (the other partition owns transactions too)
+    per_commit = Counter(r[stream.COMMIT_LSN] for t in expected.values() for r in rows(t))
+    busiest, changes = result.stats["peak_partition_changes"], result.stats["changes"]
+    assert max(per_commit.values()) <= busiest < changes, (per_commit.most_common(1), busiest)
+    assert busiest * config.spark_partitions >= changes
     # the workload's content really is there
     ops = rows(expected["public.nothing"])
     assert [r[stream.OP] for r in ops] == ["I"] * 5 + ["U", "D"]
