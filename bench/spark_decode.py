@@ -17,7 +17,9 @@ workers), in cores: CPU seconds over wall seconds. ``local[1]`` runs one task at
 the JVM moves the shuffle's bytes, collects garbage and compiles beside it, on the other core;
 so ``local[1]`` already uses more than one core. For the same CPU work, ``local[2]`` on N
 cores cannot be more than N / (the cores ``local[1]`` used) times faster: printed as the
-ratio's bound.
+ratio's bound. And the share of the changes its busiest partition decoded (summed over the
+batches): a transaction's changes are all one partition's, and pgbench's initial load is one
+transaction.
 
     .venv/bin/python bench/spark_decode.py [--scale N] [--repeat N] [--partitions N]
 """
@@ -69,11 +71,13 @@ def tree_cpu():
 out = {}
 for run, url in (("cold", sys.argv[1]), ("warm", sys.argv[2])):
     run_config = replace(config, store_url=url)
-    changes, started, cpu = 0, time.monotonic(), tree_cpu()
+    changes, busiest, started, cpu = 0, 0, time.monotonic(), tree_cpu()
     while (result := decode_batch(run_config, spark=spark)) is not None:
         changes += result.stats.get("changes", 0)
+        busiest += result.stats.get("peak_partition_changes", 0)
     seconds = time.monotonic() - started
-    out[run] = {"seconds": seconds, "changes": changes, "cores": (tree_cpu() - cpu) / seconds}
+    out[run] = {"seconds": seconds, "changes": changes, "busiest": busiest,
+                "cores": (tree_cpu() - cpu) / seconds}
 print(json.dumps(out))
 """
 
@@ -131,11 +135,12 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
     print(f"Spark decode job, pgbench scale {args.scale}, {args.partitions} shuffle partitions, "
           f"best of {args.repeat}")
-    print("| master | run | changes | seconds | changes/s | CPU cores used |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| master | run | changes | seconds | changes/s | CPU cores used | busiest partition |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for (master, run), r in sorted(best.items(), key=lambda kv: (kv[0][1] == "cold", kv[0])):
         print(f"| {master} | {run} | {r['changes']:,} | {r['seconds']:.1f} | "
-              f"{r['changes'] / r['seconds']:,.0f} | {r['cores']:.2f} |")
+              f"{r['changes'] / r['seconds']:,.0f} | {r['cores']:.2f} | "
+              f"{r['busiest'] / max(1, r['changes']):.0%} |")
     same = len({r["changes"] for r in best.values()}) == 1
     cores = len(os.sched_getaffinity(0))
     for run in ("warm", "cold"):
