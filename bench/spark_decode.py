@@ -50,23 +50,19 @@ from cdclake.spark.job import decode_batch, spark_session
 config = Config.load()
 spark = spark_session(config)
 spark.sparkContext.parallelize(range(4), 4).count()  # started
+sys.path.insert(0, sys.argv[3])
+from scale import _tree
 
 def tree_cpu():
     # CPU seconds of this process and its descendants (with the children they reaped)
-    parent, cpu = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    ticks = 0
+    for pid in _tree(os.getpid()):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                ticks += sum(map(int, f.read().rsplit(")", 1)[1].split()[11:15]))
         except OSError:
             continue
-        parent[int(pid)] = int(fields[1])
-        cpu[int(pid)] = sum(map(int, fields[11:15]))
-    def ours(pid):
-        while pid in parent and pid != os.getpid():
-            pid = parent[pid]
-        return pid == os.getpid()
-    return sum(cpu[p] for p in cpu if ours(p)) / os.sysconf("SC_CLK_TCK")
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 out = {}
 for run, url in (("cold", sys.argv[1]), ("warm", sys.argv[2])):
@@ -92,7 +88,8 @@ def measure(env: dict[str, str], store: Path, master: str, work: Path
         copies.append(copy.as_uri())
     run_env = {**env, "CDCLAKE_SPARK_MASTER": master,
                "CDCLAKE_HOME": str(work / f"home-{master}")}
-    proc = subprocess.run([sys.executable, "-c", DECODE, *copies], env=run_env, text=True,
+    proc = subprocess.run([sys.executable, "-c", DECODE, *copies,
+                           str(Path(__file__).resolve().parent)], env=run_env, text=True,
                           capture_output=True, check=False)
     if proc.returncode:
         raise SystemExit(f"decode on {master} failed: {proc.stderr.strip().splitlines()[-1:]}")
