@@ -127,8 +127,9 @@ def create_decoding_context(
     emission to some transactions (the others' changes are not even buffered) and
     ``messages`` says whether this context emits the non-transactional messages and warns
     about forged ones (see :class:`OwnedReplay`); by default it emits everything. ``share``
-    instead splits the changes of every transaction among decoders that all read it (the
-    workers of :mod:`cdclake.decoding.parallel`; see ``Decoder.share``).
+    splits the changes of a transaction among decoders (the workers of
+    :mod:`cdclake.decoding.parallel`, which all read it; Spark partitions, for the
+    transactions :mod:`cdclake.spark.routing` splits; see ``Decoder.share``).
     """
     flt = Filter(dictionary, local_only=options.local_only, tables=options.tables)
     clean_spill_dir(options.spill_dir)

@@ -109,7 +109,7 @@ class Decoder:
         self.skip_before = skip_before
         self.stats = DecodeStats()
         #: which top-level transactions this decoder emits (None: all; a Spark partition its
-        #: own, see ``share`` for a local parallel decode). The changes of the
+        #: own and the split ones, see ``share``). The changes of the
         #: others are dropped before they are parsed or buffered; their catalog events, fate
         #: and subtransaction memberships are still followed, so every decoder sharing a WAL
         #: keeps the same dictionary (:class:`~cdclake.decoding.context.OwnedReplay`).
@@ -125,7 +125,9 @@ class Decoder:
         self.startup = startup or (Startup.at_dictionary() if skip_before else Startup())
         #: which changes this decoder emits, by top-level xid and LSN (None: all), in a
         #: parallel decode where every worker reads every transaction
-        #: (:mod:`cdclake.decoding.parallel`). An INSERT, UPDATE, DELETE or COPY row it does
+        #: (:mod:`cdclake.decoding.parallel`), or of a transaction a Spark job split
+        #: (:mod:`cdclake.spark.routing`: there a partition gets only its own INSERT, UPDATE,
+        #: DELETE and COPY rows, and every TRUNCATE). An INSERT, UPDATE, DELETE or COPY row it does
         #: not emit is not parsed or buffered; its transaction is still entered, so every worker
         #: processes the same commits, and while TOAST chunks of its transaction are buffered a
         #: placeholder (ELSEWHERE) takes its place, so reassembly releases them where the

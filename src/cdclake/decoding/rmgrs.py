@@ -125,6 +125,29 @@ def _route_heap2(rec: XLogRecord, db_oid: int) -> int:
     return IGNORE  # pruning, freezing, visibility, NEW_CID...
 
 
+def plain_change(rec: XLogRecord) -> bool:
+    """Whether a TXN record is an INSERT, UPDATE, DELETE or COPY row that one decoder can
+    take alone (``Decoder.share``): not a TOAST chunk, a speculative insert, its
+    confirmation or abort, or a TRUNCATE, which every decoder sharing a transaction must
+    see."""
+    if rec.rmid == RM_HEAP2_ID:
+        return True  # MULTI_INSERT, the only heap2 record routed as a change
+    op = rec.info & heap.XLOG_HEAP_OPMASK
+    if op == heap.XLOG_HEAP_INSERT:
+        data = rec.main_data
+        return len(data) > 2 and not data[2] & (heap.XLH_INSERT_IS_SPECULATIVE
+                                                | heap.XLH_INSERT_ON_TOAST_RELATION)
+    if op == heap.XLOG_HEAP_DELETE:
+        data = rec.main_data
+        return len(data) > 7 and not data[7] & heap.XLH_DELETE_IS_SUPER
+    return op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE
+
+
+def is_truncate(rec: XLogRecord) -> bool:
+    """Whether a TXN record is a TRUNCATE (which names its relations in its main data)."""
+    return rec.rmid == RM_HEAP_ID and rec.info & heap.XLOG_HEAP_OPMASK == heap.XLOG_HEAP_TRUNCATE
+
+
 def _route_xact(rec: XLogRecord, _db_oid: int) -> int:
     return ALL if rec.info & xact.XLOG_XACT_OPMASK in XACT_DECODED else IGNORE
 

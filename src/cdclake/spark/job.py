@@ -207,9 +207,10 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     next_lsn = summaries[-1].end_of_wal or plan.read_from
     n = config.spark_partitions
     pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
-    rmap = sc.broadcast(RouteMap.merge(
-        n, (p.facts for p in summaries), open_memberships(state.open_txns),
-        pg_class[1] if pg_class else None))
+    routes = RouteMap.merge(n, (p.facts for p in summaries), open_memberships(state.open_txns),
+                            pg_class[1] if pg_class else None,
+                            (t.toplevel for t in state.open_txns))
+    rmap = sc.broadcast(routes)
     ctx = PartitionContext(
         partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
         version=version, segment_size=size, work_mem=config.work_mem,
@@ -217,7 +218,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
         store=store, layout=layout,
         spill_dir=str(config.spill_dir) if config.spill_dir else None,
-        skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key)
+        skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key,
+        split=routes.split)
     # each task streams its piece's records: they reach the shuffle in serialized batches,
     # never a whole segment's worth of Python objects. The shuffle key is an int (partition,
     # then LSN): sorted as is; pyspark's stubs reject int as an orderable key type
@@ -301,7 +303,9 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
         if not info.key.startswith(runs):
             store.delete(info.key)
     merged = _merge_runs(spark, store, root, results)
-    commits = sum(r.commits for r in results)
+    # a split transaction is emitted, in parts, by every partition holding one
+    split = set().union(*(r.split_commits for r in results))
+    commits = sum(r.commits for r in results) + len(split)
     manifest = build_manifest(plan.name, plan.read_from, next_lsn, commits,
                               [(m.relation, m.paths, m.rows) for m in merged])
     fs, path = changes_filesystem(config, store, root)
@@ -325,6 +329,7 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
         for k, v in r.stats.items():
             stats[k] = stats.get(k, 0) + v
     stats["peak_partition_changes"] = max(r.stats.get("changes", 0) for r in results)
+    stats["split_txns"] = len(split)
     if stats.get("pure_python_partitions"):
         log.warning("decode: batch %s: %d of %d partitions ran the pure-Python decoder: their "
                     "executors could not load cdclake's compiled hot path (another Python or "

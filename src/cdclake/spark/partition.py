@@ -24,11 +24,12 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.carry import OpenTxn
+from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.collector import fewer_collections
 from cdclake.decoding.context import DecodeOptions, create_decoding_context
 from cdclake.decoding.plugins.arrow import ArrowRows
 from cdclake.decoding.startup import Startup
-from cdclake.spark.routing import owner
+from cdclake.spark.routing import owns, share
 from cdclake.spark.writer import RunParts, VersionRun
 from cdclake.wal.record import XLogRecord
 
@@ -54,13 +55,16 @@ class PartitionContext:
     spill_dir: str | None  #: local parent for spill files; None = the system temp dir
     skip_before: int = 0  #: see :class:`~cdclake.decoding.context.DecodeOptions`
     ddl_key: bytes | None = None  #: see :class:`~cdclake.decoding.context.DecodeOptions`
+    #: top-level xids whose changes go by stripes (:mod:`cdclake.spark.routing`)
+    split: frozenset[int] = frozenset()
 
 
 @dataclass
 class PartitionResult:
     index: int
     runs: list[VersionRun]
-    commits: int
+    commits: int  #: of the transactions this partition emits whole
+    split_commits: list[int]  #: the split transactions it emitted a part of (top-level xids)
     last_commit: int
     open_txns: list[OpenTxn]
     dictionary: str  #: JSON; every partition must end with the same one
@@ -83,14 +87,15 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
             ctx: PartitionContext, spill_dir: Path) -> PartitionResult:
     dictionary = Dictionary.from_json(ctx.dictionary)
     runs = RunParts(ctx.store, f"{ctx.runs_prefix}p{index}/")
-    rows = ArrowRows(dictionary.types, runs)
+    rows = _PartRows(dictionary.types, runs, ctx.split)
     options = DecodeOptions(db_oid=ctx.db_oid, start_lsn=ctx.start_lsn, work_mem=ctx.work_mem,
                             spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before,
                             ddl_key=ctx.ddl_key)
     decoding = create_decoding_context(
         options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
         startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get_file,
-        owns=lambda xid: owner(xid, ctx.partitions) == index, messages=index == 0)
+        owns=owns(index, ctx.partitions, ctx.split), share=share(index, ctx.partitions, ctx.split),
+        messages=index == 0)
     process = decoding.process
     n = 0
     with fewer_collections():
@@ -108,8 +113,8 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     st = decoding.decoder.stats
     buffer = decoding.buffer
     result = PartitionResult(
-        index=index, runs=runs.runs(), commits=rows.commits,
-        last_commit=rows.last_lsn, open_txns=open_txns,
+        index=index, runs=runs.runs(), commits=rows.commits - len(rows.split_commits),
+        split_commits=rows.split_commits, last_commit=rows.last_lsn, open_txns=open_txns,
         dictionary=json.dumps(dictionary.to_json(), sort_keys=True),
         startup=decoding.startup, records=n,
         stats={"changes": st.changes, "aborted": st.aborted,
@@ -122,3 +127,18 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
                "pure_python_partitions": 0 if native.active() else 1})
     decoding.close()
     return result
+
+
+class _PartRows(ArrowRows):
+    """The Arrow plugin of a partition, which tells apart the commits of split transactions:
+    every partition that holds a part of one emits it, and the job counts it once."""
+
+    def __init__(self, types: Any, sink: RunParts, split: frozenset[int]) -> None:
+        super().__init__(types, sink)
+        self.split = split
+        self.split_commits: list[int] = []
+
+    def commit(self, txn: TxnInfo) -> None:
+        super().commit(txn)
+        if txn.xid in self.split:
+            self.split_commits.append(txn.xid)

@@ -14,14 +14,29 @@ batch before the shuffle — first-record top-level xids, XLOG_XACT_ASSIGNMENT r
 subtransaction lists of commit, abort and prepare records — plus the memberships of the
 transactions the previous batch left open, and routes every later record of a subtransaction
 to the partition of its top-level transaction.
+
+A large transaction is split: the changes of one that has at least
+:data:`~cdclake.spark.segments.LARGE_BYTES` of them in a segment go by stripes of WAL, as in
+``cdclake decode --jobs`` (:mod:`cdclake.decoding.stripes`): a change at LSN ``l`` of top-level
+transaction ``x`` to partition ``(x + (l >> STRIPE_BITS)) % partitions``, so a bulk load is
+decoded on every core. Each partition owns the split transaction and emits its part at the
+commit; the writer merges the parts by the full stream key. A part needs nothing from the
+others when the transaction's changes are INSERT, UPDATE, DELETE and COPY rows
+(:func:`~cdclake.decoding.rmgrs.plain_change`) or TRUNCATEs, which every partition gets and
+one emits (``Decoder.share``, as the workers of ``cdclake decode --jobs``); its catalog rows
+and messages reach every partition anyway. A transaction with TOAST chunks, speculative
+inserts or new catalog rows (a new relation or column; a table's rewrite, whose rows one
+decoder must emit) is not split, nor one that does not end in the batch or began in an
+earlier one: a part is never left open. The others go whole to their owner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from cdclake.decoding.rmgrs import TXN
+from cdclake.decoding.rmgrs import TXN, plain_change
+from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.spark.segments import SegmentFacts
 from cdclake.wal.record import XLogRecord
 
@@ -29,6 +44,27 @@ from cdclake.wal.record import XLogRecord
 def owner(xid: int, partitions: int) -> int:
     """The partition that buffers and emits top-level transaction ``xid``."""
     return xid % partitions
+
+
+def stripe_owner(top: int, lsn: int, partitions: int) -> int:
+    """The partition that emits the change at ``lsn`` of split transaction ``top``."""
+    return (top + (lsn >> STRIPE_BITS)) % partitions
+
+
+def owns(index: int, partitions: int, split: frozenset[int]) -> Callable[[int], bool]:
+    """Which top-level transactions partition ``index`` emits: its own, and a part of every
+    split one."""
+    return lambda xid: owner(xid, partitions) == index or xid in split
+
+
+def share(index: int, partitions: int,
+          split: frozenset[int]) -> Callable[[int, int], bool] | None:
+    """Which changes partition ``index`` emits, by top-level xid and LSN
+    (``Decoder.share``): of a split transaction, those of its stripes; all of the others'.
+    None when no transaction is split."""
+    if not split:
+        return None
+    return lambda top, lsn: top not in split or stripe_owner(top, lsn, partitions) == index
 
 
 def resolve(parent_of: Mapping[int, int]) -> dict[int, int]:
@@ -55,17 +91,29 @@ class RouteMap:
     partitions: int
     top_of: dict[int, int]  #: subtransaction xid -> its top-level xid
     pg_class_filenodes: frozenset[int]
+    split: frozenset[int] = frozenset()  #: top-level xids whose changes go by stripes
 
     @classmethod
     def merge(cls, partitions: int, facts: Iterable[SegmentFacts], carried: Mapping[int, int],
-              pg_class_filenode: int | None) -> RouteMap:
-        """The batch's facts plus ``carried``: memberships of the transactions left open."""
+              pg_class_filenode: int | None, open_xids: Iterable[int] = ()) -> RouteMap:
+        """The batch's facts plus ``carried``: memberships of the transactions left open,
+        whose top-level xids are ``open_xids``."""
+        facts = list(facts)
         parent_of = dict(carried)
         filenodes = {pg_class_filenode} if pg_class_filenode else set()
         for f in facts:
             parent_of.update(f.parent_of)
             filenodes |= f.pg_class_filenodes
-        return cls(partitions, resolve(parent_of), frozenset(filenodes))
+        top_of = resolve(parent_of)
+        large = {top_of.get(x, x) for f in facts for x in f.large} - set(open_xids)
+        if partitions > 1 and large:
+            ended = {x for f in facts for x in f.ended if x in large}
+            unsplit = {t for f in facts for t in (top_of.get(x, x) for x in f.unsplit)
+                       if t in large}
+            large = ended - unsplit
+        else:
+            large = set()
+        return cls(partitions, top_of, frozenset(filenodes), frozenset(large))
 
     def top(self, rec: XLogRecord) -> int:
         xid = rec.toplevel_xid or rec.xid
@@ -86,7 +134,14 @@ def route(kind: int, rec: XLogRecord, rmap: RouteMap) -> Iterator[tuple[int, XLo
     n = rmap.partitions
     if kind == TXN and not (rec.blocks and
                             rec.blocks[0].rlocator.rel in rmap.pg_class_filenodes):
-        yield shuffle_key(owner(rmap.top(rec), n), rec.lsn), rec
+        top = rmap.top(rec)
+        if top not in rmap.split:
+            yield shuffle_key(owner(top, n), rec.lsn), rec
+        elif plain_change(rec):
+            yield shuffle_key(stripe_owner(top, rec.lsn, n), rec.lsn), rec
+        else:  # a TRUNCATE of a split transaction: every part's decoder queues it, one emits
+            for p in range(n):
+                yield shuffle_key(p, rec.lsn), rec
     else:  # every partition (a TXN record on pg_class's new relfilenode among them)
         for p in range(n):
             yield shuffle_key(p, rec.lsn), rec

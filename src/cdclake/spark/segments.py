@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -22,12 +23,19 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.signing import DDL_PREFIX, open_signed
-from cdclake.decoding.rmgrs import TXN, memberships, route
+from cdclake.decoding.rmgrs import CATALOG, TXN, is_truncate, memberships, plain_change, route
+from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.decoding.walclass import PG_CLASS_OID
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import PAGE_SIZE, XLogReader
-from cdclake.wal.record import RM_LOGICALMSG_ID, RM_RELMAP_ID, XLogRecord
-from cdclake.wal.rmgr import logicalmsg, relmap
+from cdclake.wal.record import (
+    RM_HEAP2_ID,
+    RM_LOGICALMSG_ID,
+    RM_RELMAP_ID,
+    RM_XACT_ID,
+    XLogRecord,
+)
+from cdclake.wal.rmgr import heap, logicalmsg, relmap, xact
 
 
 class StoreWindow:
@@ -89,12 +97,24 @@ class SegmentTask:
                 for i, (a, b) in enumerate(itertools.pairwise(cuts)) if b > a]
 
 
+#: a transaction with this many bytes of changes in one segment is large: its changes may
+#: be dealt out by stripes of WAL (:mod:`cdclake.spark.routing`)
+LARGE_BYTES = 2 << STRIPE_BITS
+
+
 @dataclass(frozen=True)
 class SegmentFacts:
     """What routing needs to know from one segment, collected before the shuffle."""
 
     parent_of: dict[int, int]  #: subtransaction xid -> parent xid (maybe itself a subxact)
     pg_class_filenodes: frozenset[int]  #: relfilenodes pg_class moved to (VACUUM FULL)
+    #: xids with LARGE_BYTES of changes in the segment
+    large: frozenset[int] = frozenset()
+    #: xids a COMMIT or ABORT record ends (4 bytes each: there is one per transaction)
+    ended: array = field(default_factory=lambda: array("I"))
+    #: xids whose changes cannot be split: with TOAST chunks, speculative inserts or new
+    #: catalog rows (:mod:`cdclake.spark.routing`)
+    unsplit: array = field(default_factory=lambda: array("I"))
 
 
 @dataclass
@@ -175,8 +195,8 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
         out.last_lsn = rec.lsn
         if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
             out.dictionary_lsn = rec.lsn
-        for _kind, kept in route(rec, db_oid, first=first and task.keep_first):
-            facts.add(kept, reader.version)
+        for kind, kept in route(rec, db_oid, first=first and task.keep_first):
+            facts.add(kind, kept, reader.version)
             out.records += 1
         first = False
     out.version = reader.version
@@ -211,15 +231,33 @@ class FactCollector:
         self.db_oid = db_oid
         self.parent_of: dict[int, int] = {}
         self.filenodes: set[int] = set()
+        self.changes: dict[int, int] = {}  # xid -> bytes of its changes
+        self.ended = array("I")
+        self.unsplit: set[int] = set()
 
-    def add(self, rec: XLogRecord, version: int) -> None:
-        """Subtransaction memberships, and where pg_class moved (a relation map update)."""
+    def add(self, kind: int, rec: XLogRecord, version: int) -> None:
+        """Subtransaction memberships, where pg_class moved (a relation map update), and what
+        tells a large transaction whose changes can be split: their bytes, its end, and
+        whether it has records every partition must see."""
         for sub, parent in memberships(rec, version):
             self.parent_of[sub] = parent
-        if rec.rmid == RM_RELMAP_ID:
+        xid = rec.xid
+        if kind == TXN:
+            self.changes[xid] = self.changes.get(xid, 0) + rec.tot_len
+            if not plain_change(rec) and not is_truncate(rec):
+                self.unsplit.add(xid)
+        elif rec.rmid == RM_XACT_ID:
+            if rec.info & xact.XLOG_XACT_OPMASK in (xact.XLOG_XACT_COMMIT, xact.XLOG_XACT_ABORT):
+                self.ended.append(xid)
+        elif rec.rmid == RM_RELMAP_ID:
             upd = relmap.parse(rec)
             if upd is not None and upd.db_id in (0, self.db_oid) and PG_CLASS_OID in upd.mappings:
                 self.filenodes.add(upd.mappings[PG_CLASS_OID])
+        elif kind == CATALOG and (rec.rmid == RM_HEAP2_ID or
+                                  rec.info & heap.XLOG_HEAP_OPMASK == heap.XLOG_HEAP_INSERT):
+            self.unsplit.add(xid)  # a new catalog row: a new relation or column, a rewrite
 
     def facts(self) -> SegmentFacts:
-        return SegmentFacts(dict(self.parent_of), frozenset(self.filenodes))
+        large = frozenset(x for x, size in self.changes.items() if size >= LARGE_BYTES)
+        return SegmentFacts(dict(self.parent_of), frozenset(self.filenodes), large, self.ended,
+                            array("I", sorted(self.unsplit)))

@@ -3,16 +3,17 @@
 Stage one (in each reorder-buffer partition): the Arrow plugin's row builder hands each full
 part of a relation version's rows to :class:`RunParts`, which writes it to the store as
 Parquet under ``changes/<batch>/_runs/<attempt>/p<partition>/``. A partition emits its
-transactions in commit order, so each partition's parts of a version are one sorted *run*.
+transactions in commit order, each one's rows in stream order, so each partition's parts of
+a version are one *run* sorted by the stream's key (``_commit_lsn``, ``_lsn``, ``_seq``).
 
-Stage two (one task per relation version, :func:`merge_runs`): transactions are owned by
-exactly one partition, so a commit LSN is in one run only, and the version's stream order
-(``_commit_lsn``, ``_lsn``, ``_seq``) is a merge of its runs by commit LSN. The task streams
-the runs part by part — each round takes, from every run, the rows up to the lowest commit LSN
-any run has loaded, and orders them with one stable sort — and writes the version's parts, of
-at most ``rows_per_part`` rows and about ``bytes_per_part`` bytes of Arrow data each, with the
-names the local Arrow plugin gives them (:func:`cdclake.decoding.plugins.arrow.part_path`):
-the batch holds the rows a single-process decode writes for the same WAL, in the same order.
+Stage two (one task per relation version, :func:`merge_runs`): the version's stream is the
+merge of its runs by that key. A transaction is in one run, or, split by stripes of WAL
+(:mod:`cdclake.spark.routing`), in several, each holding some of its rows. The task streams
+the runs part by part — each round takes, from every run, the rows up to the lowest key any
+run has loaded last, and orders them by the key — and writes the version's parts, of at most
+``rows_per_part`` rows and about ``bytes_per_part`` bytes of Arrow data each, with the names
+the local Arrow plugin gives them (:func:`cdclake.decoding.plugins.arrow.part_path`): the
+batch holds the rows a single-process decode writes for the same WAL, in the same order.
 Memory per task is one part per run plus one part being filled, in bytes as well as in rows;
 the driver receives keys, counts and first rows.
 """
@@ -88,13 +89,13 @@ class RunParts:
 
 
 class _RunReader:
-    """One run read a part at a time: the rows not yet taken, by commit LSN."""
+    """One run read a part at a time: the rows not yet taken, by stream key."""
 
     def __init__(self, store: ObjectStore, keys: list[str]) -> None:
         self.store = store
         self.keys = list(reversed(keys))
         self.table: pa.Table | None = None
-        self.commits = np.empty(0, dtype=np.int64)
+        self.commits = self.lsns = self.seqs = np.empty(0, dtype=np.int64)
         self.offset = 0
         self._load()
 
@@ -104,41 +105,51 @@ class _RunReader:
             table = pq.read_table(pa.BufferReader(self.store.get(self.keys.pop())))
             if table.num_rows:
                 self.table = table
-                self.commits = table.column(stream.COMMIT_LSN).to_numpy()
+                self.commits, self.lsns, self.seqs = _key_columns(table)
                 self.offset = 0
 
     @property
-    def last(self) -> int:
-        """The commit LSN of the loaded part's last row."""
-        return int(self.commits[-1])
+    def last(self) -> RowKey:
+        """The stream key of the loaded part's last row."""
+        return int(self.commits[-1]), int(self.lsns[-1]), int(self.seqs[-1])
 
-    def take_through(self, limit: int) -> pa.Table:
-        """The rows from here whose commit LSN is at most ``limit``; the next part is loaded
-        when this one is used up."""
+    def take_through(self, limit: RowKey) -> pa.Table:
+        """The rows from here whose key is at most ``limit``; the next part is loaded when
+        this one is used up."""
         assert self.table is not None
-        end = self.offset + int(np.searchsorted(self.commits[self.offset:], limit, side="right"))
-        piece = self.table.slice(self.offset, end - self.offset)
+        at = self.offset
+        c, lsn, q = self.commits[at:], self.lsns[at:], self.seqs[at:]
+        commit, limit_lsn, seq = limit
+        upto = (c < commit) | ((c == commit) & ((lsn < limit_lsn) | ((lsn == limit_lsn)
+                                                                     & (q <= seq))))
+        end = at + int(np.count_nonzero(upto))  # the rows are sorted: a prefix
+        piece = self.table.slice(at, end - at)
         self.offset = end
         if self.offset == len(self.commits):
             self._load()
         return piece
 
 
-def _in_commit_order(pieces: list[pa.Table]) -> pa.Table:
-    """Pieces of different runs as one table in commit order. A commit LSN is in one run
-    only and each piece is in stream order, so a stable sort on it is the stream's order."""
+def _key_columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (table.column(stream.COMMIT_LSN).to_numpy(), table.column(stream.LSN).to_numpy(),
+            table.column(stream.SEQ).to_numpy())
+
+
+def _in_stream_order(pieces: list[pa.Table]) -> pa.Table:
+    """Pieces of different runs as one table in stream order: each piece is in it, so a
+    stable sort by the key is."""
     if len(pieces) == 1:
         return pieces[0]
     table = pa.concat_tables(pieces)
-    order = np.argsort(table.column(stream.COMMIT_LSN).to_numpy(), kind="stable")
-    return table.take(order)
+    commits, lsns, seqs = _key_columns(table)
+    return table.take(np.lexsort((seqs, lsns, commits)))
 
 
 def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
                runs: list[list[str]], rows_per_part: int = stream.ROWS_PER_PART,
                bytes_per_part: int = stream.BYTES_PER_PART) -> MergedVersion:
     """Stage two for one relation version: ``runs`` (each a list of part keys, sorted by
-    commit LSN) merged into the version's parts under ``root`` (the batch prefix)."""
+    stream key) merged into the version's parts under ``root`` (the batch prefix)."""
     readers = [r for r in (_RunReader(store, keys) for keys in runs) if r.table is not None]
     paths: list[str] = []
     pending: list[pa.Table] = []
@@ -151,13 +162,12 @@ def merge_runs(store: ObjectStore, root: str, relation: RelationVersion,
         paths.append(path)
 
     while readers:
-        # every row up to the lowest last-loaded commit LSN can go now: any row still unread
-        # in a run commits later (a commit cut by a part boundary continues in its own run,
-        # and comes first in the next round). Each round uses up at least one loaded part.
+        # every row up to the lowest last-loaded key can go now: any row still unread in a
+        # run comes later in the stream. Each round uses up at least one loaded part.
         limit = min(r.last for r in readers)
         pieces = [p for p in (r.take_through(limit) for r in readers) if p.num_rows]
         readers = [r for r in readers if r.table is not None]
-        piece = _in_commit_order(pieces)
+        piece = _in_stream_order(pieces)
         if first is None:
             first = _first_key(piece)
         pending.append(piece)

@@ -4,8 +4,9 @@ It starts in a fresh segment (after a running-xacts record, so decoding from tha
 complete), installs cdclake, and spreads a long transaction (with a subtransaction and a
 schema change committed while it runs) over several 1 MiB segments, so batches cut at segment
 boundaries leave it open across the cut. It covers inserts, multi-inserts (COPY), updates
-(key-changing, unchanged TOAST), deletes, TRUNCATE, a rollback, a table rewrite (VACUUM FULL),
-a table with REPLICA IDENTITY NOTHING and one without a key.
+(key-changing, unchanged TOAST), deletes, TRUNCATE (in a large transaction that loads the
+table again, as pgbench -i does), a rollback, a table rewrite (VACUUM FULL), a table with
+REPLICA IDENTITY NOTHING and one without a key.
 """
 
 from __future__ import annotations
@@ -99,7 +100,12 @@ def run(pg: LocalPostgres, database: str, directory: Path) -> Archived:
         other.execute("DELETE FROM nothing WHERE id = 3")
         other.execute("DELETE FROM acct WHERE id BETWEEN 100 AND 109")
         other.execute("UPDATE logs SET msg = 'short' WHERE ctid = '(0,1)'")
+        # as pgbench -i loads: TRUNCATE (a new relfilenode) and a bulk load in one
+        # transaction, large enough to be split by stripes of WAL
+        other.execute("BEGIN")
         other.execute("TRUNCATE logs")
+        other.execute(FILL)
+        other.execute("COMMIT")
     finally:
         long.close()
         other.close()

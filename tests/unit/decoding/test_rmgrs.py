@@ -29,6 +29,7 @@ from tests.unit.decoding.records import (
     assignment,
     commit_record,
     heap_record,
+    multi_insert,
     prepare_record,
     recording_decoder,
 )
@@ -94,6 +95,29 @@ def test_routing_classes() -> None:
                  DB) == IGNORE
     assert route(XLogRecord(1, 2, 0, 7, RM_BTREE_ID, 0, 30), DB) == IGNORE
     assert route(XLogRecord(1, 2, 0, 7, 200, 0, 30), DB) == IGNORE  # a custom rmgr
+
+
+def test_plain_changes_are_the_ones_one_decoder_can_take_alone() -> None:
+    def with_flags(op: int, offset: int, flags: int) -> XLogRecord:
+        rec = heap_record(1, 7, op)
+        md = bytearray(8)
+        md[offset] = flags
+        rec.main_data = bytes(md)
+        return rec
+
+    assert rmgrs.plain_change(heap_record(1, 7))
+    assert rmgrs.plain_change(multi_insert(1, 7, 3))
+    assert rmgrs.plain_change(heap_record(1, 7, heap.XLOG_HEAP_UPDATE))
+    assert rmgrs.plain_change(heap_record(1, 7, heap.XLOG_HEAP_HOT_UPDATE))
+    assert rmgrs.plain_change(with_flags(heap.XLOG_HEAP_DELETE, 7, 0))
+    # what every decoder sharing the transaction must see
+    assert not rmgrs.plain_change(with_flags(heap.XLOG_HEAP_INSERT, 2,
+                                             heap.XLH_INSERT_ON_TOAST_RELATION))
+    assert not rmgrs.plain_change(with_flags(heap.XLOG_HEAP_INSERT, 2,
+                                             heap.XLH_INSERT_IS_SPECULATIVE))
+    assert not rmgrs.plain_change(with_flags(heap.XLOG_HEAP_DELETE, 7, heap.XLH_DELETE_IS_SUPER))
+    assert not rmgrs.plain_change(heap_record(1, 7, heap.XLOG_HEAP_CONFIRM))
+    assert not rmgrs.plain_change(heap_record(1, 7, heap.XLOG_HEAP_TRUNCATE))
 
 
 def test_a_subtransaction_first_record_reaches_every_partition(tmp_path: Path) -> None:

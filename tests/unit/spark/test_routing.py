@@ -9,6 +9,8 @@ from cdclake.decoding import rmgrs
 from cdclake.decoding.carry import OpenTxn, open_memberships
 from cdclake.decoding.decode import Decoder
 from cdclake.decoding.rmgrs import TXN
+from cdclake.decoding.stripes import STRIPE_BITS
+from cdclake.spark import routing
 from cdclake.spark.routing import (
     RouteMap,
     owner,
@@ -24,6 +26,7 @@ from tests.unit.decoding.records import (
     DB,
     commit_record,
     heap_record,
+    message,
     recording_decoder,
 )
 
@@ -45,7 +48,7 @@ def _segment(*recs: XLogRecord, version: int = 15) -> Segment:
     records = []
     for rec in recs:
         for kind, kept in rmgrs.route(rec, DB):
-            facts.add(kept, version)
+            facts.add(kind, kept, version)
             records.append((kind, freeze(kept, drop_images=kind == TXN)))
     return Segment(records, facts.facts())
 
@@ -160,6 +163,50 @@ def test_broadcasts_and_moved_pg_class() -> None:
     assert len(_routed(moved, rmap)) == 2  # broadcast: it may be a pg_class row
     rmap = RouteMap.merge(2, [], {SUB: 200}, None)
     assert [k for k, _ in _routed(moved, rmap)] == [shuffle_key(owner(200, 2), 10)]
+
+
+def _large(xid: int, first_stripe: int, stripes: int) -> list[XLogRecord]:
+    """Changes of ``xid``, 256 kB of them in each of ``stripes`` stripes of WAL."""
+    out = []
+    for s in range(first_stripe, first_stripe + stripes):
+        rec = heap_record((s << STRIPE_BITS) + 100 + xid, xid)
+        rec.tot_len = 1 << STRIPE_BITS
+        out.append(rec)
+    return out
+
+
+def test_a_large_transaction_is_split_by_stripes(tmp_path: Path) -> None:
+    split, new_table, open_at_end, carried, small = 200, 201, 202, 203, 204
+    seg = _segment(
+        *_large(split, 1, 4), *_large(new_table, 1, 4), *_large(open_at_end, 1, 4),
+        *_large(carried, 1, 4), heap_record((3 << STRIPE_BITS) + 50, small),
+        message((5 << STRIPE_BITS) + 1, split, "p", b"x"),  # every partition gets it
+        heap_record((5 << STRIPE_BITS) + 2, new_table, rel=1259),  # a new pg_class row
+        *(commit_record((6 << STRIPE_BITS) + x, x) for x in (split, new_table, carried, small)))
+    rmap = RouteMap.merge(N, [seg.facts], {}, None, open_xids=[carried])
+    # a new relation, no end in the batch, a start in an earlier one, too few changes: only
+    # `split` goes by stripes
+    assert rmap.split == {split}
+    assert RouteMap.merge(1, [seg.facts], {}, None).split == frozenset()  # nothing to share
+    owns = [routing.owns(p, N, rmap.split) for p in range(N)]
+    assert all(o(split) for o in owns) and [o(small) for o in owns].count(True) == 1
+
+    emitted = _emitted_all(_decode(_shuffle([seg], rmap), tmp_path))
+    lsns = [r.lsn for r in _large(split, 1, 4)]
+    # every partition has the changes of its stripes, and they are all of them; and the
+    # message, which a decoder with a share emits from one (Decoder.share)
+    mine = {p: [x for x in emitted[p][split] if x in lsns] for p in range(N)}
+    for p in range(N):
+        assert mine[p] == [x for x in lsns if (split + (x >> STRIPE_BITS)) % N == p]
+        assert len(emitted[p][split]) == len(mine[p]) + 1
+    assert sorted(x for p in range(N) for x in mine[p]) == lsns
+    # a transaction not split is one partition's
+    assert [small in emitted[p] for p in range(N)].count(True) == 1
+
+
+def _emitted_all(decoders: dict[int, Decoder]) -> dict[int, dict[int, list[int]]]:
+    """partition -> {xid: LSNs of its changes} of every commit the partition replayed."""
+    return {p: dict(d.replay.emitted) for p, d in decoders.items()}  # type: ignore[attr-defined]
 
 
 def test_freeze_keeps_images_only_where_they_are_the_only_data() -> None:

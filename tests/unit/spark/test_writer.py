@@ -35,16 +35,21 @@ def _transactions(n: int, seed: int) -> list[pa.Table]:
     return out
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize(("partitions", "part_rows", "out_rows"), [(3, 4, 5), (2, 7, 3),
                                                                     (1, 5, 5), (4, 1, 64)])
 def test_merged_runs_equal_one_sorted_stream(tmp_path: Path, partitions: int, part_rows: int,
-                                             out_rows: int) -> None:
+                                             out_rows: int, split: bool) -> None:
     store = LocalStore(tmp_path / "store")
     txns = _transactions(40, partitions * 100 + part_rows)
     rnd = random.Random(7)
     owned: list[list[pa.Table]] = [[] for _ in range(partitions)]
-    for t in txns:  # each transaction goes whole to one partition, in commit order
-        owned[rnd.randrange(partitions)].append(t)
+    for t in txns:  # in commit order, each transaction whole to one partition, or split:
+        if split:   # each of its rows to one, as stripes of WAL deal out a large one's
+            for i in range(t.num_rows):
+                owned[rnd.randrange(partitions)].append(t.slice(i, 1))
+        else:
+            owned[rnd.randrange(partitions)].append(t)
     runs = []
     for p, tables in enumerate(owned):
         if not tables:
