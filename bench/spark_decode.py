@@ -2,9 +2,10 @@
 
 Two workloads (--workload), each on a fresh PostgreSQL 15 whose archive is shipped once to a
 local store: "pgbench", `cdclake source install`, `pgbench -i -s N` and pgbench transactions,
-where the initial load is one transaction and so one partition's (a transaction's changes are
-all one partition's); and "transactions", the pgbench transactions alone (the load archived
-before the install, and its segments left out), which spread evenly over the partitions.
+where the initial load is one large transaction, which the job splits over the partitions by
+stripes of WAL (:mod:`cdclake.spark.routing`); and "transactions", the pgbench transactions
+alone (the load archived before the install, and its segments left out), which spread over
+the partitions by xid.
 
 In turn in each round, the Spark job (`cdclake.spark.job.decode_batch`, every batch until
 nothing is left) decodes the store on ``local[1]`` and on ``local[2]``, in a process of its
