@@ -13,6 +13,12 @@ from __future__ import annotations
 STRIPE_BITS = 18
 
 
+def stripe_owner(top: int, lsn: int, jobs: int, bits: int = STRIPE_BITS) -> int:
+    """Which of ``jobs`` workers (or Spark partitions, :mod:`cdclake.spark.routing`) emits
+    the change at ``lsn`` of top-level transaction ``top``."""
+    return (top + (lsn >> bits)) % jobs
+
+
 class Shares:
     """Which changes worker ``index`` of ``jobs`` emits. It remembers the last LSN it said
     yes to: the replayer asks right before emitting a change, so that is where the change's
@@ -41,7 +47,7 @@ class Shares:
         return stripe == final_lsn >> self.bits and (top + stripe) % self.jobs == self.index
 
     def __call__(self, top: int, lsn: int) -> bool:
-        if (top + (lsn >> self.bits)) % self.jobs != self.index:
+        if stripe_owner(top, lsn, self.jobs, self.bits) != self.index:
             return False
         self.last = lsn
         return True

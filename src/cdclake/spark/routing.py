@@ -18,16 +18,16 @@ to the partition of its top-level transaction.
 A large transaction is split: the changes of one that has at least
 :data:`~cdclake.spark.segments.LARGE_BYTES` of them in a segment go by stripes of WAL, as in
 ``cdclake decode --jobs`` (:mod:`cdclake.decoding.stripes`): a change at LSN ``l`` of top-level
-transaction ``x`` to partition ``(x + (l >> STRIPE_BITS)) % partitions``, so a bulk load is
-decoded on every core. Each partition owns the split transaction and emits its part at the
-commit; the writer merges the parts by the full stream key. A part needs nothing from the
-others when the transaction's changes are INSERT, UPDATE, DELETE and COPY rows
-(:func:`~cdclake.decoding.rmgrs.plain_change`) or TRUNCATEs, which every partition gets and
-one emits (``Decoder.share``, as the workers of ``cdclake decode --jobs``); its catalog rows
-and messages reach every partition anyway. A transaction with TOAST chunks, speculative
-inserts or new catalog rows (a new relation or column; a table's rewrite, whose rows one
-decoder must emit) is not split, nor one that does not end in the batch or began in an
-earlier one: a part is never left open. The others go whole to their owner.
+transaction ``x`` to partition ``(x + (l >> STRIPE_BITS)) % partitions`` (``stripe_owner``), so
+a bulk load is decoded on every core. Each partition owns the split transaction and emits its
+part at the commit; the writer merges the parts by the full stream key. A part needs nothing
+from the others when the transaction's changes are INSERT, UPDATE, DELETE and COPY rows
+(:func:`~cdclake.decoding.rmgrs.plain_change`) or TRUNCATEs, which every partition gets and one
+emits (``Decoder.share``, as the workers of ``cdclake decode --jobs``); its catalog rows and
+messages reach every partition anyway. A transaction with TOAST chunks, speculative inserts or
+new catalog rows (a new relation or column; a table's rewrite, whose rows one decoder must
+emit) is not split, nor one that does not end in the batch or began in an earlier one: a part
+is never left open. The others go whole to their owner.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from cdclake.decoding.rmgrs import TXN, plain_change
-from cdclake.decoding.stripes import STRIPE_BITS
+from cdclake.decoding.stripes import stripe_owner
 from cdclake.spark.segments import SegmentFacts
 from cdclake.wal.record import XLogRecord
 
@@ -44,11 +44,6 @@ from cdclake.wal.record import XLogRecord
 def owner(xid: int, partitions: int) -> int:
     """The partition that buffers and emits top-level transaction ``xid``."""
     return xid % partitions
-
-
-def stripe_owner(top: int, lsn: int, partitions: int) -> int:
-    """The partition that emits the change at ``lsn`` of split transaction ``top``."""
-    return (top + (lsn >> STRIPE_BITS)) % partitions
 
 
 def owns(index: int, partitions: int, split: frozenset[int]) -> Callable[[int], bool]:
