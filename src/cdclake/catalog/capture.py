@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from cdclake.catalog.connection import connect
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RelationVersion
 from cdclake.errors import SourceError, redact
@@ -24,7 +25,7 @@ def capture(dsn: str) -> tuple[int, Dictionary]:
     import psycopg
 
     try:
-        with psycopg.connect(dsn) as conn:
+        with connect(dsn) as conn:
             installed = conn.execute(
                 "SELECT to_regprocedure('cdclake.dictionary_json()') IS NOT NULL").fetchone()[0]
             if not installed:
@@ -48,7 +49,7 @@ def database_oid(dsn: str) -> int:
     import psycopg
 
     try:
-        with psycopg.connect(dsn) as conn:
+        with connect(dsn) as conn:
             row = conn.execute(
                 "SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
     except psycopg.Error as exc:
@@ -65,7 +66,7 @@ def sql_resolver(dsn: str, dictionary: Dictionary) -> Callable[[RelFileLocator, 
         import psycopg
 
         try:
-            with psycopg.connect(dsn) as conn:
+            with connect(dsn) as conn:
                 row = conn.execute(
                     "SELECT c.oid FROM pg_class c, pg_database d "
                     "WHERE d.datname = current_database() AND pg_relation_filenode(c.oid) = %s "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from psycopg import sql
 
+from cdclake.catalog.connection import connect
 from cdclake.catalog.signing import (
     fetch_key,
     key_path,
@@ -46,7 +47,7 @@ def _connect(dsn: str):  # type: ignore[no-untyped-def]
     import psycopg
 
     try:
-        return psycopg.connect(dsn, autocommit=True)
+        return connect(dsn, autocommit=True)
     except psycopg.Error as exc:
         raise SourceError(f"cannot connect to the source database ({redact(dsn)}): {exc}") from exc
 

@@ -166,8 +166,10 @@ def load_key(config: Config, dsn: str = "") -> bytes | None:
         return None
     import psycopg
 
+    from cdclake.catalog.connection import connect
+
     try:
-        with psycopg.connect(dsn) as conn:
+        with connect(dsn) as conn:
             return fetch_key(conn)
     except psycopg.Error as exc:
         raise SourceError(f"cannot connect to the source database ({redact(dsn)}): "

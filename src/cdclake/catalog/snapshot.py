@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from cdclake.catalog.connection import connect
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RELKIND_MATVIEW, RelationVersion
 from cdclake.errors import SourceError
@@ -199,7 +200,7 @@ def _connect(dsn: str) -> Any:
     import psycopg
 
     try:
-        return psycopg.connect(dsn, autocommit=True)
+        return connect(dsn, autocommit=True)
     except psycopg.Error as exc:
         raise SourceError(f"initial snapshot: cannot connect to the source: "
                           f"{_first_line(exc)}") from exc

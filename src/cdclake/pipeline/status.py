@@ -13,6 +13,7 @@ from typing import Any
 from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, LAKE, holder_of
 from cdclake.archive.manifest import Manifest
+from cdclake.catalog.connection import connect
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, StoreError
 from cdclake.lake.batches import list_batches, pending
@@ -69,9 +70,7 @@ def status(config: Config) -> dict[str, Any]:
 def _source_position(dsn: str) -> dict[str, Any]:
     """The source's current WAL position and archiver state (a lag is read against it)."""
     try:
-        import psycopg
-
-        with psycopg.connect(dsn, connect_timeout=5) as conn:
+        with connect(dsn, connect_timeout=5) as conn:
             row = conn.execute(
                 "SELECT pg_current_wal_lsn()::text, last_archived_wal, failed_count, "
                 "last_failed_wal FROM pg_stat_archiver").fetchone()

@@ -42,6 +42,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.schema import Schema
 
+from cdclake.catalog.connection import connect
 from cdclake.catalog.model import RelationVersion, TypeInfo, type_from_json, type_to_json
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError, SourceError, TupleDecodeError
@@ -188,7 +189,7 @@ def _copy(task: ChunkTask, converter: CopyRows, io: FileIO, *,
     counts_only: set[str] = set()
     total = 0
     statement = converter.copy_statement(task.first_block, task.end_block, csv=csv)
-    with psycopg.connect(task.dsn, autocommit=False,
+    with connect(task.dsn, autocommit=False,
                          application_name=APPLICATION_NAME) as conn:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +77,71 @@ def test_a_lost_key_file_is_restored_from_the_decoders_copy(pg: LocalPostgres,
     pg.sql("CREATE TABLE t_with_key (id int)", database)
     Path(path).unlink()
     assert install(pg.dsn(database)).key != first.key  # nothing known: a new key
+
+
+def test_every_installed_function_pins_its_search_path(pg: LocalPostgres,
+                                                       database: str) -> None:
+    """The triggers run them as the installing superuser in anyone's session: each looks
+    names up in pg_catalog alone (tests/oracle/pipeline/test_hostile_role.py plants a shadow
+    of every call). ``type_name`` prints type names as a decoding session would, under its
+    path, and calls nothing but pg_catalog.format_type."""
+    install(pg.dsn(database))
+    rows = pg.sql("SELECT proname, proconfig, prosrc FROM pg_proc "
+                  "WHERE pronamespace = 'cdclake'::regnamespace", database)
+    paths = {name: config for name, config, _ in rows}
+    assert paths.pop("type_name", None) == ['search_path="$user", public, pg_temp']
+    assert {name: c for name, c in paths.items()
+            if c != ["search_path=pg_catalog, pg_temp"]} == {}
+    (body,) = [src for name, _, src in rows if name == "type_name"]
+    assert re.findall(r"[\w.]+\s*\(", body) == ["pg_catalog.format_type("]
+
+
+#: functions cdclake's sessions call by name, planted in public (which the database's default
+#: search path puts first) to fail whoever calls them
+PLANTED = {"pg_current_wal_lsn()": "pg_lsn", "pg_current_wal_insert_lsn()": "pg_lsn",
+           "current_setting(text)": "text", "to_regprocedure(text)": "regprocedure",
+           "pg_read_file(text)": "text",
+           "pg_relation_size(regclass)": "bigint", "pg_export_snapshot()": "text"}
+
+
+def test_no_session_of_cdclake_takes_the_databases_search_path(pg: LocalPostgres, database: str,
+                                                               tmp_path: Path) -> None:
+    """The owner of a database may set its default search path and plant functions in a
+    schema on it; a superuser session that took that path would run them. Every session
+    cdclake opens on the source (catalog.connection) looks names up in pg_catalog, and keeps
+    the options its DSN gives."""
+    from cdclake.catalog.capture import capture, database_oid
+    from cdclake.catalog.connection import connect
+    from cdclake.catalog.signing import load_key
+    from cdclake.catalog.snapshot import export_snapshot, followed_tables
+    from cdclake.config import Config
+    from cdclake.pipeline.status import status
+
+    key = install(pg.dsn(database)).key
+    pg.sql("CREATE TABLE shop (id int PRIMARY KEY)", database)
+    oid = pg.sql("SELECT 'shop'::regclass::oid", database)[0][0]
+    for fn, result in PLANTED.items():
+        pg.sql(f"CREATE FUNCTION public.{fn} RETURNS {result} LANGUAGE plpgsql "
+               "AS $$BEGIN RAISE EXCEPTION 'a planted function ran'; END$$", database)
+    pg.sql(f'ALTER DATABASE "{database}" SET search_path = public, pg_catalog')
+    dsn = pg.dsn(database) + " options='-c statement_timeout=120s'"
+    try:
+        with pytest.raises(psycopg.errors.RaiseException, match="planted"):
+            pg.sql("SELECT pg_current_wal_lsn()", database)  # a session that took the path
+        with connect(dsn) as conn:
+            assert conn.execute("SELECT current_setting('search_path'), "
+                                "current_setting('statement_timeout')").fetchone() == (
+                "pg_catalog,pg_temp", "2min")
+        install(dsn, key)
+        assert capture(dsn)[0] > 0 and database_oid(dsn) > 0
+        assert load_key(Config(home=tmp_path), dsn) == key
+        assert [t.name for t in followed_tables(dsn)] == ["public.shop"]
+        with export_snapshot(dsn, [oid]) as held:
+            assert [t.name for t in held.tables()] == ["public.shop"]
+        source = status(Config(home=tmp_path, source_dsn=dsn))["source"]
+        assert "error" not in source, source
+    finally:
+        pg.sql(f'ALTER DATABASE "{database}" RESET search_path')
 
 
 @pytest.fixture(scope="module")

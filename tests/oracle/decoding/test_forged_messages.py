@@ -43,12 +43,12 @@ def setup(role: str) -> list[str]:
             f"GRANT SELECT, INSERT, UPDATE ON acct TO {role}"]
 
 
-def _as(pg: LocalPostgres, database: str, role: str) -> psycopg.Connection:
+def connect_as(pg: LocalPostgres, database: str, role: str) -> psycopg.Connection:
     return psycopg.connect(pg.dsn(database).replace("user=postgres", f"user={role}"),
                            autocommit=True)
 
 
-def _forgeries(real: dict) -> list[bytes]:
+def forgeries(real: dict) -> list[bytes]:
     """Payloads a forger builds from a genuine ``relations`` message describing acct."""
     acct = next(r for r in real["relations"] if r["name"] == "acct")
     retyped = json.loads(json.dumps(real))
@@ -79,8 +79,8 @@ def test_forged_schema_messages_change_nothing(pg: LocalPostgres, database: str,
                    if r[0].startswith("message: transactional: 1 prefix: cdclake.ddl")]
         assert len(genuine) == 1 and genuine[0].startswith("cdclake-hmac-sha256 ")
         real = json.loads(genuine[0].split("\n", 1)[1])
-        payloads = [*_forgeries(real), genuine[0].encode()]  # the last: a verbatim replay
-        with _as(pg, database, mallory) as conn:
+        payloads = [*forgeries(real), genuine[0].encode()]  # the last: a verbatim replay
+        with connect_as(pg, database, mallory) as conn:
             for transactional in (True, False):
                 for p in payloads:
                     conn.execute("SELECT pg_logical_emit_message(%s, 'cdclake.ddl', %s::bytea)",

@@ -51,6 +51,10 @@ class PipelineRun:
     slot: str
     start_lsn: int
     config: Config
+    read_from: int = 0  #: an LSN before the install: where a decoder of this WAL starts
+    key: bytes = b""  #: the install's signing key
+    end_lsn: int = 0  #: the end of the last archived segment
+    slot_lines: list[str] = field(default_factory=list)  #: the slot's rows, as they are
     expected: list[str] = field(default_factory=list)  #: the slot, projected (see below)
     actual: list[str] = field(default_factory=list)  #: the change stream, rendered
     merges: list[dict[str, Any]] = field(default_factory=list)
@@ -83,8 +87,9 @@ def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spa
     watches; then ship, decode in ``batches`` Spark batches, merge."""
     pg.sql("SELECT pg_switch_wal()", database)
     pg.sql("CHECKPOINT", database)  # a running-xacts record early in the first segment
-    first = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", database)[0][0]
-    install(pg.dsn(database))
+    first, read_from = pg.sql(
+        "SELECT pg_walfile_name(pg_current_wal_lsn()), pg_current_wal_lsn()::text", database)[0]
+    key = install(pg.dsn(database)).key
     slot = f"pipe_{database}"
     start = parse_lsn(pg.sql(
         "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'test_decoding')",
@@ -93,15 +98,16 @@ def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spa
     config = Config(home=work / "home", source_dsn=pg.dsn(database), archive_dir=archive,
                     store_url=(work / "store").as_uri(), work_mem=WORK_MEM,
                     spill_dir=work / "spill", spark_master="local[2]", spark_partitions=2)
-    run = PipelineRun(database, slot, start, config)
+    run = PipelineRun(database, slot, start, config, parse_lsn(read_from), key)
     try:
         action()
         # WAL after the last switch, so that archive_all's switch finishes a segment (a switch
         # right after another is a no-op); the stream carries no messages, the slot's are
         # projected away
         pg.sql("SELECT pg_logical_emit_message(false, 'cdclake.oracle', 'end')", database)
-        archive_all(pg, database)
-        run.expected = project_slot(oracle(pg, _Cap(database, slot)))
+        run.end_lsn = archive_all(pg, database)
+        run.slot_lines = oracle(pg, _Cap(database, slot))
+        run.expected = project_slot(run.slot_lines)
     finally:
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (slot,))
     segments = copy_segments(pg.archive_dir, archive, first)
