@@ -230,12 +230,35 @@ $fn$;
 -- directory, cdclake_ddl.key: "<key> <ipad> <opad>" in hex, the pads being the key xor 0x36...
 -- and 0x5c..., HMAC's inner and outer keys. A file, not a table: a table's rows would be in
 -- the WAL, which the archive and every logical slot (a publication FOR ALL TABLES) pass on;
--- the file is read by superusers only, survives a crash, and a base backup copies it.
--- install.py writes it once and keeps it across re-installs (from the decoders' key file
--- when it is gone), so messages already archived stay verifiable.
+-- the file is read by superusers only (mode 0600), survives a crash, and a base backup copies
+-- it. install.py writes it once, on the server (the key is in no statement), and keeps it
+-- across re-installs (from the decoders' key file when it is gone), so messages already
+-- archived stay verifiable.
 CREATE OR REPLACE FUNCTION cdclake.key_path() RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 SELECT pg_catalog.current_setting('data_directory') OPERATOR(pg_catalog.||) '/cdclake_ddl.key'
+$fn$;
+
+-- A new key: SHA-512 of eight version-4 UUIDs, which the server draws from its strong random
+-- source (122 random bits each), so the key is made where it is kept and sent in no statement.
+CREATE OR REPLACE FUNCTION cdclake.new_key() RETURNS bytea
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+SELECT pg_catalog.sha512(pg_catalog.string_agg(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()),
+                                               ''::bytea))
+FROM pg_catalog.generate_series(1, 8)
+$fn$;
+
+-- The key file's line for key ``k``: the key, then its inner and outer pads, in hex.
+CREATE OR REPLACE FUNCTION cdclake.key_line(k bytea) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $fn$
+SELECT pg_catalog.encode(k, 'hex') OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) ipad
+       OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) opad
+FROM (SELECT pg_catalog.string_agg(pg_catalog.lpad(pg_catalog.to_hex(b OPERATOR(pg_catalog.#) 54),
+                                                   2, '0'), '' ORDER BY i),
+             pg_catalog.string_agg(pg_catalog.lpad(pg_catalog.to_hex(b OPERATOR(pg_catalog.#) 92),
+                                                   2, '0'), '' ORDER BY i)
+      FROM (SELECT i, pg_catalog.get_byte(k, i) FROM pg_catalog.generate_series(
+              0, pg_catalog.length(k) OPERATOR(pg_catalog.-) 1) i) bytes(i, b)) p(ipad, opad)
 $fn$;
 
 -- Write one signed cdclake.ddl message: "cdclake-hmac-sha256 <xid8> <hmac>\n<payload>", the

@@ -9,6 +9,7 @@ cannot produce what logical decoding needs.
 from __future__ import annotations
 
 import argparse
+import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,14 +17,7 @@ from pathlib import Path
 from psycopg import sql
 
 from cdclake.catalog.connection import connect
-from cdclake.catalog.signing import (
-    fetch_key,
-    key_path,
-    new_key,
-    pads,
-    read_key_file,
-    write_key_file,
-)
+from cdclake.catalog.signing import fetch_key, key_path, read_key_file, write_key_file
 from cdclake.config import Config
 from cdclake.errors import ConfigError, SourceError, redact
 from cdclake.wal.lsn import parse_lsn
@@ -96,17 +90,38 @@ def install(dsn: str, known_key: bytes | None = None) -> InstallReport:
 def _ensure_key(conn, known: bytes | None) -> bytes:  # type: ignore[no-untyped-def]
     """The source's signing key, in the data directory's key file: the one a previous install
     wrote (so the messages already archived stay verifiable), else ``known`` (the decoders'
-    copy, restoring a file lost with a data directory), else a new one."""
+    copy, restoring a file lost with a data directory), else a new one made on the server.
+
+    The key is in no statement, bind parameter or WAL record: it would be in the server log
+    (``log_statement``), ``pg_stat_statements`` and ``pg_stat_activity``. A new key comes from
+    ``cdclake.new_key()``; the decoders' copy travels as COPY data into a temporary table,
+    which is not WAL-logged and gone at commit. The server writes the file through a shell
+    with umask 077 (``COPY ... TO 'file'`` and ``lo_export`` make files anyone on the host may
+    read), and tightens a file an earlier install left readable to others; the key comes back
+    as the result of ``pg_read_file``."""
     path, present = conn.execute(
         "SELECT cdclake.key_path(), (pg_stat_file(cdclake.key_path(), true)).size IS NOT NULL"
     ).fetchone()
+    quoted = shlex.quote(path)
     if present:
+        _server_shell(conn, "SELECT WHERE false", f"chmod 600 {quoted}")
         return fetch_key(conn)
-    key = known or new_key()
-    ipad, opad = pads(key)
-    line = " ".join(b.hex() for b in (key, ipad, opad))
-    conn.execute(sql.SQL("COPY (SELECT {}) TO {}").format(sql.Literal(line), sql.Literal(path)))
-    return key
+    key = "cdclake.new_key()"
+    if known is not None:
+        conn.execute("CREATE TEMPORARY TABLE cdclake_known_key (k bytea) ON COMMIT DROP")
+        with conn.cursor().copy(
+                "COPY pg_temp.cdclake_known_key FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["bytea"])
+            copy.write_row([known])
+        key = "(SELECT k FROM pg_temp.cdclake_known_key)"
+    _server_shell(conn, f"SELECT cdclake.key_line({key})",
+                  f"umask 077 && cat > {quoted}.new && mv {quoted}.new {quoted}")
+    return fetch_key(conn)
+
+
+def _server_shell(conn, query: str, command: str) -> None:  # type: ignore[no-untyped-def]
+    """Run ``command`` in a shell on the server (as its user), ``query``'s rows its input."""
+    conn.execute(sql.SQL("COPY ({}) TO PROGRAM {}").format(sql.SQL(query), sql.Literal(command)))
 
 
 def uninstall(dsn: str) -> None:

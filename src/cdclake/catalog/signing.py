@@ -2,11 +2,12 @@
 
 Any role may call ``pg_logical_emit_message`` (PUBLIC can execute it), so the WAL alone cannot
 tell a message cdclake's event triggers wrote from one a non-superuser wrote to retype, rename
-or "drop" a table in every decoder's dictionary. ``cdclake source install`` therefore creates
-a 64-byte key in a file of the data directory that only superusers can read through SQL (a
-table would put it into the WAL, and so into the archive and every logical slot), and
-``cdclake.emit`` (called by the SECURITY DEFINER triggers, which run as the installing
-superuser; no other role may call it) signs every message it writes::
+or "drop" a table in every decoder's dictionary. ``cdclake source install`` therefore has the
+server make a 64-byte key in a 0600 file of its data directory, which only superusers can read
+through SQL (a table would put it into the WAL, and so into the archive and every logical slot;
+a statement would put it into the server's log), and ``cdclake.emit`` (called by the SECURITY
+DEFINER triggers, which run as the installing superuser; no other role may call it) signs
+every message it writes::
 
     cdclake-hmac-sha256 <xid8> <hex HMAC-SHA256(key, "<xid8>\\n" || body)>\\n<body>
 
@@ -47,6 +48,8 @@ class ForgedMessage(ValueError):
 
 
 def new_key() -> bytes:
+    """A key of the source's kind (tools and tests sign with one; a source's own is made on
+    its server, ``cdclake.new_key()``)."""
     return secrets.token_bytes(KEY_BYTES)
 
 

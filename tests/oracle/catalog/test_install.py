@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import psycopg
 import pytest
 
 from cdclake.catalog.install import install, uninstall
+from cdclake.catalog.signing import pads
 from cdclake.cli import main
 from cdclake.errors import SourceError
 from cdclake.local.postgres import LocalPostgres
+from tests.conftest import VERSIONS
 
 pytestmark = pytest.mark.oracle
 
@@ -142,6 +145,46 @@ def test_no_session_of_cdclake_takes_the_databases_search_path(pg: LocalPostgres
         assert "error" not in source, source
     finally:
         pg.sql(f'ALTER DATABASE "{database}" RESET search_path')
+
+
+@pytest.fixture(scope="module", params=VERSIONS, ids=[f"pg{v}" for v in VERSIONS])
+def logged(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
+    """A cluster that keeps every statement: in its log, and in pg_stat_statements (nested
+    ones too)."""
+    cluster = LocalPostgres.create(request.param, settings={
+        "log_statement": "all", "shared_preload_libraries": "pg_stat_statements",
+        "pg_stat_statements.track": "all"}).start()
+    cluster.sql("CREATE EXTENSION pg_stat_statements")
+    yield cluster
+    cluster.destroy()
+
+
+def test_the_key_is_made_on_the_server_and_sent_in_no_statement(logged: LocalPostgres) -> None:
+    """A fresh install, a restore from the decoders' copy, a re-install over a file an earlier
+    install left readable: the key (or its pads) is in no statement the server logged or
+    counted, nor in its WAL, and its file is the server user's alone."""
+    pg = logged
+    database = pg.create_database("keyed")
+    first = install(pg.dsn(database))
+    path = Path(pg.sql("SELECT cdclake.key_path()", database)[0][0])
+    modes = [stat.S_IMODE(path.stat().st_mode)]
+    path.unlink()  # a data directory restored without it
+    assert install(pg.dsn(database), first.key).key == first.key
+    modes.append(stat.S_IMODE(path.stat().st_mode))
+    path.chmod(0o644)  # as COPY ... TO 'file' wrote it before
+    assert install(pg.dsn(database)).key == first.key
+    modes.append(stat.S_IMODE(path.stat().st_mode))
+    secrets = [b.hex() for b in (first.key, *pads(first.key))]
+    seen = {"log": pg.log_file.read_text(errors="replace"),
+            "pg_stat_statements": "\n".join(r[0] for r in pg.sql(
+                "SELECT query FROM pg_stat_statements")),
+            "pg_stat_activity": "\n".join(r[0] or "" for r in pg.sql(
+                "SELECT query FROM pg_stat_activity"))}
+    assert "cdclake_ddl.key" in seen["log"] and "COPY" in seen["pg_stat_statements"]
+    assert [where for where, text in seen.items() for s in secrets if s in text] == []
+    wal = b"".join(f.read_bytes() for f in sorted(pg.wal_dir.iterdir()) if f.is_file())
+    assert first.key not in wal and secrets[0].encode() not in wal
+    assert modes == [0o600, 0o600, 0o600]
 
 
 @pytest.fixture(scope="module")
