@@ -10,10 +10,10 @@ server gives them: :func:`probe` runs a workload with ``debug_print_parse``, whi
 parse tree of every query — those cdclake's SQL and PL/pgSQL functions run included — and
 :func:`call_sites` reads each call from them: the function, operator or aggregate the
 parser chose and the types its arguments had before the parser coerced them.
-:func:`plant` then creates, for each, a function (operator, aggregate) of that name and those
-argument types in the given schemas: it records that it ran (a non-transactional logical
-message, which outlives the DDL's transaction) and tries to make its role a superuser. A
-relation of the same name as each catalog relation the queries read is planted too: a view,
+:func:`shadows` then writes, for each, the DDL of a function (operator, aggregate) of that
+name and those argument types in a given schema: it records that it ran (a non-transactional
+logical message, which outlives the DDL's transaction) and tries to make its role a
+superuser. A view is written for each catalog relation the queries read, under its name,
 which calls the recorder.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 
 #: the prefix of the message a planted object writes when it runs
 RAN = "hostile.ran"
-#: coercion forms (CoercionForm): an implicit cast the parser added; SQL syntax (EXTRACT ...),
-#: which the parser names pg_catalog's function for explicitly
-IMPLICIT, SQL_SYNTAX = "2", "3"
+#: coercion forms (CoercionForm): a cast written out; one the parser added; SQL syntax
+#: (EXTRACT ...), for which the parser names pg_catalog's function itself
+EXPLICIT_CAST, IMPLICIT, SQL_SYNTAX = "1", "2", "3"
 BOOL, TEXT, UNKNOWN = 16, 25, 705
 #: node tags whose type is a field of their own
 TYPE_FIELD = {
@@ -176,7 +176,8 @@ def call_sites(tree: Any, types: Types) -> set[Site]:
     out: set[Site] = set()
     for node in walk(tree):
         tag = node.tag
-        if tag == "FUNCEXPR" and node.get("funcformat") not in ("1", IMPLICIT, SQL_SYNTAX):
+        if tag == "FUNCEXPR" and node.get("funcformat") not in (EXPLICIT_CAST, IMPLICIT,
+                                                                  SQL_SYNTAX):
             args = tuple(written_type(a, types) for a in node.get("args") or [])
             out.add(Site("function", int(node.get("funcid")), args,
                          int(node.get("funcresulttype")), node.get("funcretset") == "true"))

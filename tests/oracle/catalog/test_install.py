@@ -11,11 +11,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdclake.catalog.capture import capture, database_oid
+from cdclake.catalog.connection import connect
 from cdclake.catalog.install import install, uninstall
-from cdclake.catalog.signing import pads
+from cdclake.catalog.signing import load_key, pads
+from cdclake.catalog.snapshot import export_snapshot, followed_tables
 from cdclake.cli import main
+from cdclake.config import Config
 from cdclake.errors import SourceError
 from cdclake.local.postgres import LocalPostgres
+from cdclake.pipeline.status import status
 from tests.conftest import VERSIONS
 
 pytestmark = pytest.mark.oracle
@@ -103,8 +108,8 @@ def test_every_installed_function_pins_its_search_path(pg: LocalPostgres,
 #: search path puts first) to fail whoever calls them
 PLANTED = {"pg_current_wal_lsn()": "pg_lsn", "pg_current_wal_insert_lsn()": "pg_lsn",
            "current_setting(text)": "text", "to_regprocedure(text)": "regprocedure",
-           "pg_read_file(text)": "text",
-           "pg_relation_size(regclass)": "bigint", "pg_export_snapshot()": "text"}
+           "pg_read_file(text)": "text", "pg_relation_size(regclass)": "bigint",
+           "pg_export_snapshot()": "text"}
 
 
 def test_no_session_of_cdclake_takes_the_databases_search_path(pg: LocalPostgres, database: str,
@@ -113,13 +118,6 @@ def test_no_session_of_cdclake_takes_the_databases_search_path(pg: LocalPostgres
     schema on it; a superuser session that took that path would run them. Every session
     cdclake opens on the source (catalog.connection) looks names up in pg_catalog, and keeps
     the options its DSN gives."""
-    from cdclake.catalog.capture import capture, database_oid
-    from cdclake.catalog.connection import connect
-    from cdclake.catalog.signing import load_key
-    from cdclake.catalog.snapshot import export_snapshot, followed_tables
-    from cdclake.config import Config
-    from cdclake.pipeline.status import status
-
     key = install(pg.dsn(database)).key
     pg.sql("CREATE TABLE shop (id int PRIMARY KEY)", database)
     oid = pg.sql("SELECT 'shop'::regclass::oid", database)[0][0]
