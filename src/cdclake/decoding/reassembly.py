@@ -25,7 +25,7 @@ from typing import Protocol
 
 from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.catalog.model import RELKIND_TOAST, RelationVersion
+from cdclake.catalog.model import RELKIND_PARTITIONED, RELKIND_TOAST, RelationVersion
 from cdclake.catalog.signing import DDL_PREFIX, ForgedMessage, open_signed, stale_epoch
 from cdclake.decoding.changes import (
     DELETE,
@@ -287,9 +287,14 @@ class Replayer:
             self.plugin.rewrite(info, table, ch, toast, first)
 
     def _truncated(self, oid: int, lsn: int) -> RelationVersion | None:
+        """A relation a TRUNCATE record names, if the plugin is to hear of it: a partitioned
+        table too (the record names it beside its partitions, and so does a slot), though it
+        has no rows of its own."""
         v = self.dictionary.relation_for_oid(oid, lsn)
         if v is None or v.dropped:
             raise UnknownRelationError(f"oid {oid}", lsn, "named by a TRUNCATE record")
+        if v.relkind == RELKIND_PARTITIONED:
+            return v if self.filter is None or self.filter.keeps_table(v.schema, v.name) else None
         return v if v.relkind != RELKIND_TOAST and self._wanted(v) else None
 
 

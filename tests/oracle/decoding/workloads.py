@@ -264,7 +264,12 @@ def workloads(version: int) -> list[Workload]:
             BEGIN;
             TRUNCATE tr_b;
             INSERT INTO tr_b VALUES (2);
-            COMMIT;""")),
+            COMMIT;
+            CREATE TABLE tr_p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY RANGE (k);
+            CREATE TABLE tr_p1 PARTITION OF tr_p FOR VALUES FROM (0) TO (10);
+            INSERT INTO tr_p VALUES (1, 1);
+            TRUNCATE tr_p;
+            INSERT INTO tr_p VALUES (2, 2);""")),
         Workload("add_serial_key_rewrite", one("""
             CREATE TABLE hist_empty (tid int, delta int, mtime timestamp);
             CREATE TABLE hist_full (tid int, delta int);
