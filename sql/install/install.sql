@@ -34,6 +34,10 @@ SELECT jsonb_build_object(
              OR (c.relreplident = 'i' AND i.indisreplident))), '[]'::jsonb),
   'toast_oid', c.reltoastrelid::int8,
   'toast_relfilenode', COALESCE(pg_relation_filenode(NULLIF(c.reltoastrelid, 0))::int8, 0),
+  -- where the pg_class rows are: an UPDATE giving one new storage (TRUNCATE, which no
+  -- trigger may report) names the row by its place (cdclake.decoding.walclass)
+  'ctid', c.ctid::text,
+  'toast_ctid', (SELECT t.ctid::text FROM pg_class t WHERE t.oid = c.reltoastrelid),
   'parent_oid', COALESCE((SELECT h.inhparent::int8 FROM pg_inherits h
                           WHERE h.inhrelid = c.oid ORDER BY h.inhseqno LIMIT 1), 0),
   'columns', COALESCE((

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
@@ -77,7 +77,10 @@ class OutputPlugin(Protocol):
 
 
 class CatalogEvent(Protocol):
-    """Something learnt from catalog rows in the WAL, applied when its transaction commits."""
+    """Something learnt from catalog rows in the WAL, applied when its transaction commits:
+    where it is among the transaction's messages (``in_order``), or after all of them."""
+
+    in_order: ClassVar[bool]
 
     def apply(self, dictionary: Dictionary, lsn: int, info: TxnInfo) -> None: ...
 
@@ -118,21 +121,28 @@ class Replayer:
     # -- dictionary ------------------------------------------------------------------------
 
     def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None:
-        """Apply a committed transaction's DDL messages, then its catalog events.
+        """Apply a committed transaction's DDL messages and catalog events (in LSN order).
 
-        Messages first: a pg_class event (a table rewrite) carries the relation's definition
-        as of the commit over to the new relfilenode, and that definition includes what the
-        transaction's own DDL messages say (ALTER TABLE ... ADD COLUMN rewrites the table
-        before its event trigger describes it).
+        Messages, and the events that are ``in_order`` (a pg_class row's UPDATE), in their
+        order; the others after all of them: a pg_class insert of a table rewrite carries
+        the relation's definition as of the commit over to the new relfilenode, and that
+        definition includes what the transaction's own DDL messages say (ALTER TABLE ... ADD
+        COLUMN rewrites the table before its event trigger describes it).
         """
-        messages = [(lsn, body) for lsn, event in events if isinstance(event, bytes)
-                    for body in self._authentic(lsn, event, info)]
-        self._own_ddl = (info.final_lsn, frozenset(lsn for lsn, _ in messages))
-        for lsn, body in messages:
-            self.dictionary.apply_message(lsn, body, info.final_lsn)
+        messages = {lsn: body for lsn, event in events if isinstance(event, bytes)
+                    for body in self._authentic(lsn, event, info)}
+        self._own_ddl = (info.final_lsn, frozenset(messages))
+        later = []
         for lsn, event in events:
-            if not isinstance(event, bytes):
+            if isinstance(event, bytes):
+                if lsn in messages:
+                    self.dictionary.apply_message(lsn, messages[lsn], info.final_lsn)
+            elif event.in_order:  # type: ignore[attr-defined]
                 event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
+            else:
+                later.append((lsn, event))
+        for lsn, event in later:
+            event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
 
     def _authentic(self, lsn: int, content: bytes, info: TxnInfo) -> tuple[bytes, ...]:
         """The body of a message cdclake's triggers wrote in this transaction, or nothing: a

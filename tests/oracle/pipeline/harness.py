@@ -36,7 +36,7 @@ from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import parse_lsn
 from tests.e2e.lake import duck
-from tests.oracle.decoding.harness import Step, archive_all, oracle
+from tests.oracle.decoding.harness import Step, archive_all, oracle, run_steps
 from tests.oracle.pipeline import render
 
 #: batches per workload: the segments are cut into this many runs of ``cdclake run``
@@ -69,12 +69,19 @@ class PipelineRun:
 
 
 def run_workload(pg: LocalPostgres, database: str, steps_: Sequence[Step], spark: Any,
-                 work: Path, *, setup: Sequence[str] = (), batches: int = BATCHES) -> PipelineRun:
+                 work: Path, *, setup: Sequence[str] = (), batches: int = BATCHES,
+                 roles: Mapping[str, str] | None = None) -> PipelineRun:
     """A workload of the decoding oracle (its setup too, after the slot) through the pipeline,
-    with a WAL switch after every step."""
+    with a WAL switch after every step; ``roles``: the role each session runs as (else the
+    superuser)."""
     all_steps = [("setup", sql) for sql in setup] + list(steps_)
-    return run_action(pg, database, lambda: _run_steps(pg, database, all_steps), spark, work,
-                      batches=batches)
+
+    def act() -> None:
+        with pg.connect(database) as switcher:
+            run_steps(pg, database, all_steps, roles=roles,
+                      after=lambda: switcher.execute("SELECT pg_switch_wal()"))
+
+    return run_action(pg, database, act, spark, work, batches=batches)
 
 
 def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spark: Any,
@@ -124,21 +131,6 @@ class _Cap:
 
     database: str
     slot: str
-
-
-def _run_steps(pg: LocalPostgres, database: str, steps_: Sequence[Step]) -> None:
-    conns: dict[str, Any] = {}
-    try:
-        with pg.connect(database) as switcher:
-            for session, sql in steps_:
-                conn = conns.get(session)
-                if conn is None:
-                    conn = conns[session] = pg.connect(database)
-                conn.execute(sql)
-                switcher.execute("SELECT pg_switch_wal()")
-    finally:
-        for conn in conns.values():
-            conn.close()
 
 
 def copy_segments(source: Path, target: Path, first: str) -> list[str]:
