@@ -85,16 +85,12 @@ class CatalogEvent(Protocol):
     def apply(self, dictionary: Dictionary, lsn: int, info: TxnInfo) -> None: ...
 
 
-#: last resort for a relfilenode nothing in the WAL explains: a fresh SQL capture
-Resolver = Callable[[RelFileLocator, int], RelationVersion | None]
-
-
 class Replayer:
     """Turns committed transactions into output-plugin calls."""
 
     def __init__(self, dictionary: Dictionary, plugin: OutputPlugin,
-                 resolver: Resolver | None = None, filter: Filter | None = None,
-                 ddl_key: bytes | None = None, warn_forged: bool = True) -> None:
+                 filter: Filter | None = None, ddl_key: bytes | None = None,
+                 warn_forged: bool = True) -> None:
         self.dictionary = dictionary
         #: whether to log the forged messages it ignores: of several decoders sharing a WAL
         #: (each applies every catalog event), one does
@@ -104,7 +100,6 @@ class Replayer:
         #: LSNs of the forged ``cdclake.ddl`` messages ignored so far
         self.forged: list[int] = []
         self.plugin = plugin
-        self.resolver = resolver
         #: gate 3 for relations the decode-time gate could not know yet (created, or rewritten
         #: into a transient heap, by the committing transaction)
         self.filter = filter
@@ -253,12 +248,8 @@ class Replayer:
                 return None  # not logically logged: PostgreSQL skips catalog changes too
             # Created and filled in this transaction (CREATE TABLE AS, SELECT INTO): the rows
             # precede the event trigger's message that defines the relation.
-            later = d.first_version_after(loc.spc, loc.rel, ch.lsn)
-            if later is not None and later.valid_from <= info.final_lsn:
-                v = later
-            elif self.resolver is not None:
-                v = self.resolver(loc, ch.lsn)
-            if v is None:
+            v = d.first_version_after(loc.spc, loc.rel, ch.lsn)
+            if v is None or v.valid_from > info.final_lsn:
                 if ch.old is None and ch.new is None and loc.rel < 16384:
                     return None  # a catalog row without data, as PostgreSQL skips it
                 raise UnknownRelationError(loc, ch.lsn)
