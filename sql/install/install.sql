@@ -54,6 +54,11 @@ SELECT pg_catalog.jsonb_build_object(
   'toast_oid', c.reltoastrelid::int8,
   'toast_relfilenode', COALESCE(pg_catalog.pg_relation_filenode(
       CASE WHEN c.reltoastrelid OPERATOR(pg_catalog.<>) 0 THEN c.reltoastrelid END)::int8, 0),
+  -- where the pg_class rows are: an UPDATE giving one new storage (TRUNCATE, which no
+  -- trigger may report) names the row by its place (cdclake.decoding.walclass)
+  'ctid', c.ctid::text,
+  'toast_ctid', (SELECT t.ctid::text FROM pg_catalog.pg_class t
+                 WHERE t.oid OPERATOR(pg_catalog.=) c.reltoastrelid),
   'parent_oid', COALESCE((SELECT h.inhparent::int8 FROM pg_catalog.pg_inherits h
                           WHERE h.inhrelid OPERATOR(pg_catalog.=) c.oid
                           ORDER BY h.inhseqno LIMIT 1), 0),

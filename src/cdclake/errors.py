@@ -81,7 +81,7 @@ class UnknownRelationError(CdclakeError):
         msg = (
             f"unknown relation: relfilenode {relfilenode} at LSN {_fmt_lsn(lsn)} is not in the "
             "dictionary; run `cdclake source install` on the source and decode from WAL that "
-            "includes the install, or give --dsn so a fresh capture can resolve it"
+            "includes the install"
         )
         super().__init__(f"{msg}. {hint}" if hint else msg)
 

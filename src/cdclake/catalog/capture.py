@@ -1,23 +1,16 @@
-"""Dictionary capture over SQL, and the last-resort resolver for unexplained relfilenodes.
+"""Dictionary capture over SQL: a full dictionary as the source has it now, and its OID.
 
-The WAL is the primary source (messages, pg_class rows). SQL only helps for what it can still
-see *now*: a relfilenode that exists now maps to the same relation it mapped to when written
-(relfilenodes are not reused while the relation lives), so SQL may say *which* relation a
-relfilenode belongs to — but the definition used is always the WAL-derived version valid at the
-change's LSN, never today's: no tuple is decoded with a guessed schema.
+Decoding never asks SQL what a relfilenode is: the WAL says it (messages, pg_class rows), the
+same for ``cdclake decode`` and the Spark job, so the two cannot disagree, and a relfilenode
+the WAL does not explain stops both with the same error.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
 from cdclake.catalog.connection import connect
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.catalog.model import RelationVersion
 from cdclake.errors import SourceError, redact
 from cdclake.wal.lsn import parse_lsn
-from cdclake.wal.record import RelFileLocator
 
 
 def capture(dsn: str) -> tuple[int, Dictionary]:
@@ -56,31 +49,3 @@ def database_oid(dsn: str) -> int:
         raise SourceError(f"cannot connect to the source ({redact(dsn)}): {exc}") from exc
     assert row is not None
     return int(row[0])
-
-
-def sql_resolver(dsn: str, dictionary: Dictionary) -> Callable[[RelFileLocator, int],
-                                                                RelationVersion | None]:
-    """Map a relfilenode the WAL did not explain to its owner via SQL, if it still exists."""
-
-    def resolve(loc: RelFileLocator, lsn: int) -> RelationVersion | None:
-        import psycopg
-
-        try:
-            with connect(dsn) as conn:
-                row = conn.execute(
-                    "SELECT c.oid FROM pg_class c, pg_database d "
-                    "WHERE d.datname = current_database() AND pg_relation_filenode(c.oid) = %s "
-                    "AND (CASE WHEN c.reltablespace = 0 THEN d.dattablespace "
-                    "ELSE c.reltablespace END) = %s", (loc.rel, loc.spc)).fetchone()
-        except psycopg.Error as exc:
-            raise SourceError(f"cannot resolve relfilenode {loc} over SQL: {exc}") from exc
-        if row is None:
-            return None
-        known = dictionary.relation_for_oid(int(row[0]), lsn)
-        if known is None:
-            return None
-        v = dataclasses.replace(known, relfilenode=loc.rel, tablespace=loc.spc)
-        dictionary.add_version(v)
-        return v
-
-    return resolve

@@ -19,6 +19,7 @@ import bisect
 import dataclasses
 import json
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from cdclake.catalog.model import RelationVersion, type_from_json
@@ -27,6 +28,20 @@ from cdclake.errors import DecodingError
 from cdclake.wal.lsn import format_lsn
 
 Locator = tuple[int, int]  #: (tablespace oid as WAL shows it, relfilenode)
+Ctid = tuple[int, int]  #: a pg_class row's place: (block, line pointer)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRow:
+    """The pg_class row of a followed table, or of its TOAST table (``toast``): whose it is and
+    the storage it names. The dictionary keeps one per row, at the row's ctid, so that an
+    UPDATE logging only the bytes that changed still says whose row it changed
+    (:class:`cdclake.decoding.walclass.PgClassUpdate`)."""
+
+    oid: int  #: the relation the row describes (a TOAST table's own oid)
+    toast: bool
+    tablespace: int  #: as WAL shows it
+    relfilenode: int
 
 
 class Dictionary:
@@ -48,6 +63,10 @@ class Dictionary:
         #: applied: a signed message from a wraparound before it is a replayed copy
         #: (:func:`cdclake.catalog.signing.stale_epoch`)
         self.ddl_xid8 = 0
+        #: where the followed relations' pg_class rows are: as the messages describe them,
+        #: then followed through every committed UPDATE and DELETE of pg_class
+        self._class_rows: dict[Ctid, ClassRow] = {}
+        self._class_row_of: dict[int, Ctid] = {}  #: oid -> its row's ctid
 
     # -- lookups (hot path) ------------------------------------------------------------------
 
@@ -114,6 +133,10 @@ class Dictionary:
     def pg_class_locator(self) -> Locator | None:
         return self._pg_class_loc
 
+    def class_row(self, ctid: Ctid) -> ClassRow | None:
+        """The followed relation's pg_class row at ``ctid``, if any."""
+        return self._class_rows.get(ctid)
+
     # -- updates -------------------------------------------------------------------------------
 
     def add_version(self, v: RelationVersion) -> None:
@@ -143,10 +166,32 @@ class Dictionary:
     def add_toast_locator(self, spc: int, relfilenode: int, lsn: int) -> None:
         self._toast.setdefault((spc, relfilenode), lsn)
 
+    def move_class_row(self, old: Ctid, new: Ctid | None, row: ClassRow | None) -> None:
+        """A committed UPDATE moved the pg_class row at ``old`` to ``new`` (None: a DELETE
+        removed it); ``row`` is what it says there, None if no followed relation's."""
+        gone = self._class_rows.pop(old, None)
+        if gone is not None and self._class_row_of.get(gone.oid) == old:
+            del self._class_row_of[gone.oid]
+        if new is not None and row is not None:
+            self._track(new, row)
+
+    def _track(self, ctid: Ctid, row: ClassRow) -> None:
+        before = self._class_row_of.get(row.oid)
+        if before is not None and before != ctid:
+            self._class_rows.pop(before, None)
+        other = self._class_rows.get(ctid)
+        if other is not None and other.oid != row.oid:
+            self._class_row_of.pop(other.oid, None)
+        self._class_rows[ctid] = row
+        self._class_row_of[row.oid] = ctid
+
     def set_pg_class_filenode(self, spc: int, filenode: int, lsn: int) -> None:
-        """A RELMAP update moved pg_class (VACUUM FULL pg_class)."""
+        """A RELMAP update moved pg_class (VACUUM FULL pg_class): its rows are elsewhere now,
+        so the places known of them say nothing any more."""
         self._pg_class_loc = (spc or self._default_tablespace, filenode)
         self._catalogs[self._pg_class_loc] = "r"
+        self._class_rows.clear()
+        self._class_row_of.clear()
 
     def drop(self, oid: int, lsn: int) -> None:
         current = self.relation_for_oid(oid, lsn)
@@ -193,6 +238,7 @@ class Dictionary:
             v = dataclasses.replace(RelationVersion.from_json(r), valid_from=lsn)
             v = _keep_missing_text(self.relation_for_oid(v.oid, lsn), v)
             self.add_version(v)
+            self._track_rows(r, v)
             added.append(v)
         added += self._follow_types(changed, lsn, {v.oid for v in added}, commit_lsn)
         return added
@@ -234,7 +280,19 @@ class Dictionary:
         return not v.dropped and any(self.types.depends_on(c.type_oid, changed, lsn, memo)
                                      for c in v.columns if not c.dropped)
 
+    def _track_rows(self, r: dict[str, Any], v: RelationVersion) -> None:
+        """Where the pg_class rows of a described relation and of its TOAST table are (an
+        install before cdclake described them does not say)."""
+        ctid, toast_ctid = r.get("ctid"), r.get("toast_ctid")
+        if ctid:
+            self._track(_ctid(ctid), ClassRow(v.oid, False, v.tablespace, v.relfilenode))
+        if toast_ctid and v.toast_oid:
+            self._track(_ctid(toast_ctid),
+                        ClassRow(v.toast_oid, True, v.tablespace, v.toast_relfilenode))
+
     def _apply_full(self, msg: dict[str, Any], lsn: int) -> None:
+        self._class_rows.clear()  # the full dictionary says where every followed row is
+        self._class_row_of.clear()
         self.db_oid = int(msg["db_oid"])
         self._default_tablespace = int(msg["default_tablespace"])
         self.server_version_num = int(msg.get("server_version_num", 0))
@@ -264,6 +322,8 @@ class Dictionary:
             "pg_class": self._pg_class.to_json() if self._pg_class else None,
             "pg_class_locator": list(self._pg_class_loc) if self._pg_class_loc else None,
             "ddl_xid8": self.ddl_xid8,
+            "class_rows": [[*ctid, r.oid, r.toast, r.tablespace, r.relfilenode]
+                           for ctid, r in sorted(self._class_rows.items())],
         }
 
     @classmethod
@@ -285,7 +345,15 @@ class Dictionary:
         if d.get("pg_class_locator"):
             self._pg_class_loc = tuple(d["pg_class_locator"])  # type: ignore[assignment]
         self.ddl_xid8 = int(d.get("ddl_xid8", 0))
+        for block, offnum, oid, toast, spc, rel in d.get("class_rows", ()):
+            self._track((block, offnum), ClassRow(oid, toast, spc, rel))
         return self
+
+
+def _ctid(text: str) -> Ctid:
+    """``(block,offset)``, a ctid as PostgreSQL prints it."""
+    block, offnum = text.strip("()").split(",")
+    return int(block), int(offnum)
 
 
 def _insert(versions: list[RelationVersion], v: RelationVersion) -> None:

@@ -269,10 +269,10 @@ cdef bint _drop(filt, loc, lsn) except -1:
 
 cdef bint _is_pg_class(tracker, loc) except -1:
     """``tracker.is_pg_class(loc.spc, loc.rel)``, inline for the PgClassTracker (asked of
-    every INSERT)."""
+    every INSERT, UPDATE and DELETE)."""
     if type(tracker) is PgClassTracker:
         pg_class = tracker.dictionary._pg_class_loc
-        return pg_class is not None and pg_class == (loc.spc, loc.rel)
+        return pg_class is not None and pg_class[1] == loc.rel and pg_class[0] == loc.spc
     return tracker.is_pg_class(loc.spc, loc.rel)
 
 
@@ -293,10 +293,9 @@ def _heap(self, rec):
     if loc.db != self.db_oid:  # gate 1, before parsing
         return
     xid = _r(rec, R_XID, "xid")
-    if op == OP_INSERT:
-        tracker = self.tracker
-        if tracker is not None and _is_pg_class(tracker, loc):
-            return self._python_heap(rec)
+    tracker = self.tracker
+    if tracker is not None and _is_pg_class(tracker, loc):
+        return self._python_heap(rec)
     if _foreign(self, xid):
         return
     md = payload(main)

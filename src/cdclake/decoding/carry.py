@@ -32,7 +32,7 @@ from cdclake.decoding.spill import (
     private_dir,
     spill_file_name,
 )
-from cdclake.decoding.walclass import PgClassRow
+from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
 from cdclake.errors import SpillError
 
 #: key of restored spill files in TXN.spill_files: before every segment number, so changes
@@ -41,17 +41,25 @@ RESTORED = -1
 
 
 def encode_event(lsn: int, event: object) -> dict[str, Any]:
-    """A buffered DDL event as JSON: a ``cdclake.ddl`` message or a pg_class row."""
+    """A buffered DDL event as JSON: a ``cdclake.ddl`` message, a pg_class row inserted, or
+    one updated or deleted."""
     if isinstance(event, bytes | bytearray | memoryview):
         return {"lsn": lsn, "message": base64.b64encode(bytes(event)).decode()}
     if isinstance(event, PgClassRow):
         return {"lsn": lsn, "pg_class": dataclasses.asdict(event)}
+    if isinstance(event, PgClassUpdate):
+        return {"lsn": lsn, "pg_class_update": dataclasses.asdict(event)}
     raise SpillError(f"cannot carry catalog event {event!r} at {lsn} to the next batch")
 
 
 def decode_event(d: dict[str, Any]) -> tuple[int, object]:
     if "message" in d:
         return int(d["lsn"]), base64.b64decode(d["message"])
+    if "pg_class_update" in d:
+        u = d["pg_class_update"]
+        return int(d["lsn"]), PgClassUpdate(
+            tuple(u["old"]), tuple(u["new"]) if u["new"] else None,  # type: ignore[arg-type]
+            PgClassRow(**u["row"]) if u["row"] else None, tuple(u["filenode"]))
     return int(d["lsn"]), PgClassRow(**d["pg_class"])
 
 

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import BinaryIO
 
-from cdclake.catalog.capture import database_oid, sql_resolver
+from cdclake.catalog.capture import database_oid
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.signing import load_key
 from cdclake.config import Config, parse_size
@@ -78,11 +78,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with ExitStack() as stack:
         out: BinaryIO = sys.stdout.buffer if args.output == "-" else stack.enter_context(
             open(args.output, "wb"))
-        # WAL first (messages, pg_class rows); SQL only names a relfilenode nothing else did
+        # the WAL alone says what each relfilenode is (messages, pg_class rows), as on Spark
         result = decode_lines(
             DirectorySource(args.wal), dictionary, options,
-            lambda d, v, write: TestDecoding(write, d.types, version=v), out, jobs=args.jobs,
-            make_resolver=(lambda d: sql_resolver(dsn, d)) if dsn else None)
+            lambda d, v, write: TestDecoding(write, d.types, version=v), out, jobs=args.jobs)
         out.flush()
     if args.stats:
         print(_summary(result, options, args.jobs), file=sys.stderr)

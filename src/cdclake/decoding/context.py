@@ -25,7 +25,7 @@ from cdclake.decoding.carry import Get, OpenTxn, Put, restore_open, save_open
 from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.decode import CatalogTracker, Decoder
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.reassembly import OutputPlugin, Replayer, Resolver
+from cdclake.decoding.reassembly import OutputPlugin, Replayer
 from cdclake.decoding.reorder import ReorderBuffer, clean_spill_dir
 from cdclake.decoding.startup import Startup
 from cdclake.decoding.walclass import PgClassTracker
@@ -116,7 +116,7 @@ def create_decoding_context(
         options: DecodeOptions, dictionary: Dictionary, plugin: OutputPlugin, *,
         version: int, segment_size: int,
         tracker: Callable[[Dictionary], CatalogTracker] | None = PgClassTracker,
-        resolver: Resolver | None = None, startup: Startup | None = None,
+        startup: Startup | None = None,
         carried: Iterable[OpenTxn] = (), get: Get | None = None,
         owns: Callable[[int], bool] | None = None, messages: bool = True,
         share: Callable[[int, int], bool] | None = None) -> DecodingContext:
@@ -134,8 +134,7 @@ def create_decoding_context(
     flt = Filter(dictionary, local_only=options.local_only, tables=options.tables)
     clean_spill_dir(options.spill_dir)
     buffer = ReorderBuffer(options.work_mem, options.spill_dir, segment_size)
-    replayer = Replayer(dictionary, plugin, resolver, flt, options.ddl_key,
-                        warn_forged=messages)
+    replayer = Replayer(dictionary, plugin, flt, options.ddl_key, warn_forged=messages)
     replayer.share = share
     replay = (replayer if owns is None and messages
               else OwnedReplay(replayer, owns or _everything, messages))

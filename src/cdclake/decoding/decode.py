@@ -59,11 +59,14 @@ class Replay(Protocol):
 
 
 class CatalogTracker(Protocol):
-    """Follows pg_class rows in the WAL (VACUUM FULL, CLUSTER, table rewrites)."""
+    """Follows pg_class rows in the WAL (VACUUM FULL, CLUSTER, table rewrites, TRUNCATE)."""
 
     def is_pg_class(self, spc: int, rel: int) -> bool: ...
 
     def pg_class_insert(self, rec: XLogRecord, ins: heap.HeapInsert) -> object | None: ...
+
+    def pg_class_change(self, rec: XLogRecord,
+                        change: heap.HeapUpdate | heap.HeapDelete) -> object | None: ...
 
     def relmap_update(self, upd: relmap.RelmapUpdate, lsn: int) -> None: ...
 
@@ -212,12 +215,10 @@ class Decoder:
         loc = rec.blocks[0].rlocator
         if loc.db != self.db_oid:  # gate 1, before parsing
             return
+        if self.tracker is not None and self.tracker.is_pg_class(loc.spc, loc.rel):
+            self._pg_class(rec, op)
+            return
         if op == heap.XLOG_HEAP_INSERT:
-            if self.tracker is not None and self.tracker.is_pg_class(loc.spc, loc.rel):
-                event = self.tracker.pg_class_insert(rec, heap.parse(rec))
-                if event is not None:
-                    self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, event))
-                return
             if self._foreign(rec.xid):
                 return
             ins = heap.parse(rec)
@@ -268,6 +269,19 @@ class Decoder:
                 return
             self._queue(rec, Change(SPEC_CONFIRM, rec.lsn, 0, loc, None, None, True,
                                     rec.origin))
+
+    def _pg_class(self, rec: XLogRecord, op: int) -> None:
+        """A pg_class row inserted, updated or deleted, in any decoder's transaction: what it
+        tells the dictionary is applied if the transaction commits (``walclass``)."""
+        assert self.tracker is not None
+        if op == heap.XLOG_HEAP_INSERT:
+            event = self.tracker.pg_class_insert(rec, heap.parse(rec))  # type: ignore[arg-type]
+        elif op != heap.XLOG_HEAP_CONFIRM:
+            event = self.tracker.pg_class_change(rec, heap.parse(rec))  # type: ignore[arg-type]
+        else:
+            return
+        if event is not None:
+            self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, event))
 
     def _heap2(self, rec: XLogRecord) -> None:
         if rec.info & heap2.XLOG_HEAP2_OPMASK != heap2.XLOG_HEAP2_MULTI_INSERT:
@@ -393,9 +407,9 @@ class Decoder:
         self.rb.discard(xid, f.subxacts)
 
 
-#: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, catalog
-#: and TOAST inserts, malformed records), ``_heap2`` the malformed ones, and ``_xact`` all but
-#: an ordinary commit
+#: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, pg_class
+#: rows, TOAST inserts, malformed records), ``_heap2`` the malformed ones, and ``_xact`` all
+#: but an ordinary commit
 Decoder._python_heap = Decoder._heap  # type: ignore[attr-defined]
 Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: ignore[method-assign]
 Decoder._python_heap2 = Decoder._heap2  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ a workload of small transactions) goes out whole, ranked first at its commit LSN
 worker writes more of it than its BEGIN and COMMIT lines (:meth:`Shares.alone`), which the
 parent drops.
 
-Workers are forked, so the plugin factory and the resolver factory may be closures. An error
+Workers are forked, so the plugin factory may be a closure. An error
 in a worker reaches the parent as the same error (its class and message), and the other
 workers are stopped.
 """
@@ -50,7 +50,7 @@ from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.context import DecodeOptions
-from cdclake.decoding.reassembly import OutputPlugin, Resolver
+from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.session import DecodeResult, decode
 from cdclake.decoding.stripes import STRIPE_BITS, Shares
 from cdclake.errors import CdclakeError, DecodingError
@@ -112,7 +112,6 @@ def line_writer(out: BinaryIO) -> Callable[[str], None]:
 
 def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
                  make_plugin: LinePlugin, out: BinaryIO, *, jobs: int,
-                 make_resolver: Callable[[Dictionary], Resolver] | None = None,
                  stripe_bits: int = STRIPE_BITS) -> DecodeResult:
     """Decode ``source`` with ``jobs`` processes, writing the plugin's lines to ``out``;
     the workers share out stripes of ``2**stripe_bits`` bytes of WAL."""
@@ -120,8 +119,7 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
         raise DecodingError(f"jobs must be at least 1, not {jobs}")
     if jobs == 1:
         write = line_writer(out)
-        return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, write),
-                      resolver=make_resolver(dictionary) if make_resolver else None)
+        return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, write))
     # a forked worker must not inherit unwritten output: it would write it too
     sys.stdout.flush()
     out.flush()
@@ -133,8 +131,7 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
             _widen(wfd)
             proc = ctx.Process(
                 target=_worker, name=f"cdclake-decode-{index}", daemon=True,
-                args=(index, jobs, stripe_bits, wfd, source, dictionary, options, make_plugin,
-                      make_resolver))
+                args=(index, jobs, stripe_bits, wfd, source, dictionary, options, make_plugin))
             proc.start()
             os.close(wfd)
             workers.append((proc, os.fdopen(rfd, "rb", buffering=_FRAME_BYTES)))
@@ -297,8 +294,7 @@ class _Keyed:
 
 
 def _worker(index: int, jobs: int, stripe_bits: int, wfd: int, source: SegmentSource,
-            dictionary: Dictionary, options: DecodeOptions, make_plugin: LinePlugin,
-            make_resolver: Callable[[Dictionary], Resolver] | None) -> None:
+            dictionary: Dictionary, options: DecodeOptions, make_plugin: LinePlugin) -> None:
     # a fork inherits the parent's signal handlers (Airflow's task runner catches SIGTERM):
     # the parent's terminate must end a worker
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -313,9 +309,8 @@ def _worker(index: int, jobs: int, stripe_bits: int, wfd: int, source: SegmentSo
             return _Keyed(make_plugin(d, v, framer.write), framer)  # type: ignore[return-value]
 
         try:
-            result = decode(source, dictionary, own, plugin,
-                            resolver=make_resolver(dictionary) if make_resolver else None,
-                            share=shares, messages=index == 0)
+            result = decode(source, dictionary, own, plugin, share=shares,
+                            messages=index == 0)
             result.worker_peak_rss_kb = peak_rss_kb()
             framer.send(_END, pickle.dumps((index, result)))
         except CdclakeError as exc:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.catalog.model import RELKIND_TOAST, RelationVersion
+from cdclake.catalog.model import RELKIND_PARTITIONED, RELKIND_TOAST, RelationVersion
 from cdclake.catalog.signing import DDL_PREFIX, ForgedMessage, open_signed, stale_epoch
 from cdclake.decoding.changes import (
     DELETE,
@@ -77,21 +77,20 @@ class OutputPlugin(Protocol):
 
 
 class CatalogEvent(Protocol):
-    """Something learnt from catalog rows in the WAL, applied when its transaction commits."""
+    """Something learnt from catalog rows in the WAL, applied when its transaction commits:
+    where it is among the transaction's messages (``in_order``), or after all of them."""
+
+    in_order: ClassVar[bool]
 
     def apply(self, dictionary: Dictionary, lsn: int, info: TxnInfo) -> None: ...
-
-
-#: last resort for a relfilenode nothing in the WAL explains: a fresh SQL capture
-Resolver = Callable[[RelFileLocator, int], RelationVersion | None]
 
 
 class Replayer:
     """Turns committed transactions into output-plugin calls."""
 
     def __init__(self, dictionary: Dictionary, plugin: OutputPlugin,
-                 resolver: Resolver | None = None, filter: Filter | None = None,
-                 ddl_key: bytes | None = None, warn_forged: bool = True) -> None:
+                 filter: Filter | None = None, ddl_key: bytes | None = None,
+                 warn_forged: bool = True) -> None:
         self.dictionary = dictionary
         #: whether to log the forged messages it ignores: of several decoders sharing a WAL
         #: (each applies every catalog event), one does
@@ -101,7 +100,6 @@ class Replayer:
         #: LSNs of the forged ``cdclake.ddl`` messages ignored so far
         self.forged: list[int] = []
         self.plugin = plugin
-        self.resolver = resolver
         #: gate 3 for relations the decode-time gate could not know yet (created, or rewritten
         #: into a transient heap, by the committing transaction)
         self.filter = filter
@@ -118,21 +116,28 @@ class Replayer:
     # -- dictionary ------------------------------------------------------------------------
 
     def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None:
-        """Apply a committed transaction's DDL messages, then its catalog events.
+        """Apply a committed transaction's DDL messages and catalog events (in LSN order).
 
-        Messages first: a pg_class event (a table rewrite) carries the relation's definition
-        as of the commit over to the new relfilenode, and that definition includes what the
-        transaction's own DDL messages say (ALTER TABLE ... ADD COLUMN rewrites the table
-        before its event trigger describes it).
+        Messages, and the events that are ``in_order`` (a pg_class row's UPDATE), in their
+        order; the others after all of them: a pg_class insert of a table rewrite carries
+        the relation's definition as of the commit over to the new relfilenode, and that
+        definition includes what the transaction's own DDL messages say (ALTER TABLE ... ADD
+        COLUMN rewrites the table before its event trigger describes it).
         """
-        messages = [(lsn, body) for lsn, event in events if isinstance(event, bytes)
-                    for body in self._authentic(lsn, event, info)]
-        self._own_ddl = (info.final_lsn, frozenset(lsn for lsn, _ in messages))
-        for lsn, body in messages:
-            self.dictionary.apply_message(lsn, body, info.final_lsn)
+        messages = {lsn: body for lsn, event in events if isinstance(event, bytes)
+                    for body in self._authentic(lsn, event, info)}
+        self._own_ddl = (info.final_lsn, frozenset(messages))
+        later = []
         for lsn, event in events:
-            if not isinstance(event, bytes):
+            if isinstance(event, bytes):
+                if lsn in messages:
+                    self.dictionary.apply_message(lsn, messages[lsn], info.final_lsn)
+            elif event.in_order:  # type: ignore[attr-defined]
                 event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
+            else:
+                later.append((lsn, event))
+        for lsn, event in later:
+            event.apply(self.dictionary, lsn, info)  # type: ignore[attr-defined]
 
     def _authentic(self, lsn: int, content: bytes, info: TxnInfo) -> tuple[bytes, ...]:
         """The body of a message cdclake's triggers wrote in this transaction, or nothing: a
@@ -243,12 +248,8 @@ class Replayer:
                 return None  # not logically logged: PostgreSQL skips catalog changes too
             # Created and filled in this transaction (CREATE TABLE AS, SELECT INTO): the rows
             # precede the event trigger's message that defines the relation.
-            later = d.first_version_after(loc.spc, loc.rel, ch.lsn)
-            if later is not None and later.valid_from <= info.final_lsn:
-                v = later
-            elif self.resolver is not None:
-                v = self.resolver(loc, ch.lsn)
-            if v is None:
+            v = d.first_version_after(loc.spc, loc.rel, ch.lsn)
+            if v is None or v.valid_from > info.final_lsn:
                 if ch.old is None and ch.new is None and loc.rel < 16384:
                     return None  # a catalog row without data, as PostgreSQL skips it
                 raise UnknownRelationError(loc, ch.lsn)
@@ -287,9 +288,14 @@ class Replayer:
             self.plugin.rewrite(info, table, ch, toast, first)
 
     def _truncated(self, oid: int, lsn: int) -> RelationVersion | None:
+        """A relation a TRUNCATE record names, if the plugin is to hear of it: a partitioned
+        table too (the record names it beside its partitions, and so does a slot), though it
+        has no rows of its own."""
         v = self.dictionary.relation_for_oid(oid, lsn)
         if v is None or v.dropped:
             raise UnknownRelationError(f"oid {oid}", lsn, "named by a TRUNCATE record")
+        if v.relkind == RELKIND_PARTITIONED:
+            return v if self.filter is None or self.filter.keeps_table(v.schema, v.name) else None
         return v if v.relkind != RELKIND_TOAST and self._wanted(v) else None
 
 

@@ -14,7 +14,7 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.collector import fewer_collections
 from cdclake.decoding.context import DecodeOptions, DecodingContext, create_decoding_context
 from cdclake.decoding.decode import CatalogTracker, DecodeStats
-from cdclake.decoding.reassembly import OutputPlugin, Resolver
+from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import SegmentSource
@@ -43,7 +43,7 @@ class DecodeResult:
 def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
            make_plugin: Callable[[Dictionary, int], OutputPlugin], *,
            tracker: Callable[[Dictionary], CatalogTracker] | None = PgClassTracker,
-           resolver: Resolver | None = None, share: Callable[[int, int], bool] | None = None,
+           share: Callable[[int, int], bool] | None = None,
            messages: bool = True) -> DecodeResult:
     """Decode ``source`` and feed every committed transaction to the plugin.
 
@@ -60,7 +60,7 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
                 ctx = create_decoding_context(
                     options, dictionary, make_plugin(dictionary, reader.version),
                     version=reader.version, segment_size=reader.segment_size,
-                    tracker=tracker, resolver=resolver, share=share, messages=messages)
+                    tracker=tracker, share=share, messages=messages)
                 process = ctx.process
             process(rec)
     if ctx is None:

@@ -143,8 +143,8 @@ class LocalPostgres:
     def tool(self, name: str) -> str:
         return str(self.bin_dir / name)
 
-    def dsn(self, dbname: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user={user} dbname={dbname}"
 
     @classmethod
     def create(cls, version: int, base_dir: Path | None = None, **kwargs: Any) -> LocalPostgres:
@@ -241,13 +241,14 @@ class LocalPostgres:
 
     # -- SQL ---------------------------------------------------------------------------------
 
-    def connect(self, dbname: str = "postgres", autocommit: bool = True) -> Any:
+    def connect(self, dbname: str = "postgres", autocommit: bool = True,
+                user: str = "postgres") -> Any:
         import psycopg
 
         deadline = time.monotonic() + 30
         while True:
             try:
-                return psycopg.connect(self.dsn(dbname), autocommit=autocommit)
+                return psycopg.connect(self.dsn(dbname, user), autocommit=autocommit)
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
                     raise

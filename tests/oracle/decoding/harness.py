@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,17 +59,34 @@ def prepare(pg: LocalPostgres, database: str, setup: Sequence[str] = ()) -> Capt
     return Capture(database, db_oid, read_from, slot, parse_lsn(lsn), key)
 
 
-def run_steps(pg: LocalPostgres, database: str, steps: Sequence[Step]) -> None:
+def run_steps(pg: LocalPostgres, database: str, steps: Sequence[Step], *,
+              roles: Mapping[str, str] | None = None,
+              after: Callable[[], None] | None = None) -> None:
+    """Run the steps, each session on its own connection: as the role ``roles`` names for it,
+    else as the superuser; ``after`` runs after every step."""
+    roles = roles or {}
     conns = {}
     try:
         for session, sql in steps:
             conn = conns.get(session)
             if conn is None:
-                conn = conns[session] = pg.connect(database)
+                conn = conns[session] = pg.connect(database, user=roles.get(session, "postgres"))
             conn.execute(sql)
+            if after is not None:
+                after()
     finally:
         for conn in conns.values():
             conn.close()
+
+
+def login_role(pg: LocalPostgres, database: str) -> str:
+    """A new plain LOGIN role (no superuser, no other attribute, no membership) that may
+    create tables in ``database``'s public schema, as an application's owner does: what it
+    may do to its own tables, a table owner anywhere may. Its name."""
+    role = f"owner_{database}"
+    pg.sql(f'CREATE ROLE "{role}" LOGIN', database)
+    pg.sql(f'GRANT CREATE ON SCHEMA public TO "{role}"', database)
+    return role
 
 
 def archive_all(pg: LocalPostgres, database: str, timeout: float = 60.0) -> int:
@@ -102,16 +119,18 @@ def as_lines(rows: list[str]) -> list[str]:
 
 
 def ours(pg: LocalPostgres, cap: Capture, *, work_mem: int = 64 * 1024 * 1024,
-         spill_dir: Path, jobs: int = 2) -> tuple[list[str], DecodeResult]:
+         spill_dir: Path, jobs: int = 2,
+         tables: frozenset[str] = frozenset()) -> tuple[list[str], DecodeResult]:
     """What ``cdclake decode --jobs JOBS`` writes, as lines of text. Two jobs by default: the
     parallel decode (every worker's share, merged) must equal the slot. Its stripes are
     512 bytes of WAL here, not 256 KiB, so the workloads' transactions, small as they are,
     are split among the workers change by change (TOAST values, speculative inserts,
-    subtransactions, TRUNCATE and messages on both sides of a stripe's end)."""
+    subtransactions, TRUNCATE and messages on both sides of a stripe's end). ``tables``: only
+    these (``schema.table``), as ``CDCLAKE_TABLES``."""
     out = io.BytesIO()
     options = DecodeOptions(db_oid=cap.db_oid, start_lsn=cap.start_lsn, read_from=cap.read_from,
                             end_lsn=cap.end_lsn or None, work_mem=work_mem, spill_dir=spill_dir,
-                            ddl_key=cap.key)
+                            ddl_key=cap.key, tables=tables)
     result = decode_lines(DirectorySource(pg.archive_dir), Dictionary(), options,
                           lambda d, v, write: TestDecoding(write, d.types, version=v), out,
                           jobs=jobs, stripe_bits=STRIPE_BITS)
@@ -119,11 +138,13 @@ def ours(pg: LocalPostgres, cap: Capture, *, work_mem: int = 64 * 1024 * 1024,
 
 
 def capture(pg: LocalPostgres, database: str, steps: Sequence[Step], *, spill_dir: Path,
-            setup: Sequence[str] = (), work_mem: int = 64 * 1024 * 1024) -> Capture:
-    """The whole round: prepare, run, archive, decode with the slot and with cdclake."""
+            setup: Sequence[str] = (), work_mem: int = 64 * 1024 * 1024,
+            roles: Mapping[str, str] | None = None) -> Capture:
+    """The whole round: prepare, run (``roles``: as :func:`run_steps`), archive, decode with
+    the slot and with cdclake."""
     cap = prepare(pg, database, setup)
     try:
-        run_steps(pg, database, steps)
+        run_steps(pg, database, steps, roles=roles)
         cap.end_lsn = archive_all(pg, database)
         cap.expected = as_lines(oracle(pg, cap))
         cap.actual, cap.result = ours(pg, cap, work_mem=work_mem, spill_dir=spill_dir)

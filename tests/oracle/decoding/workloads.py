@@ -264,7 +264,12 @@ def workloads(version: int) -> list[Workload]:
             BEGIN;
             TRUNCATE tr_b;
             INSERT INTO tr_b VALUES (2);
-            COMMIT;""")),
+            COMMIT;
+            CREATE TABLE tr_p (id int, k int, PRIMARY KEY (id, k)) PARTITION BY RANGE (k);
+            CREATE TABLE tr_p1 PARTITION OF tr_p FOR VALUES FROM (0) TO (10);
+            INSERT INTO tr_p VALUES (1, 1);
+            TRUNCATE tr_p;
+            INSERT INTO tr_p VALUES (2, 2);""")),
         Workload("add_serial_key_rewrite", one("""
             CREATE TABLE hist_empty (tid int, delta int, mtime timestamp);
             CREATE TABLE hist_full (tid int, delta int);
@@ -544,3 +549,82 @@ def _type_rename_mid_transaction() -> Workload:
 
 def type_workloads(version: int) -> list[Workload]:
     return [_type_ddl(version), _type_rename_mid_transaction()]
+
+
+#: the session of :func:`owner_truncates` that runs as the tables' owner, a plain LOGIN role
+#: (``harness.login_role``); its ``admin`` session is the superuser's
+OWNER = "owner"
+
+
+def owner_truncates() -> tuple[Step, ...]:
+    """What a table owner may do to the TRUNCATE triggers ``cdclake source install`` put on
+    their tables, then TRUNCATE every way: triggers dropped or disabled (``DISABLE TRIGGER
+    ALL``), on a table with out-of-line TOAST values (removed after the TRUNCATE: deletions on
+    the new TOAST relfilenode), several tables in one statement beside one that kept its
+    trigger, ``RESTART IDENTITY``, a partitioned table, TRUNCATE then changes in one
+    transaction, a TRUNCATE rolled back to a savepoint and one released, and one right after
+    a checkpoint (its pg_class row then comes with an image of its page); ``bystander`` is
+    never truncated. Every step but the checkpoint (``admin``) runs as :data:`OWNER`, who
+    creates the tables after the install (their triggers come from its event trigger)."""
+    o = OWNER
+    big = "string_agg(md5(g::text || 'x' || j::text), '')"  # 3 kB, incompressible
+    return (
+        (o, "CREATE TABLE ot (id int PRIMARY KEY, v text)"),
+        (o, "ALTER TABLE ot ALTER v SET STORAGE EXTERNAL"),
+        (o, "CREATE TABLE od (id int PRIMARY KEY, v text)"),
+        (o, "CREATE TABLE oi (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text)"),
+        (o, "CREATE TABLE op (id int, k int, v text, PRIMARY KEY (id, k)) PARTITION BY RANGE (k)"),
+        (o, "CREATE TABLE op_lo PARTITION OF op FOR VALUES FROM (0) TO (10)"),
+        (o, "CREATE TABLE op_hi PARTITION OF op FOR VALUES FROM (10) TO (20)"),
+        (o, "CREATE TABLE keeps (id int PRIMARY KEY, v text)"),
+        (o, "CREATE TABLE bystander (id int PRIMARY KEY, v text)"),
+        (o, f"INSERT INTO ot SELECT g, {big} FROM generate_series(1, 3) g, "
+            "generate_series(1, 100) j GROUP BY g"),
+        (o, "INSERT INTO od SELECT g, 'd' || g FROM generate_series(1, 5) g"),
+        (o, "INSERT INTO oi (v) SELECT 'i' || g FROM generate_series(1, 5) g"),
+        (o, "INSERT INTO op SELECT g, g, 'p' || g FROM generate_series(1, 19) g"),
+        (o, "INSERT INTO keeps SELECT g, 'k' || g FROM generate_series(1, 5) g"),
+        (o, "INSERT INTO bystander SELECT g, 'b' || g FROM generate_series(1, 5) g"),
+        (o, "DROP TRIGGER cdclake_truncate ON ot"),
+        (o, "ALTER TABLE od DISABLE TRIGGER ALL"),
+        (o, "DROP TRIGGER cdclake_truncate ON oi"),
+        (o, "DROP TRIGGER cdclake_truncate ON op"),
+        (o, "DROP TRIGGER cdclake_truncate ON op_lo"),
+        (o, "ALTER TABLE op_hi DISABLE TRIGGER ALL"),
+        (o, "TRUNCATE ot"),
+        (o, f"INSERT INTO ot SELECT g, {big} FROM generate_series(10, 11) g, "
+            "generate_series(1, 100) j GROUP BY g"),
+        (o, "INSERT INTO ot VALUES (12, 'short')"),
+        (o, "UPDATE ot SET v = v || 'changed' WHERE id = 10"),
+        (o, "DELETE FROM ot WHERE id = 11"),
+        (o, "UPDATE bystander SET v = 'between' WHERE id = 1"),
+        (o, "TRUNCATE ot, od, keeps"),
+        (o, "INSERT INTO ot VALUES (13, 'after three')"),
+        (o, "INSERT INTO od VALUES (13, 'after three')"),
+        (o, "INSERT INTO keeps VALUES (13, 'after three')"),
+        (o, "TRUNCATE oi RESTART IDENTITY"),
+        (o, "INSERT INTO oi (v) VALUES ('restarted')"),
+        (o, "TRUNCATE op"),
+        (o, "INSERT INTO op VALUES (1, 1, 'low'), (2, 12, 'high')"),
+        (o, "BEGIN"),
+        (o, "TRUNCATE od"),
+        (o, "INSERT INTO od VALUES (20, 'in the truncating transaction')"),
+        (o, "UPDATE od SET v = 'updated there too' WHERE id = 20"),
+        (o, "COMMIT"),
+        (o, "BEGIN"),
+        (o, "TRUNCATE ot"),
+        (o, "SAVEPOINT s1"),
+        (o, "TRUNCATE ot"),
+        (o, "INSERT INTO ot VALUES (20, 'rolled back')"),
+        (o, "ROLLBACK TO SAVEPOINT s1"),
+        (o, "INSERT INTO ot VALUES (21, 'kept')"),
+        (o, "SAVEPOINT s2"),
+        (o, "TRUNCATE ot"),
+        (o, "INSERT INTO ot VALUES (22, 'released')"),
+        (o, "RELEASE SAVEPOINT s2"),
+        (o, "COMMIT"),
+        ("admin", "CHECKPOINT"),
+        (o, "TRUNCATE od"),
+        (o, "INSERT INTO od VALUES (30, 'after the checkpoint')"),
+        (o, "INSERT INTO bystander VALUES (6, 'last')"),
+    )

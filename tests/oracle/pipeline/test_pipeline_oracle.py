@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from cdclake.local.postgres import LocalPostgres
-from tests.oracle.decoding.harness import diff
-from tests.oracle.decoding.workloads import workloads
+from tests.oracle.decoding.harness import diff, login_role
+from tests.oracle.decoding.workloads import OWNER, owner_truncates, workloads
 from tests.oracle.features import skip_unless_built_with
 from tests.oracle.pipeline.harness import (
     PipelineRun,
@@ -139,6 +139,16 @@ def test_table_rewrites_with_toast_and_partitions(pg: LocalPostgres, database: s
         ("a", "COMMIT"),
     ]
     run = run_workload(pg, database, steps, spark, tmp_path)
+    check(pg, run)
+
+
+def test_a_table_owner_truncating_without_the_trigger(pg: LocalPostgres, database: str,
+                                                      tmp_path: Path, spark: Any) -> None:
+    """The owner of tables drops or disables the TRUNCATE triggers on them and truncates
+    them every way (workloads.owner_truncates): every batch still decodes, each truncated
+    mirror holds what its table holds, and the others are untouched."""
+    owner = login_role(pg, database)
+    run = run_workload(pg, database, owner_truncates(), spark, tmp_path, roles={OWNER: owner})
     check(pg, run)
 
 

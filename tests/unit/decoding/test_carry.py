@@ -10,7 +10,7 @@ from cdclake.decoding.carry import OpenTxn, restore_open, save_open
 from cdclake.decoding.changes import INSERT, Change
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.spill import encode_change
-from cdclake.decoding.walclass import PgClassRow
+from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
 from cdclake.wal.record import RelFileLocator, WalTuple
 
 LOC = RelFileLocator(1663, 5, 20000)
@@ -34,6 +34,12 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     before.txn(10, 100).ddl.append((150, b'{"kind": "relations"}'))
     before.txn(11, 100).ddl.append((250, PgClassRow(20001, "pg_temp_16400", 20002, 1663, "r",
                                                     "p")))
+    # pg_class rows updated (TRUNCATE: bytes of the new relfilenode; a whole row) and deleted
+    updates = [(260, PgClassUpdate((0, 7), (0, 8), filenode=(0x21, None, 0x40, None))),
+               (270, PgClassUpdate((3, 1), (4, 2), row=PgClassRow(20003, "t", 20004, 1663, "r",
+                                                                  "p"))),
+               (280, PgClassUpdate((4, 2), None))]
+    before.txn(11, 100).ddl.extend(updates)
     before.txn(12, 300).prepared = True  # owned by the other partition
     assert before.spilled_changes > 0
     expected = _stream(before, 10, [11])
@@ -57,6 +63,7 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     assert after.txn(11, 0).top == 10 and after.txn(10, 0).subxids == [11]
     assert after.txn(10, 0).ddl == [(150, b'{"kind": "relations"}')]
     assert isinstance(after.txn(11, 0).ddl[0][1], PgClassRow)
+    assert after.txn(11, 0).ddl[1:] == updates
     # changes queued in the new batch come after the restored ones
     after.queue(10, _change(5000))
     assert [c.lsn for c in ReorderBuffer.merged_changes(after.members(10, [11]))][-1] == 5000

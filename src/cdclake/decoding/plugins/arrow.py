@@ -26,7 +26,13 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from cdclake import native
-from cdclake.catalog.model import IDENTITY_FULL, IDENTITY_NOTHING, RelationVersion, TypeInfo
+from cdclake.catalog.model import (
+    IDENTITY_FULL,
+    IDENTITY_NOTHING,
+    RELKIND_PARTITIONED,
+    RelationVersion,
+    TypeInfo,
+)
 from cdclake.catalog.types import enum_labels
 from cdclake.decoding import stream
 from cdclake.decoding.changes import DELETE, INSERT, Change, TxnInfo
@@ -155,6 +161,8 @@ class ArrowRows:
 
     def truncate(self, txn: TxnInfo, rels: list[RelationVersion], change: Change) -> None:
         for rel in rels:
+            if rel.relkind == RELKIND_PARTITIONED:
+                continue  # no rows, no mirror: its partitions' are truncated beside it
             buf = self._buffer(rel)
             self._append(buf, txn, change.lsn, change.seq, stream.OP_TRUNCATE,
                          [None] * len(buf.layout.live), None, None, None, 0)
