@@ -1,11 +1,8 @@
 """Is the archived WAL one unbroken stream? Gap classification, after WAL-G's wal-verify.
 
-With timelines, "the stream" is a path: the newest timeline's history file lists where each
-ancestor ended, and segment number N belongs to the newest timeline that had begun by the end
-of N — the timeline switch segment itself is taken from the *new* timeline, which holds a copy
-of the old timeline's WAL up to the switch point (PostgreSQL's XLogInitNewTimeline). Segments
-of an abandoned branch (an old timeline past its switch point) are not on the path and are
-not gaps.
+With timelines, "the stream" is a path through the newest timeline's history
+(:mod:`cdclake.wal.timelines`, the rule every reader follows). Segments of an abandoned branch
+(an old timeline past its switch point) are not on the path and are not gaps.
 
 Classification:
 
@@ -28,6 +25,7 @@ from itertools import pairwise
 from typing import Protocol
 
 from cdclake.wal.lsn import DEFAULT_SEGMENT_SIZE, TimelineSwitch, segment_name, segno_of
+from cdclake.wal.timelines import TimelinePath, timeline_path
 
 
 class GapKind(StrEnum):
@@ -79,20 +77,6 @@ class Gap:
         return f"{span} missing between archived segments"
 
 
-def timeline_for_segno(segno: int, newest: int, history: Sequence[TimelineSwitch],
-                       segment_size: int = DEFAULT_SEGMENT_SIZE) -> int:
-    """The timeline whose copy of segment ``segno`` is on the path to ``newest``.
-
-    ``history`` is the newest timeline's history (its ancestors, oldest first). A timeline
-    owns the segments wholly before its switch point; the segment holding the switch point
-    belongs to the child.
-    """
-    for entry in history:
-        if segno < segno_of(entry.switch_lsn, segment_size):
-            return entry.parent
-    return newest
-
-
 def check_continuity(entries: Iterable[HasSegment],
                      history: Mapping[int, Sequence[TimelineSwitch]], *,
                      segment_size: int = DEFAULT_SEGMENT_SIZE, head_lsn: int | None = None,
@@ -111,45 +95,35 @@ def check_continuity(entries: Iterable[HasSegment],
         timelines.add(head_timeline)
     if not timelines:
         return []
-    newest = max(timelines)
     gaps: list[Gap] = []
-    path_tli = newest
-    if newest not in history and any(t < newest for t in timelines):
+    path = timeline_path(timelines, history)
+    if path.missing is not None:
         # Older timelines are archived too, and nothing says where the newest branched off.
-        first = min((s for t, s in present if t == newest), default=0)
-        gaps.append(Gap(GapKind.HISTORY, newest, first, first, segment_size))
-        known = [t for t in history if t < newest]
-        path_tli = max(known, default=1)
-    path_history = history.get(path_tli, ())
-
-    def tli(segno: int) -> int:
-        return timeline_for_segno(segno, path_tli, path_history, segment_size)
-
-    on_path = sorted(s for t, s in present if t == tli(s))
+        first = min((s for t, s in present if t == path.missing), default=0)
+        gaps.append(Gap(GapKind.HISTORY, path.missing, first, first, segment_size))
+    on_path = sorted(s for t, s in present if t == path.timeline_of(s, segment_size))
     for a, b in pairwise(on_path):
         if b > a + 1:
-            gaps.extend(_runs(GapKind.MISSING, a + 1, b - 1, path_tli, path_history,
-                              segment_size))
+            gaps.extend(_runs(GapKind.MISSING, a + 1, b - 1, path, segment_size))
     if head_lsn is not None and on_path:
         head_segno = segno_of(head_lsn, segment_size)
         if head_segno > on_path[-1] + 1:
-            gaps.extend(_runs(GapKind.HEAD, on_path[-1] + 1, head_segno - 1, path_tli,
-                              path_history, segment_size))
+            gaps.extend(_runs(GapKind.HEAD, on_path[-1] + 1, head_segno - 1, path,
+                              segment_size))
     return sorted(gaps, key=lambda g: (g.first_segno, g.kind is not GapKind.HISTORY))
 
 
-def _runs(kind: GapKind, first: int, last: int, newest: int,
-          history: Sequence[TimelineSwitch], segment_size: int) -> list[Gap]:
+def _runs(kind: GapKind, first: int, last: int, path: TimelinePath,
+          segment_size: int) -> list[Gap]:
     """Split ``first..last`` where the owning timeline changes, one Gap per timeline."""
-    cuts = sorted({segno_of(e.switch_lsn, segment_size) for e in history} | {last + 1})
+    cuts = sorted({segno_of(e.switch_lsn, segment_size) for e in path.history} | {last + 1})
     out: list[Gap] = []
     start = first
     for cut in cuts:
         if cut <= start:
             continue
         end = min(cut - 1, last)
-        out.append(Gap(kind, timeline_for_segno(start, newest, history, segment_size),
-                       start, end, segment_size))
+        out.append(Gap(kind, path.timeline_of(start, segment_size), start, end, segment_size))
         start = end + 1
         if start > last:
             break

@@ -35,6 +35,7 @@ from cdclake.wal.lsn import (
     parse_segment_name,
     segno_of,
 )
+from cdclake.wal.timelines import TimelinePath, newest_path
 
 _LSN_FIELDS = ("first_lsn", "end_lsn")
 
@@ -229,20 +230,36 @@ class Manifest:
         """Parsed ``wal/<TLI>.history`` of each of ``timelines`` the store has (not 1)."""
         out: dict[int, list[TimelineSwitch]] = {}
         for tli in sorted(set(timelines)):
-            if tli <= 1:
-                continue
-            key = self.layout.history_key(tli)
-            try:
-                data = self.store.get(key)
-            except ObjectNotFound:
-                continue
-            try:
-                text = data.decode("ascii")
-            except UnicodeDecodeError as exc:
-                raise ManifestError(f"timeline history {self.store.url(key)} is not text") \
-                    from exc
-            out[tli] = parse_history(text, self.store.url(key))
+            history = self.history(tli)
+            if history is not None:
+                out[tli] = history
         return out
+
+    def history(self, timeline: int) -> list[TimelineSwitch] | None:
+        """Parsed ``wal/<TLI>.history``, or None when the store has none (timeline 1 never
+        has one)."""
+        text = self.history_text(timeline)
+        return None if text is None else parse_history(
+            text, self.store.url(self.layout.history_key(timeline)))
+
+    def history_text(self, timeline: int) -> str | None:
+        """``wal/<TLI>.history`` as text, or None when the store has none."""
+        if timeline <= 1:
+            return None
+        key = self.layout.history_key(timeline)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            return None
+        try:
+            return data.decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(f"timeline history {self.store.url(key)} is not text") from exc
+
+    def timeline_path(self, timelines: Iterable[int]) -> TimelinePath:
+        """The path the stream follows (:mod:`cdclake.wal.timelines`) through ``timelines``
+        and every newer timeline whose history the store has."""
+        return newest_path(timelines, self.history)
 
     def gaps(self, *, head_lsn: int | None = None,
              head_timeline: int | None = None) -> list[Gap]:

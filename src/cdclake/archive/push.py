@@ -7,6 +7,12 @@ already in the store is success; *different* content under the same name means t
 non-zero, keep the store as it was, and PostgreSQL keeps the WAL and retries until an operator
 acts. Any store failure is non-zero too: PostgreSQL retries, and removes nothing meanwhile.
 
+A segment (or ``.partial``) of an abandoned branch is a conflict too: one of a timeline that
+starts at or past the point where the archived history files say the stream left that
+timeline (:meth:`~cdclake.wal.timelines.TimelinePath.abandons`) — an old primary that kept
+writing after a failover. The segment holding the switch point is archived: its WAL before
+the switch is the stream's.
+
 Exit codes: 0 stored (or already stored), 3 conflict, 2 any other error (cli.py).
 This module is imported by every archive_command call, so it imports nothing heavy.
 """
@@ -25,7 +31,8 @@ from cdclake.archive.segment import verify_segment
 from cdclake.archive.store import sha256_hex
 from cdclake.config import Config
 from cdclake.errors import ArchiveConflictError, ObjectNotFound, StoreError, WalError
-from cdclake.wal.lsn import parse_history
+from cdclake.wal.lsn import format_lsn, parse_history
+from cdclake.wal.timelines import TimelinePath
 
 EXIT_CONFLICT = 3
 
@@ -61,6 +68,10 @@ def push_wal_file(store: ObjectStore, layout: Layout, name: str, data: bytes, *,
     if kind in (WalFileKind.SEGMENT, WalFileKind.PARTIAL):
         seg, hdr = verify_segment(name, data)
         manifest.ensure_system(SystemInfo.of(hdr), name)
+        path = manifest.timeline_path({seg.timeline})
+        left = path.abandons(seg, hdr.segment_size)
+        if left is not None:
+            raise ArchiveConflictError(abandoned_message(name, seg.timeline, left, path))
     elif kind is WalFileKind.HISTORY:
         try:
             parse_history(data.decode("ascii"), name)
@@ -100,6 +111,16 @@ def push_wal_file(store: ObjectStore, layout: Layout, name: str, data: bytes, *,
             seg, hdr, sha256=digest, key=key, compressed=key.endswith(ZST_SUFFIX),
             stored_size=stored_size, shipped_by=shipped_by))
     return PushResult(name, kind, key, digest, uploaded, entry)
+
+
+def abandoned_message(name: str, timeline: int, left: int, path: TimelinePath) -> str:
+    """Why ``name`` (of ``timeline``, which left the stream's ``path`` at ``left``) is not
+    archived, and what to do."""
+    return (f"WAL file {name} is on timeline {timeline} at or past {format_lsn(left)}, where "
+            f"{path.history_file} in the archive says the stream left timeline {timeline} for "
+            f"timeline {path.timeline}: it is WAL of an abandoned branch (an old primary still "
+            "writing after a failover?) and is not archived. Stop this server, or make it a "
+            f"standby of timeline {path.timeline}'s primary (pg_rewind)")
 
 
 def _stored_sha256(store: ObjectStore, key: str) -> str | None:

@@ -17,6 +17,9 @@ run on a schedule, concurrently with the archiver, and again after any failure:
 
 Timelines: history files go up first, and continuity follows the newest timeline's history
 (:mod:`cdclake.archive.gaps`), so the segments of a new timeline continue the old ones.
+Segments of an abandoned branch (an old primary's, past the point where a history file says
+its timeline ended) are refused as wal-push refuses them, and listed in the report; they
+hold up nothing else.
 """
 
 from __future__ import annotations
@@ -43,7 +46,14 @@ from cdclake.errors import (
     WalCorruptError,
     WalError,
 )
-from cdclake.wal.lsn import TimelineSwitch, format_lsn, parse_history, parse_segment_name
+from cdclake.wal.lsn import (
+    SegmentName,
+    TimelineSwitch,
+    format_lsn,
+    parse_history,
+    parse_segment_name,
+)
+from cdclake.wal.timelines import newest_path
 
 #: order of kinds at one segment number: the segment, then files that refer to it
 _KIND_ORDER = {WalFileKind.SEGMENT: 0, WalFileKind.PARTIAL: 1, WalFileKind.BACKUP: 2}
@@ -71,6 +81,9 @@ class ShipPlan:
     pending: list[str] = field(default_factory=list)  #: newest file still being written
     ignored: list[str] = field(default_factory=list)  #: files that are not WAL archive files
     held_back: list[str] = field(default_factory=list)  #: present but past the gap
+    #: segments of an abandoned timeline branch (an old primary's after a failover): never
+    #: shipped, as wal-push refuses them
+    abandoned: list[str] = field(default_factory=list)
     gap: Gap | None = None  #: the first gap that stops shipping
 
 
@@ -98,6 +111,9 @@ class ShipReport:
             parts.append(f"left for next run (still being written): {', '.join(p.pending)}")
         if p.ignored:
             parts.append(f"ignored (not WAL files): {', '.join(p.ignored)}")
+        if p.abandoned:
+            parts.append(f"refused (WAL of an abandoned timeline branch: an old primary "
+                         f"writing after a failover?): {', '.join(p.abandoned)}")
         if p.gap is not None:
             parts.append(f"stopped at gap: {p.gap}")
         return "; ".join(parts)
@@ -149,10 +165,17 @@ def plan_ship(store: ObjectStore, layout: Layout, from_dir: Path) -> ShipPlan:
 
     shipped = {(s.timeline, s.segno) for s in manifest.segments(size)}
     present = {(f.timeline, f.segno) for f in segments}
-    timelines = {t for t, _ in shipped | present}
-    history = _history_texts(manifest, from_dir, names, timelines)
+    timelines = {t for t, _ in shipped | present} | {
+        int(n[:8], 16) for n in names if wal_file_kind(n) is WalFileKind.HISTORY}
+    path = newest_path(timelines, lambda tli: _history(manifest, from_dir, names, tli))
+    for f in list(files):  # wal-push would refuse them: an abandoned branch blocks nothing
+        if (f.kind in (WalFileKind.SEGMENT, WalFileKind.PARTIAL)
+                and (f.timeline, f.segno) not in shipped
+                and path.abandons(SegmentName(f.timeline, f.segno), size) is not None):
+            plan.abandoned.append(f.name)
+            files.remove(f)
     gaps = [g for g in check_continuity(
-        [_Seg(t, s) for t, s in shipped | present], history, segment_size=size)
+        [_Seg(t, s) for t, s in shipped | present], path.histories, segment_size=size)
         if g.kind in (GapKind.MISSING, GapKind.HISTORY)]
     stop = None
     for g in gaps:  # the first gap with something to ship past it stops the run
@@ -287,22 +310,17 @@ def _new_histories(store: ObjectStore, layout: Layout, from_dir: Path, names: Se
     return out
 
 
-def _history_texts(manifest: Manifest, from_dir: Path, names: Sequence[str],
-                   timelines: set[int]) -> dict[int, list[TimelineSwitch]]:
-    """Parsed history of every timeline we know of, from the directory or else the store."""
-    wanted = timelines | {int(n[:8], 16) for n in names
-                          if wal_file_kind(n) is WalFileKind.HISTORY}
-    out: dict[int, list[TimelineSwitch]] = {}
-    for tli in sorted(t for t in wanted if t > 1):
-        name = f"{tli:08X}.history"
-        if name in names:
-            try:
-                text = (from_dir / name).read_text("ascii")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise WalError(f"cannot read {from_dir / name}: {exc}", segment=name) from exc
-            out[tli] = parse_history(text, name)
-    out.update(manifest.histories(t for t in wanted if t > 1 and t not in out))
-    return out
+def _history(manifest: Manifest, from_dir: Path, names: Sequence[str],
+             timeline: int) -> list[TimelineSwitch] | None:
+    """Timeline ``timeline``'s parsed history, from the directory or else the store."""
+    name = f"{timeline:08X}.history"
+    if name not in names:
+        return manifest.history(timeline)
+    try:
+        text = (from_dir / name).read_text("ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WalError(f"cannot read {from_dir / name}: {exc}", segment=name) from exc
+    return parse_history(text, name)
 
 
 # -- CLI ---------------------------------------------------------------------------------

@@ -90,16 +90,7 @@ class StoreSegmentSource:
         return data
 
     def read_history(self, timeline: int) -> str | None:
-        key = self.layout.history_key(timeline)
-        try:
-            data = self.store.get(key)
-        except ObjectNotFound:
-            return None
-        try:
-            return data.decode("ascii")
-        except UnicodeDecodeError as exc:
-            raise WalError("timeline history file is not text",
-                           segment=self.store.url(key)) from exc
+        return Manifest(self.store, self.layout).history_text(timeline)
 
     def describe(self, segment: SegmentName) -> str:
         size = self.segment_size()

@@ -94,8 +94,12 @@ def format_status(data: dict[str, Any]) -> str:
                      f"source: current WAL {s['current_wal_lsn']}, last archived "
                      f"{s['last_archived_wal']}, archive failures {s['archive_failures']}")
     b = data["batches"]
+    progress = data.get("progress") or {}
     lines.append(f"decoded: {b['decoded']} batch(es), last {b['last']} ending at "
-                 f"{b['last_end_lsn']}; waiting for merge: {len(b['pending_merge'])}"
+                 f"{b['last_end_lsn']}"
+                 + (f", following timeline {progress['timeline']}" if "timeline" in progress
+                    else "")
+                 + f"; waiting for merge: {len(b['pending_merge'])}"
                  + (f" ({', '.join(b['pending_merge'])})" if b["pending_merge"] else ""))
     for name, held in sorted(data.get("leases", {}).items()):
         if held:

@@ -58,7 +58,7 @@ from cdclake.spark.segments import (
 )
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.sparkenv import builder, ship
-from cdclake.wal.lsn import format_lsn
+from cdclake.wal.lsn import format_lsn, parse_segment_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,10 +136,10 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     # died, or one still running that lost its lease, never writes over them
     runs = f"{layout.changes_prefix(plan.name)}_runs/{uuid.uuid4().hex[:12]}/"
     try:
-        results, next_lsn, version, state = _run(spark, config, store, layout, plan, state,
-                                                 key, runs)
-        return _finish(spark, config, store, layout, plan, progress, state, results,
-                       next_lsn, version, fence, runs)
+        results, ends, version, state = _run(spark, config, store, layout, plan, progress,
+                                             state, key, runs)
+        return _finish(spark, config, store, layout, plan, progress, state, results, ends,
+                       version, fence, runs)
     except BaseException:
         _clear(store, runs)
         raise
@@ -187,15 +187,16 @@ class _Inherited:
 
 
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
-         plan: BatchPlan, state: _Inherited, key: bytes, runs: str
-         ) -> tuple[list[PartitionResult], int, int, _Inherited]:
+         plan: BatchPlan, progress: Progress | None, state: _Inherited, key: bytes, runs: str
+         ) -> tuple[list[PartitionResult], _Ends, int, _Inherited]:
     """The Spark part: scan, collect routing facts, read the records again, shuffle, decode
-    per partition; the state with the first batch's start LSN resolved."""
+    per partition; where the batch's WAL ended, and the state with the first batch's start
+    LSN resolved."""
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
     tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
     summaries = tasks.map(lambda t: scan_segment(t, store, layout, size, db, key)).collect()
-    _check_joins(plan, summaries)
+    _check_joins(plan, summaries, progress)
     versions = {s.version for s in summaries if s.version} | (
         {state.version} if state.version else set())
     if len(versions) > 1:
@@ -204,7 +205,9 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     version = versions.pop() if versions else 0
     if state.from_dictionary:
         state = _dictionary_start(plan, summaries, state)
-    next_lsn = summaries[-1].end_of_wal or plan.read_from
+    ends = _Ends(summaries[-1].end_of_wal or plan.read_from, next(
+        (x.last_lsn for x in reversed(summaries) if x.last_lsn is not None),
+        progress.last_lsn if progress is not None else None))
     n = config.spark_partitions
     pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
     routes = RouteMap.merge(n, (p.facts for p in summaries), open_memberships(state.open_txns),
@@ -232,7 +235,15 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
                .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
                .collect())
     rmap.destroy()
-    return sorted(results, key=lambda r: r.index), next_lsn, version, state
+    return sorted(results, key=lambda r: r.index), ends, version, state
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """Where a batch's WAL ended."""
+
+    next_lsn: int  #: where the next record starts
+    last_lsn: int | None  #: the last record read (None: no record read yet, ever)
 
 
 def _pieces(plan: BatchPlan, summaries: list[ParsedSegment],
@@ -267,31 +278,44 @@ def _dictionary_start(plan: BatchPlan, summaries: list[ParsedSegment],
     return dataclasses.replace(state, start_lsn=min(found))
 
 
-def _check_joins(plan: BatchPlan, summaries: list[ParsedSegment]) -> None:
-    """Consecutive tasks must join: no WAL ends early but the last, prev-links continue."""
+def _check_joins(plan: BatchPlan, summaries: list[ParsedSegment],
+                 progress: Progress | None) -> None:
+    """Consecutive tasks must join: no WAL ends early but the last, and prev-links continue,
+    from the last record the previous batch read (its progress says which) on. A broken link
+    names the timelines on both sides: where they differ, one timeline's WAL does not continue
+    the other's as the archived history files say it does."""
     size = plan.segment_size
-    for i in range(len(summaries) - 1):
-        a, b = summaries[i], summaries[i + 1]
-        name = plan.tasks[i].segment.name(size)
-        if a.end_of_wal < (a.segno + 1) * size:
-            raise WalCorruptError(f"WAL ends at {format_lsn(a.end_of_wal)} ({a.end_reason}) but "
+    last: tuple[int, int, str] | None = None  # the record to link back to: LSN, timeline, what
+    if progress is not None and progress.last_lsn is not None:
+        last = (progress.last_lsn, parse_segment_name(progress.last_segment, size).timeline,
+                f"the last record batch {progress.batch} read")
+    for i, (task, s) in enumerate(zip(plan.tasks, summaries, strict=True)):
+        name, tli = task.segment.name(size), task.segment.timeline
+        if last is not None and s.first_lsn is not None and s.first_prev != last[0]:
+            lsn, was, what = last
+            why = (f": timeline {tli}'s WAL does not continue timeline {was}'s here"
+                   if was != tli else "")
+            raise WalCorruptError(f"record at {format_lsn(s.first_lsn)} (timeline {tli}) links "
+                                  f"back to {format_lsn(s.first_prev)}, not to {what}, "
+                                  f"{format_lsn(lsn)} (timeline {was}){why}", segment=name,
+                                  lsn=s.first_lsn)
+        if i < len(summaries) - 1 and s.end_of_wal < (s.segno + 1) * size:
+            raise WalCorruptError(f"WAL ends at {format_lsn(s.end_of_wal)} ({s.end_reason}) but "
                                   "later segments are archived", segment=name,
-                                  lsn=a.end_of_wal)
-        if a.last_lsn is not None and b.first_lsn is not None and b.first_prev != a.last_lsn:
-            raise WalCorruptError(f"record at {format_lsn(b.first_lsn)} links back to "
-                                  f"{format_lsn(b.first_prev)}, not to the last record of the "
-                                  f"previous segment {format_lsn(a.last_lsn)}", segment=name,
-                                  lsn=b.first_lsn)
+                                  lsn=s.end_of_wal)
+        if s.last_lsn is not None:
+            last = (s.last_lsn, tli, "the last record of the previous segment")
 
 
 def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
             plan: BatchPlan, progress: Progress | None, state: _Inherited,
-            results: list[PartitionResult], next_lsn: int, version: int,
+            results: list[PartitionResult], ends: _Ends, version: int,
             fence: Callable[[], None], runs: str) -> BatchResult:
     """Check the partitions agree, merge their runs into the stream, then write the state
     (progress last). ``fence`` raises when this run may no longer write (it lost its
     lease)."""
     fence()
+    next_lsn = ends.next_lsn
     dictionaries = {r.dictionary for r in results}
     startups = {json.dumps(r.startup.to_json()) for r in results}
     if len(dictionaries) != 1 or len(startups) != 1:
@@ -319,6 +343,7 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
     fence()
     save_progress(store, layout, Progress(
         seq=plan.seq, batch=plan.name, next_lsn=next_lsn, last_segment=plan.segments[-1],
+        timeline=plan.timeline, last_lsn=ends.last_lsn,
         confirmed_lsn=confirmed, restart_lsn=restart, start_lsn=state.start_lsn,
         db_oid=state.db_oid, version=version, segment_size=plan.segment_size,
         dictionary_key=dictionary_key, startup=results[0].startup, open_txns=open_txns))

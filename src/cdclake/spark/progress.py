@@ -11,6 +11,12 @@ commits; the second gets :class:`~cdclake.errors.ConcurrentRunError` (its object
 same content as the winner's: a batch is a pure function of its progress and its WAL).
 ``state/progress.json`` repeats the newest for people and ``cdclake status``; a stream saved
 before the log existed is read from it.
+
+Format 2 added the timeline the stream follows and the LSN of the last record read (the next
+batch's first record must link back to it). Progress of format 1 is read as it is: its
+timeline is the one its last segment's name says, its last record is unknown, so the first
+batch after the upgrade checks no prev-link; that batch saves format 2, which cdclake before
+format 2 refuses to read (it would not follow the timeline).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from cdclake.archive.store import ObjectStore
 from cdclake.decoding.carry import OpenTxn
 from cdclake.decoding.startup import Startup
 from cdclake.errors import ConcurrentRunError, ObjectNotFound, StoreError
+from cdclake.wal.lsn import parse_segment_name
 
-FORMAT = 1
+FORMAT = 2
+#: formats this cdclake reads (see the module doc)
+READS = (1, 2)
 
 
 @dataclass
@@ -37,6 +46,10 @@ class Progress:
     batch: str  #: name of the last batch (its changes/, spill/ and dictionary objects)
     next_lsn: int  #: where the next batch starts reading (a record or segment start)
     last_segment: str  #: the last segment the batch read
+    #: the timeline whose history the batch followed (the newest timeline it knew of)
+    timeline: int
+    #: LSN of the last record the batch read; None for progress saved by format 1
+    last_lsn: int | None
     confirmed_lsn: int  #: commit LSN of the last transaction emitted (ever)
     restart_lsn: int  #: oldest first LSN of an open transaction (else next_lsn)
     start_lsn: int  #: transactions committing before this are never emitted (first batch)
@@ -51,7 +64,8 @@ class Progress:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "seq": self.seq, "batch": self.batch, "next_lsn": self.next_lsn,
-            "last_segment": self.last_segment, "confirmed_lsn": self.confirmed_lsn,
+            "last_segment": self.last_segment, "timeline": self.timeline,
+            "last_lsn": self.last_lsn, "confirmed_lsn": self.confirmed_lsn,
             "restart_lsn": self.restart_lsn, "start_lsn": self.start_lsn, "db_oid": self.db_oid,
             "version": self.version, "segment_size": self.segment_size,
             "dictionary_key": self.dictionary_key, "decoder": self.startup.to_json(),
@@ -61,15 +75,22 @@ class Progress:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Progress:
-        if d.get("format") != FORMAT:
+        if d.get("format") not in READS:
             raise StoreError(f"state/progress.json has format {d.get('format')!r}; this "
-                             f"cdclake reads format {FORMAT}")
+                             f"cdclake reads formats {', '.join(map(str, READS))}")
+        size = int(d["segment_size"])
+        if d["format"] == 1:  # the timeline of its last segment, no last record
+            timeline, last_lsn = parse_segment_name(d["last_segment"], size).timeline, None
+        else:
+            timeline = int(d["timeline"])
+            last_lsn = None if d["last_lsn"] is None else int(d["last_lsn"])
         return cls(
             seq=int(d["seq"]), batch=str(d["batch"]), next_lsn=int(d["next_lsn"]),
-            last_segment=str(d["last_segment"]), confirmed_lsn=int(d["confirmed_lsn"]),
+            last_segment=str(d["last_segment"]), timeline=timeline, last_lsn=last_lsn,
+            confirmed_lsn=int(d["confirmed_lsn"]),
             restart_lsn=int(d["restart_lsn"]), start_lsn=int(d["start_lsn"]),
             db_oid=int(d["db_oid"]), version=int(d["version"]),
-            segment_size=int(d["segment_size"]), dictionary_key=str(d["dictionary_key"]),
+            segment_size=size, dictionary_key=str(d["dictionary_key"]),
             startup=Startup.from_json(d["decoder"]),
             open_txns=[OpenTxn.from_json(t) for t in d.get("open_txns", ())],
             updated_at=str(d.get("updated_at", "")))

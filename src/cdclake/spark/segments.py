@@ -221,7 +221,9 @@ def segment_records(task: SegmentTask, store: ObjectStore, layout: Layout, segme
 def _reader(task: SegmentTask, store: ObjectStore, layout: Layout,
             segment_size: int) -> XLogReader:
     source = StoreWindow(store, layout, segment_size, list(task.window))
-    return XLogReader(source, start_lsn=task.read_from, end_lsn=task.end)
+    # the window is on the plan's path; its newest timeline's history leads along it
+    return XLogReader(source, start_lsn=task.read_from, end_lsn=task.end,
+                      timeline=max(s.timeline for s in task.window))
 
 
 class FactCollector:

@@ -9,6 +9,7 @@ the segment size.  Facts from PostgreSQL's access/xlog_internal.h.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cdclake.errors import WalError
@@ -134,7 +135,7 @@ def parse_history(text: str, history_file: str = "<history>") -> list[TimelineSw
     return out
 
 
-def timeline_of_lsn(history: list[TimelineSwitch], current_tli: int, lsn: int) -> int:
+def timeline_of_lsn(history: Sequence[TimelineSwitch], current_tli: int, lsn: int) -> int:
     """Which timeline a record at ``lsn`` belongs to, given the newest timeline's history."""
     for entry in history:
         if lsn < entry.switch_lsn:

@@ -19,7 +19,7 @@ import crc32c
 
 from cdclake import native
 from cdclake.errors import WalCorruptError, WalGapError, WalTruncatedError, WalVersionError
-from cdclake.wal.lsn import SegmentName, format_lsn, parse_history
+from cdclake.wal.lsn import SegmentName, TimelineSwitch, format_lsn, parse_history
 from cdclake.wal.record import (
     BKPBLOCK_HAS_DATA,
     BKPBLOCK_HAS_IMAGE,
@@ -36,6 +36,7 @@ from cdclake.wal.record import (
     XLogRecord,
 )
 from cdclake.wal.source import SegmentSource
+from cdclake.wal.timelines import TimelinePath, newest_path
 
 PAGE_SIZE = 8192
 SHORT_HEADER = 24
@@ -67,6 +68,16 @@ _LOC = struct.Struct("<III")
 
 def _maxalign(n: int) -> int:
     return (n + 7) & ~7
+
+
+def first_record_at(lsn: int, segment_size: int) -> int:
+    """Where the first record at or after ``lsn`` may start: past the page header when
+    ``lsn`` starts a page (a segment's first page has the long one)."""
+    if lsn % segment_size == 0:
+        return lsn + LONG_HEADER
+    if lsn % PAGE_SIZE == 0:
+        return lsn + SHORT_HEADER
+    return lsn
 
 
 class _EndOfWal(Exception):
@@ -115,36 +126,33 @@ class XLogReader:
     def _plan(self) -> int:
         """Choose a timeline per segment number; return where reading begins: the page of
         ``start_lsn`` (its records before ``start_lsn`` are read, not yielded: a page is
-        where record boundaries can be found), else the first segment's start."""
+        where record boundaries can be found), else the first segment's start.
+
+        Segments are read along the newest timeline's history (:mod:`cdclake.wal.timelines`),
+        or the requested timeline's: a segment of an abandoned branch is not read, as if it
+        were absent."""
         segs = self.source.list_segments()
         if not segs:
             raise WalGapError("no WAL segments to read")
-        self.segment_size = self.source.segment_size
-        tlis = sorted({s.timeline for s in segs})
-        target = self.timeline_request or tlis[-1]
-        history = []
-        text = self.source.read_history(target) if target > 1 else None
-        if text:
-            history = parse_history(text, f"{target:08X}.history")
-        # A segment belongs to the newest timeline of the history that had begun by its end.
-        begins = {target: 0}
-        for i, sw in enumerate(history):
-            nxt = history[i + 1].parent if i + 1 < len(history) else target
-            begins[nxt] = sw.switch_lsn
-        by_segno: dict[int, list[int]] = {}
-        for s in segs:
-            if s.timeline <= target:
-                by_segno.setdefault(s.segno, []).append(s.timeline)
-        size = self.segment_size
-        for segno, present in by_segno.items():
-            seg_end = (segno + 1) * size
-            wanted = [t for t in present if begins.get(t, 0 if t == target else -1) < seg_end
-                      and (t in begins or t == target or not history)]
-            self._segno_tli[segno] = max(wanted or present)
+        self.segment_size = size = self.source.segment_size
+        if self.timeline_request is None:
+            path = newest_path({s.timeline for s in segs}, self._history)
+        else:
+            path = TimelinePath(self.timeline_request,
+                                tuple(self._history(self.timeline_request) or ()))
+        self._segno_tli = {s.segno: s.timeline for s in segs
+                           if s.timeline == path.timeline_of(s.segno, size)}
+        if not self._segno_tli:
+            raise WalGapError(f"no WAL segment on timeline {path.timeline}'s path (segments of "
+                              f"timelines {sorted({s.timeline for s in segs})} only)")
         self._max_segno = max(self._segno_tli)
         if self.start_lsn is not None:
             return self.start_lsn // PAGE_SIZE * PAGE_SIZE
         return min(self._segno_tli) * size
+
+    def _history(self, timeline: int) -> list[TimelineSwitch] | None:
+        text = self.source.read_history(timeline) if timeline > 1 else None
+        return None if text is None else parse_history(text, f"{timeline:08X}.history")
 
     def _segment(self, segno: int) -> tuple[memoryview, str]:
         cached = self._seg_cache

@@ -125,6 +125,36 @@ def test_history_partial_and_backup_files(store: LocalStore) -> None:
     assert Manifest(store, Layout()).names() == []  # only full segments get entries
 
 
+def test_wal_of_an_abandoned_timeline_branch_is_refused(store: LocalStore) -> None:
+    """After a failover timeline 2's history says timeline 1 ended 0xA0 bytes into segment
+    3. The old primary, still writing timeline 1, pushes segments from there on: each is
+    refused and nothing is stored. Its copy of the switch segment (WAL before the switch is
+    the stream's) and the new primary's segments are archived."""
+    switch = 3 * MB + 0xA0
+    push(store, "000000010000000000000002", segment_bytes(1, 2))
+    push(store, "00000002.history", history_text((1, switch)).encode())
+    assert push(store, SEG, segment_bytes(1, 3)).uploaded
+    assert push(store, SEG + ".partial", segment_bytes(1, 3, salt=b"partial")).uploaded
+    before = {o.key: store.get(o.key) for o in store.list()}
+    for name, compressed in (("000000010000000000000004", False),
+                             ("000000010000000000000004.partial", False),
+                             ("000000010000000000000005", True)):
+        with pytest.raises(ArchiveConflictError) as err:
+            push(store, name, segment_bytes(1, int(name[16:24], 16)), compress=compressed)
+        msg = str(err.value)
+        for part in (f"WAL file {name} ", "on timeline 1 ", "0/3000A0", "00000002.history",
+                     "abandoned branch"):
+            assert part in msg, part
+    assert {o.key: store.get(o.key) for o in store.list()} == before
+    assert push(store, "000000020000000000000003", segment_bytes(2, 3)).uploaded
+    assert push(store, "000000020000000000000004", segment_bytes(2, 4)).uploaded
+    # a third timeline that branched off timeline 1 later makes timeline 2 the abandoned one
+    push(store, "00000003.history", history_text((1, 5 * MB)).encode())
+    assert push(store, "000000010000000000000004", segment_bytes(1, 4)).uploaded
+    with pytest.raises(ArchiveConflictError, match="on timeline 2 at or past 0/3000A0"):
+        push(store, "000000020000000000000005", segment_bytes(2, 5))
+
+
 def test_unknown_file_names_are_refused(store: LocalStore) -> None:
     with pytest.raises(WalError, match="not a file PostgreSQL archives"):
         push(store, "postgresql.conf", b"x")
@@ -156,6 +186,20 @@ def test_cli_exit_codes(data_dir: Path, tmp_path: Path,
     assert "cannot read" in capsys.readouterr().err
     store = LocalStore(tmp_path / "store")
     assert store.get(f"wal/{SEG}") == segment_bytes(1, 3)
+
+
+def test_cli_refuses_an_abandoned_branch_with_the_conflict_exit(
+        data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wal = data_dir / "pg_wal"
+    (wal / "00000002.history").write_text(history_text((1, 3 * MB + 0xA0)))
+    (wal / "000000010000000000000004").write_bytes(segment_bytes(1, 4))
+    assert main(["wal-push", "pg_wal/00000002.history"]) == 0
+    assert main(["wal-push", "pg_wal/000000010000000000000004"]) == EXIT_CONFLICT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "cdclake wal-push: conflict: WAL file 000000010000000000000004 is on timeline 1")
+    assert LocalStore(tmp_path / "store").head("wal/000000010000000000000004") is None
+    assert (wal / "000000010000000000000004").read_bytes() == segment_bytes(1, 4)
 
 
 def test_cli_store_failure_is_non_zero(data_dir: Path, tmp_path: Path,

@@ -172,6 +172,30 @@ def test_timeline_switch_ships_history_first_and_continues(archive: Path,
     assert run(store, archive).shipped == []
 
 
+def test_an_abandoned_branch_is_refused_and_holds_up_nothing(archive: Path,
+                                                             store: RecordingStore) -> None:
+    """One archive directory, two servers after a failover: the old primary kept writing
+    timeline 1 past the switch point (segments 4 and 5, and its .partial of 5); the new
+    primary wrote timeline 2. Ship refuses the old primary's segments as wal-push does, and
+    ships timeline 2's, which sort after them, without stopping."""
+    switch = 3 * MB + 0x5000
+    for segno in (1, 2, 3, 4):
+        write_segment(archive, 1, segno)
+    (archive / (n(1, 5) + ".partial")).write_bytes(segment_bytes(1, 5))
+    write_segment(archive, 1, 5)
+    (archive / "00000002.history").write_text(history_text((1, switch)))
+    for segno in (3, 4, 5):
+        write_segment(archive, 2, segno)
+    report = run(store, archive)
+    assert report.shipped == ["00000002.history", n(1, 1), n(1, 2), n(1, 3), n(2, 3), n(2, 4),
+                              n(2, 5)]
+    assert report.plan.abandoned == [n(1, 4), n(1, 5), n(1, 5) + ".partial"]
+    assert "refused (WAL of an abandoned timeline branch" in report.summary()
+    assert store.head(f"wal/{n(1, 4)}") is None and store.head(f"wal/{n(1, 5)}") is None
+    again = run(store, archive)
+    assert again.shipped == [] and again.plan.abandoned == report.plan.abandoned
+
+
 def test_new_timeline_without_its_history_is_held_back(archive: Path,
                                                       store: RecordingStore) -> None:
     for segno in (1, 2):

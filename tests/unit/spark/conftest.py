@@ -4,6 +4,6 @@ tests/unit/decoding."""
 from __future__ import annotations
 
 from tests.unit.decoding.conftest import decfix
-from tests.unit.wal.conftest import walfix
+from tests.unit.wal.conftest import wal15, walfix
 
-__all__ = ["decfix", "walfix"]
+__all__ = ["decfix", "wal15", "walfix"]

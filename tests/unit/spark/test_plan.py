@@ -4,25 +4,45 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
 from cdclake.decoding.startup import Startup
+from cdclake.errors import DecodingError
 from cdclake.spark.plan import plan_batch
 from cdclake.spark.progress import Progress
-from cdclake.wal.lsn import segment_name
-from tests.unit.archive.walfiles import SEGSIZE, segment_bytes
+from cdclake.wal.lsn import SegmentName, format_lsn, segment_name
+from tests.unit.archive.walfiles import SEGSIZE, history_text, segment_bytes
+
+#: timeline 1 ended 0xA0 bytes into segment 4 (where a promoted standby's WAL ended)
+SWITCH = 4 * SEGSIZE + 0xA0
 
 
-def _store(tmp_path: Path, segnos: list[int]) -> LocalStore:
+def _store(tmp_path: Path, segnos: list[int], timeline: int = 1) -> LocalStore:
     store = LocalStore(tmp_path / "store")
     for s in segnos:
-        store.put(Layout().wal_key(segment_name(1, s, SEGSIZE)), segment_bytes(1, s))
+        store.put(Layout().wal_key(segment_name(timeline, s, SEGSIZE)),
+                  segment_bytes(timeline, s))
     return store
 
 
-def _progress(next_lsn: int, last_segno: int) -> Progress:
+def _failover(tmp_path: Path, switch: int = SWITCH) -> LocalStore:
+    """Timeline 1's segments 2-6, of which an old primary wrote 4-6 past the switch point
+    after the promotion; timeline 2's history; none of timeline 2's segments yet."""
+    store = _store(tmp_path, [2, 3, 4, 5, 6])
+    store.put(Layout().history_key(2), history_text((1, switch)).encode())
+    return store
+
+
+def _names(*segments: tuple[int, int]) -> list[str]:
+    return [segment_name(t, s, SEGSIZE) for t, s in segments]
+
+
+def _progress(next_lsn: int, last_segno: int, timeline: int = 1) -> Progress:
     return Progress(seq=4, batch="000004-x", next_lsn=next_lsn,
-                    last_segment=segment_name(1, last_segno, SEGSIZE), confirmed_lsn=0,
+                    last_segment=segment_name(1, last_segno, SEGSIZE), timeline=timeline,
+                    last_lsn=next_lsn - 100, confirmed_lsn=0,
                     restart_lsn=next_lsn, start_lsn=0, db_oid=5, version=15,
                     segment_size=SEGSIZE, dictionary_key="dictionary/x.json",
                     startup=Startup(set(), continued=True))
@@ -77,3 +97,63 @@ def test_a_backlog_is_cut_into_bounded_batches(tmp_path: Path) -> None:
     both = plan_batch(store, Layout(), _progress(5 * SEGSIZE, 4), None, max_segments=4,
                       max_bytes=2 * SEGSIZE)
     assert both is not None and [t.segment.segno for t in both.tasks] == [5, 6]
+
+
+def test_segments_are_planned_along_the_newest_timelines_history(tmp_path: Path) -> None:
+    """After a failover the old primary's segments past the switch are never planned: the
+    batch waits for timeline 2's copy of the switch segment, then follows timeline 2."""
+    store = _failover(tmp_path)
+    plan = plan_batch(store, Layout(), None, None)
+    assert plan is not None and plan.segments == _names((1, 2), (1, 3))
+    assert plan.timeline == 2
+    assert plan.tasks[-1].window == (SegmentName(1, 3),)  # not timeline 1's segment 4
+    assert plan_batch(store, Layout(), _progress(4 * SEGSIZE, 3), None) is None
+    for s in (4, 5):
+        store.put(Layout().wal_key(segment_name(2, s, SEGSIZE)), segment_bytes(2, s))
+    plan = plan_batch(store, Layout(), None, None)
+    assert plan is not None and plan.segments == _names((1, 2), (1, 3), (2, 4), (2, 5))
+    assert plan.tasks[1].window == (SegmentName(1, 3), SegmentName(2, 4), SegmentName(2, 5))
+    # a stream that stopped before the switch (saved while timeline 1 was the newest) goes on
+    nxt = plan_batch(store, Layout(), _progress(3 * SEGSIZE + 100, 3), None)
+    assert nxt is not None and nxt.segments == _names((1, 3), (2, 4), (2, 5))
+    # up to the switch point itself: the last record read ended there
+    at = plan_batch(store, Layout(), _progress(SWITCH, 4), None)
+    assert at is not None and at.segments == _names((2, 4), (2, 5))
+    assert at.tasks[0].read_from == SWITCH
+
+
+def test_a_stream_past_a_switch_point_stops_with_one_line(tmp_path: Path) -> None:
+    """The history file came after timeline 1's WAL past the switch was decoded (an old
+    primary archived it first): the stream holds changes timeline 2 never had, and says so."""
+    store = _failover(tmp_path)
+    past = _progress(5 * SEGSIZE + 100, 5)
+    with pytest.raises(DecodingError) as err:
+        plan_batch(store, Layout(), past, None)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for part in ("timeline 1", "timeline 2", format_lsn(SWITCH), format_lsn(past.next_lsn),
+                 "00000002.history", "batch 000004-x", "start a new one"):
+        assert part in msg, part
+    # progress saved on timeline 2's path is on the path
+    assert plan_batch(store, Layout(), _progress(SWITCH + 8, 4, timeline=2), None) is None
+
+
+def test_a_switch_on_a_segment_boundary(tmp_path: Path) -> None:
+    """Timeline 1 ended with a WAL switch at the end of segment 3 (a standby restoring from
+    the archive is promoted there). The batch that read segment 3 also read the long page
+    header of the next segment, and stopped past it: not past the switch."""
+    store = _failover(tmp_path, 4 * SEGSIZE)
+    store.put(Layout().wal_key(segment_name(2, 4, SEGSIZE)), segment_bytes(2, 4))
+    nxt = plan_batch(store, Layout(), _progress(4 * SEGSIZE + 40, 3), None)
+    assert nxt is not None and nxt.segments == _names((2, 4))
+    with pytest.raises(DecodingError, match="past 0/400000"):
+        plan_batch(store, Layout(), _progress(4 * SEGSIZE + 48, 4), None)
+
+
+def test_a_new_timeline_without_its_history_is_not_planned(tmp_path: Path) -> None:
+    """Where timeline 2 branched off is unknown: which of timeline 1's segments are on the
+    path is too."""
+    store = _store(tmp_path, [2, 3, 4, 5])
+    store.put(Layout().wal_key(segment_name(2, 4, SEGSIZE)), segment_bytes(2, 4))
+    with pytest.raises(DecodingError, match=r"timeline 2 are archived but not 00000002\.history"):
+        plan_batch(store, Layout(), None, None)

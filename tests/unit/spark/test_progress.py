@@ -12,12 +12,13 @@ import pytest
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
 from cdclake.decoding.startup import Startup
-from cdclake.errors import ConcurrentRunError
+from cdclake.errors import ConcurrentRunError, StoreError
 from cdclake.spark.progress import KEEP, Progress, load_progress, save_progress
 
 
 def progress(seq: int, next_lsn: int = 0x1000) -> Progress:
-    return Progress(seq=seq, batch=f"{seq:06d}-x", next_lsn=next_lsn, last_segment="s",
+    return Progress(seq=seq, batch=f"{seq:06d}-x", next_lsn=next_lsn,
+                    last_segment="000000010000000000000000", timeline=1, last_lsn=next_lsn - 8,
                     confirmed_lsn=0, restart_lsn=next_lsn, start_lsn=0, db_oid=5, version=15,
                     segment_size=16 << 20, dictionary_key="d", startup=Startup(set()))
 
@@ -57,3 +58,30 @@ def test_a_stream_saved_before_the_log_is_read_from_progress_json(tmp_path: Path
     assert load_progress(store, layout).next_lsn == 0x7000  # type: ignore[union-attr]
     save_progress(store, layout, progress(8, 0x8000))
     assert load_progress(store, layout).seq == 8  # type: ignore[union-attr]
+
+
+def test_the_timeline_and_the_last_record_are_kept(tmp_path: Path) -> None:
+    store, layout = LocalStore(tmp_path), Layout()
+    saved = dataclasses.replace(progress(3, 0x2000), timeline=2, last_lsn=0x1FD0)
+    save_progress(store, layout, saved)
+    got = load_progress(store, layout)
+    assert got is not None and (got.timeline, got.last_lsn) == (2, 0x1FD0)
+    assert json.loads(store.get(layout.progress_key()))["format"] == 2
+
+
+def test_progress_of_format_1_is_read_and_saved_as_format_2(tmp_path: Path) -> None:
+    """A stream decoded before format 2 keeps working: its timeline is its last segment's,
+    its last record is unknown (the next batch checks no prev-link)."""
+    store, layout = LocalStore(tmp_path), Layout()
+    old = progress(5).to_json()
+    del old["timeline"], old["last_lsn"]
+    old.update(format=1, last_segment="000000030000000000000007")
+    store.put(layout.progress_log_key(5), json.dumps(old).encode())
+    got = load_progress(store, layout)
+    assert got is not None and (got.seq, got.timeline, got.last_lsn) == (5, 3, None)
+    save_progress(store, layout, dataclasses.replace(got, seq=6))
+    assert json.loads(store.get(layout.progress_log_key(6)))["format"] == 2
+    # a format this cdclake does not know is refused, not guessed at
+    store.put(layout.progress_log_key(7), json.dumps({**old, "format": 3}).encode())
+    with pytest.raises(StoreError, match="has format 3; this cdclake reads formats 1, 2"):
+        load_progress(store, layout)

@@ -4,16 +4,23 @@ segments)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import struct
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
-from cdclake.spark.plan import plan_batch
-from cdclake.spark.segments import SegmentTask, scan_segment, segment_records
-from cdclake.wal.lsn import SegmentName, segment_name
+from cdclake.decoding.startup import Startup
+from cdclake.errors import WalCorruptError
+from cdclake.spark.job import _check_joins
+from cdclake.spark.plan import BatchPlan, plan_batch
+from cdclake.spark.progress import Progress
+from cdclake.spark.segments import ParsedSegment, SegmentTask, scan_segment, segment_records
+from cdclake.wal.lsn import SegmentName, format_lsn, segment_name
 from cdclake.wal.reader import PAGE_SIZE, XLP_LONG_HEADER, XLogReader
 from cdclake.wal.source import DirectorySource
 from tests.oracle.wal.pgwaldump import row_of
@@ -118,3 +125,48 @@ def test_routed_records_pickle_to_equal_records(decfix: DecodingFixture,
     assert any(b.image is not None for r in recs for b in r.blocks)
     back = pickle.loads(pickle.dumps(recs, 5))
     assert back == recs and b"main_data" not in pickle.dumps(recs[0], 5)
+
+
+def _scan(plan: BatchPlan, store: LocalStore) -> list[ParsedSegment]:
+    return [scan_segment(t, store, Layout(), plan.segment_size, 0, b"") for t in plan.tasks]
+
+
+def test_a_batch_links_back_to_the_last_record_the_previous_one_read(wal15: WalFixture,
+                                                                     tmp_path: Path) -> None:
+    """The progress keeps the last record's LSN; the next batch's first record must link back
+    to it. A broken link names both sides' timelines, and says when they differ."""
+    store = _store(wal15.dir, tmp_path)
+    first = plan_batch(store, Layout(), None, wal15.segments[1].name)
+    assert first is not None and len(first.tasks) == 2
+    done = _scan(first, store)
+    last = done[-1].last_lsn
+    assert last is not None
+    progress = Progress(seq=1, batch=first.name, next_lsn=done[-1].end_of_wal,
+                        last_segment=first.segments[-1], timeline=1, last_lsn=last,
+                        confirmed_lsn=0, restart_lsn=0, start_lsn=0, db_oid=0, version=15,
+                        segment_size=wal15.segment_size, dictionary_key="d",
+                        startup=Startup(set()))
+    nxt = plan_batch(store, Layout(), progress, None)
+    assert nxt is not None
+    scanned = _scan(nxt, store)
+    _check_joins(nxt, scanned, progress)
+    wrong = dataclasses.replace(progress, last_lsn=last - 8)
+    with pytest.raises(WalCorruptError) as err:
+        _check_joins(nxt, scanned, wrong)
+    assert (f"links back to {format_lsn(last)}, not to the last record batch {first.name} "
+            f"read, {format_lsn(last - 8)} (timeline 1)") in str(err.value)
+    assert "does not continue" not in str(err.value)
+    # the same WAL as timeline 2's copy, after a switch where the first batch stopped
+    store.put(Layout().history_key(2),
+              f"1\t{format_lsn(progress.next_lsn)}\tpromoted\n".encode())
+    size = wal15.segment_size
+    path = next(p for p in wal15.segments
+                if wal15.segment_start(p) // size == progress.next_lsn // size)
+    store.put(Layout().wal_key("00000002" + path.name[8:]), path.read_bytes())
+    on_two = plan_batch(store, Layout(), progress, None)
+    assert on_two is not None and {t.segment.timeline for t in on_two.tasks} == {2}
+    scanned = _scan(on_two, store)
+    _check_joins(on_two, scanned, progress)
+    with pytest.raises(WalCorruptError, match="timeline 2's WAL does not continue timeline "
+                                              "1's here"):
+        _check_joins(on_two, scanned, wrong)

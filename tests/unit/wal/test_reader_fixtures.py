@@ -123,6 +123,28 @@ def test_a_start_lsn_reads_nothing_of_its_segment_before_its_page(walfix: WalFix
                                          end_lsn=end)]
     assert got and got == [r for r in walfix.rows if start <= r[0] < end]
 
+def test_segments_are_read_along_the_newest_timelines_history(wal15: WalFixture,
+                                                               tmp_path: Path) -> None:
+    """A history file says timeline 1 ended inside the third segment: timeline 1's copies of
+    that segment and the next are an abandoned branch (an old primary's), not read — the
+    reader ends where the path's next segment, timeline 2's, is missing; given timeline 2's
+    copies, it reads on through them."""
+    first, second, third, fourth = wal15.segments
+    switch = wal15.segment_start(third) + 0x100
+    (wal15.dir / "00000002.history").write_text(f"1\t{format_lsn(switch)}\tno recovery target\n")
+    before, _, _ = ours([first, second])
+    reader = XLogReader(DirectorySource(wal15.dir))
+    got = [row_of(r) for r in reader]
+    assert got == before and got[-1][0] < switch
+    assert reader.end_of_wal <= wal15.segment_start(third)
+    for seg in (third, fourth):  # timeline 2's copies of the switch segment and the next
+        (wal15.dir / ("00000002" + seg.name[8:])).write_bytes(seg.read_bytes())
+    recs = list(XLogReader(DirectorySource(wal15.dir)))
+    assert [row_of(r) for r in recs] == wal15.rows
+    assert {r.timeline for r in recs if r.lsn >= wal15.segment_start(third)} == {2}
+    assert {r.timeline for r in recs if r.lsn < wal15.segment_start(third)} == {1}
+
+
 # --- the CLI ---------------------------------------------------------------------------------
 
 
