@@ -65,7 +65,7 @@ def cdclake_for_user(run_as: str | None) -> list[str]:
     if run_as is None or uid == os.geteuid():
         return [sys.executable, "-P", "-m", "cdclake.cli"]
     ids = {0, uid}
-    copy = runtime.runtime_copy(runtime.import_paths())
+    copy = runtime.runtime_copy()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     tried: list[str] = []
     for python in dict.fromkeys([os.path.realpath(sys.executable), f"/usr/bin/python{version}",

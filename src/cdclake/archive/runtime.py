@@ -128,11 +128,10 @@ def import_paths() -> list[str]:
             if p and os.path.isdir(p) and not Path(p).resolve().is_relative_to(_STDLIB)]
 
 
-def runtime_copy(paths: list[str]) -> Path:
-    """``ROOT/runtime-<digest>``: the packages wal-push imports from ``paths`` (see
-    :func:`import_paths`), made if missing; run by :data:`BOOTSTRAP`."""
-    roots = [Path(p).resolve() for p in paths]
-    tops = _loaded_tops(roots)
+def runtime_copy() -> Path:
+    """``ROOT/runtime-<digest>``: the packages wal-push imports from :func:`import_paths`,
+    made if missing; run by :data:`BOOTSTRAP`."""
+    tops = _loaded_tops([Path(p).resolve() for p in import_paths()])
 
     def fill(tmp: Path) -> None:
         tmp.mkdir()
