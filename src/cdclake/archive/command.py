@@ -1,10 +1,10 @@
 """Build an ``archive_command`` that runs ``cdclake wal-push`` as the server's user.
 
 PostgreSQL runs archive_command as the user that owns the cluster (``postgres``), not as
-whoever installed cdclake. When the interpreter cdclake is installed in cannot be run by that
-user — a virtualenv made from a pyenv Python under ``/root``, say — the same-version system
-interpreter can still run cdclake's code with the environment's ``sys.path`` handed over. We
-probe instead of guessing: each candidate is actually run as that user.
+whoever installed cdclake. Built by root for that user, the command runs no code from the
+checkout but a copy only root can change, which the command checks itself at every start
+before it imports anything (:mod:`cdclake.archive.runtime`). We probe instead of guessing:
+each candidate interpreter is run as that user with the very command.
 
 The command lands in ``postgresql.auto.conf`` and in ``pg_settings``, which any role can read
 (``SHOW archive_command``), so it never carries an S3 secret: with keys configured, the store
@@ -25,8 +25,13 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from cdclake.archive import runtime
 from cdclake.config import Config
 from cdclake.errors import ConfigError, SourceError
+
+#: what PostgreSQL 15 keeps of archive_command once %p and %f are replaced (MAXPGPATH - 1);
+#: 16 and later take any length
+ARCHIVE_COMMAND_MAX = 1023
 
 
 def store_env(config: Config) -> dict[str, str]:
@@ -41,51 +46,51 @@ def store_env(config: Config) -> dict[str, str]:
     return {k: v for k, v in env.items() if v}
 
 
-def python_for_user(run_as: str | None) -> tuple[str, dict[str, str]]:
-    """An interpreter (and extra environment) that can import cdclake as user ``run_as``.
+def cdclake_for_user(run_as: str | None) -> list[str]:
+    """The words that run ``cdclake`` as user ``run_as`` (None: this user).
 
-    ``None`` means the current user: this interpreter. Otherwise each candidate is probed as
-    that user: this interpreter; the system interpreter of the same version with our import
-    paths; the same with a readable copy of what wal-push imports
-    (:mod:`cdclake.archive.runtime`), for a checkout that user cannot enter. Raises
-    SourceError if none works, naming the user and what was tried.
+    This user runs this interpreter. Another user (we are root, PostgreSQL runs as
+    ``postgres``) never runs the checkout — a clone in root's home is closed to them, and one
+    anywhere else may be open to others or change under the archiver — but a copy of what
+    wal-push imports that only root can change (:func:`runtime.runtime_copy`), with an
+    interpreter of this version only root or that user can change, isolated, through
+    :data:`runtime.BOOTSTRAP`, which checks the copy at every start. Each interpreter is
+    probed as that user with the very words; raises SourceError if none works, naming the
+    user and what was tried.
     """
-    if run_as is None:
-        return sys.executable, {}
-    here = [p for p in sys.path
-            if p and os.path.isdir(p) and not p.startswith(sys.base_prefix)]
+    try:
+        uid = os.geteuid() if run_as is None else pwd.getpwnam(run_as).pw_uid
+    except KeyError as exc:
+        raise SourceError(f"archive_command: there is no user {run_as!r}") from exc
+    if run_as is None or uid == os.geteuid():
+        return [sys.executable, "-P", "-m", "cdclake.cli"]
+    ids = {0, uid}
+    copy = runtime.runtime_copy()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    systems = [s for s in (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}")
-               if Path(s).exists() and s != sys.executable]
     tried: list[str] = []
-    candidates: list[tuple[str, dict[str, str]]] = [(sys.executable, {})]
-    candidates += [(s, {"PYTHONPATH": os.pathsep.join(here)}) for s in systems]
-    for python, extra in candidates:
-        if _can_run(python, extra, run_as, tried):
-            return python, extra
-    if systems:
-        from cdclake.archive.runtime import runtime_copy
-
-        extra = {"PYTHONPATH": str(runtime_copy(here))}
-        if _can_run(systems[0], extra, run_as, tried):
-            return systems[0], extra
+    for python in dict.fromkeys([os.path.realpath(sys.executable), f"/usr/bin/python{version}",
+                                 f"/usr/local/bin/python{version}"]):
+        problem = runtime.unsafe(python, ids) if os.path.exists(python) else "missing"
+        words = [python, "-I", "-S", "-c", runtime.BOOTSTRAP, str(copy)]
+        if problem is not None:
+            tried.append(f"{python}: {problem}")
+        elif _can_run([*words, "wal-push", "--help"], run_as, tried):
+            return words
     raise SourceError(
         f"user {run_as!r} cannot run cdclake for archive_command (tried {'; '.join(tried)}): "
-        f"make {sys.executable} and its site-packages readable by {run_as!r}, or install "
-        "cdclake for a Python that user can run")
+        f"install Python {version} where only root can change it (/usr/bin/python{version})")
 
 
-def _can_run(python: str, extra: dict[str, str], run_as: str, tried: list[str]) -> bool:
-    """Whether ``python`` imports wal-push as ``run_as``; notes what failed in ``tried``."""
+def _can_run(words: list[str], run_as: str, tried: list[str]) -> bool:
+    """Whether ``words`` run as ``run_as``; notes what failed in ``tried``."""
     try:
-        probe = subprocess.run(
-            [python, "-P", "-c", "import cdclake.archive.push"], env={**os.environ, **extra},
-            user=run_as, capture_output=True, text=True, timeout=60, cwd="/")
+        probe = subprocess.run(words, user=run_as, capture_output=True, text=True, timeout=60,
+                               cwd="/")
     except (OSError, subprocess.SubprocessError) as exc:
-        tried.append(f"{python}: {exc}")
+        tried.append(f"{words[0]}: {exc}")
         return False
     if probe.returncode != 0:
-        tried.append(f"{python}: {probe.stderr.strip().splitlines()[-1:] or probe.returncode}")
+        tried.append(f"{words[0]}: {probe.stderr.strip().splitlines()[-1:] or probe.returncode}")
     return probe.returncode == 0
 
 
@@ -107,11 +112,11 @@ def write_credentials(config: Config, path: Path, run_as: str | None = None) -> 
 def wal_push_command(config: Config | Mapping[str, str], *, compress: bool = False,
                      run_as: str | None = None, verbose: bool = False,
                      credentials: Path | None = None) -> str:
-    """``archive_command`` text: ``env CDCLAKE_...=... python -P -m cdclake.cli wal-push %p``.
+    """``archive_command`` text: ``env CDCLAKE_...=... <cdclake> wal-push %p``.
 
     ``config`` is a Config (its store settings are used) or the variables themselves.
     ``run_as``: the server's user when it differs from ours (we are root and PostgreSQL runs
-    as ``postgres``); the interpreter is chosen by :func:`python_for_user`. A Config with an
+    as ``postgres``); how cdclake is run is chosen by :func:`cdclake_for_user`. A Config with an
     S3 secret key needs ``credentials``: the file :func:`write_credentials` writes for
     ``run_as``, which the command then names instead of carrying the settings.
     """
@@ -123,12 +128,16 @@ def wal_push_command(config: Config | Mapping[str, str], *, compress: bool = Fal
                               "boto3's own credentials (an instance role, the server user's "
                               "~/.aws)")
         env = {"CDCLAKE_CONFIG": str(write_credentials(config, credentials, run_as))}
-    python, extra = python_for_user(run_as)
-    env.update(extra)
-    words = ["env", *(f"{k}={v}" for k, v in env.items()), python, "-P", "-m", "cdclake.cli",
+    words = ["env", *(f"{k}={v}" for k, v in env.items()), *cdclake_for_user(run_as),
              "wal-push"]
     if compress:
         words.append("--compress")
     if verbose:
         words.append("--verbose")
-    return " ".join(shlex.quote(w) for w in words) + " %p"
+    command = " ".join(shlex.quote(w) for w in words) + " %p"
+    # %p becomes pg_wal/<24 hex digits>; PostgreSQL 15 silently cuts what is longer
+    if len(command.encode()) - 2 + len("pg_wal/") + 24 > ARCHIVE_COMMAND_MAX:
+        raise ConfigError(f"archive_command would be longer than the {ARCHIVE_COMMAND_MAX} "
+                          "bytes PostgreSQL 15 runs: use shorter store settings or a shorter "
+                          "credentials path")
+    return command

@@ -11,6 +11,7 @@ The store URL is the stream's prefix (docs/architecture.md, "The object store"):
     changes/<batch>/<path>          the emitted change stream
     state/progress.json
     state/submitted/<token>.json    what a Spark step submitted by Airflow returned
+    state/if-none-match-probe       at the store's root: S3 proves conditional writes on it
     reports/<path>
 
 Keeping key formatting here means a reader and a writer cannot disagree on a name, and the
@@ -27,6 +28,10 @@ from cdclake.archive.store import check_key
 from cdclake.wal.lsn import DEFAULT_SEGMENT_SIZE, SegmentName
 
 ZST_SUFFIX = ".zst"
+#: at the root of an S3 store (not under a Layout's prefix: it is the endpoint's and bucket's
+#: property), the object :class:`cdclake.archive.s3.S3Store` asks to create again
+#: if-absent, once per store object, before it trusts If-None-Match
+IF_NONE_MATCH_PROBE_KEY = "state/if-none-match-probe"
 
 _SEGMENT_RE = re.compile(r"^[0-9A-F]{24}$")
 _PARTIAL_RE = re.compile(r"^[0-9A-F]{24}\.partial$")

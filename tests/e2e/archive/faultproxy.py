@@ -6,6 +6,10 @@ failures — a 500 ``InternalError``, a 503 ``SlowDown`` (S3's throttling answer
 closed in the middle of the request, a request the store carried out whose answer is lost, a
 response cut off half way through its body.
 
+It can also stand where an S3-compatible endpoint that ignores a request header would:
+``FaultProxy(..., drop=["If-None-Match"])`` relays every request without that header, so
+the store answers as one that never saw the condition.
+
 The schedule is deterministic: :class:`Rule` says which requests (method and path patterns)
 fail, "every Nth" of them and "at most K times", so the same client run meets the same
 faults every time. Everything injected is counted and every exchange is logged, so a test can
@@ -109,10 +113,12 @@ class FaultProxy:
     """A running proxy on 127.0.0.1 in front of ``upstream``; use as a context manager.
 
     :meth:`schedule` replaces the rules (and resets the counts and the log), :meth:`heal`
-    drops them (keeping both); with no rules every request is relayed unchanged.
+    drops them (keeping both); with no rules every request is relayed unchanged but for the
+    request headers named in ``drop``, which are never forwarded.
     """
 
-    def __init__(self, upstream: str, rules: Iterable[Rule] = ()) -> None:
+    def __init__(self, upstream: str, rules: Iterable[Rule] = (), *,
+                 drop: Iterable[str] = ()) -> None:
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"the fault proxy relays to http://HOST:PORT, not {upstream!r}")
@@ -121,6 +127,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self.rules: list[Rule] = list(rules)
+        self.dropped = _HOP_BY_HOP | {h.lower() for h in drop}
         self.injected: Counter[Fault] = Counter()
         self.exchanges: list[Exchange] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -263,7 +270,7 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                                               timeout=60)
             try:
                 headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in _HOP_BY_HOP}
+                           if k.lower() not in proxy.dropped}
                 headers["Content-Length"] = str(len(body))  # Host stays as the client signed
                 conn.request(method, path, body=body, headers=headers)
                 resp = conn.getresponse()

@@ -9,7 +9,9 @@ requests on a fixed schedule. What must hold:
 - reading the archive (listing the manifest, getting entries and segments) survives the same;
 - a fault that outlasts the retry budget fails the command with one line naming the failure,
   the endpoint and the object, exit status 2 and no traceback, leaves nothing that looks
-  complete but is not, and a re-run once the store is healthy completes.
+  complete but is not, and a re-run once the store is healthy completes;
+- an endpoint that ignores ``If-None-Match`` (the proxy strips it) is refused by wal-push,
+  naming it, before it replaces anything.
 
 Every fault counted here really happened (the proxy counts them) and every one was followed
 by the same request again (the proxy's log), so passing means "retried", not "lucky".
@@ -189,11 +191,13 @@ def attempts_at(proxy: FaultProxy, method: str, key_suffix: str) -> int:
 
 
 def test_postgresql_archiver_never_sees_a_fault(cluster: Cluster) -> None:
-    """Every 3rd request of wal-push fails (each fault in turn, plus every 2nd GET cut half
-    way): all segments land intact and pg_stat_archiver records no failed attempt."""
+    """Every 2nd PUT or HEAD of wal-push fails (each fault in turn) and every 2nd GET is cut
+    half way: all segments land intact and pg_stat_archiver records no failed attempt."""
     pg, proxy = cluster.pg, cluster.proxy
-    proxy.schedule(Rule(Fault.HALF_BODY, method="GET", every=2),
-                   Rule(ALL_FAULTS, every=3))
+    # rules on requests of their own: each fault in turn whatever a push asks (the
+    # If-None-Match probe included), no kind lost to the other rule firing first
+    proxy.schedule(Rule(ALL_FAULTS, method="PUT|HEAD", every=2),
+                   Rule(Fault.HALF_BODY, method="GET", every=2))
     try:
         completed = switch_segments(pg, 5)
         wait_archived(pg, completed[-1])
@@ -336,3 +340,32 @@ def test_get_gives_up_when_every_body_breaks_off(cluster: Cluster, segments: lis
         f"{store.url(f'wal/{name}')}, {ATTEMPTS} attempts): ")
     assert "IncompleteRead" in message
     assert attempts_at(proxy, "GET", f"wal/{name}") == ATTEMPTS == proxy.injected[Fault.HALF_BODY]
+
+
+# -- an endpoint that ignores If-None-Match -------------------------------------------------
+
+
+def test_a_store_that_ignores_if_none_match_is_refused(
+        segments: list[Path], local_s3: LocalS3, tmp_path: Path) -> None:
+    """Another primary's segment is stored under the name of ours. Through an endpoint that
+    drops If-None-Match (the proxy strips it; the store then replaces what it holds),
+    wal-push refuses the store with one line naming it, and nothing is replaced; through the
+    same proxy relaying the header, it is the conflict it is (exit 3)."""
+    segment = segments[0]
+    prefix = f"faults-{os.getpid()}/ignores-if-none-match"
+    moto = open_store(local_s3.config(Config(home=tmp_path / "home"), prefix=prefix))
+    theirs = b"a segment another primary archived under this name"
+    moto.put(f"wal/{segment.name}", theirs)
+    with FaultProxy(local_s3.endpoint_url, drop=["If-None-Match"]) as ignoring:
+        out = cli(ignoring, local_s3, prefix, tmp_path, "wal-push", "-v", segment.name,
+                  cwd=segment.parent)
+    line = one_error_line(out, "wal-push")
+    assert f"S3 endpoint {ignoring.url} (bucket {local_s3.bucket}) ignores If-None-Match" in line
+    assert moto.get(f"wal/{segment.name}") == theirs
+    assert Manifest(moto, Layout()).get(segment.name) is None
+    with FaultProxy(local_s3.endpoint_url) as faithful:
+        out = cli(faithful, local_s3, prefix, tmp_path, "wal-push", "-v", segment.name,
+                  cwd=segment.parent)
+    assert out.returncode == 3, out.stderr
+    assert f"cdclake wal-push: conflict: WAL file {segment.name}" in out.stderr
+    assert moto.get(f"wal/{segment.name}") == theirs

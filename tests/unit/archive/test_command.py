@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.archive.command import python_for_user, store_env, wal_push_command
+from cdclake.archive.command import cdclake_for_user, store_env, wal_push_command
 from cdclake.config import Config
-from cdclake.errors import ConfigError
+from cdclake.errors import ConfigError, SourceError
 
 
 def test_command_carries_the_store_settings_and_ends_with_p() -> None:
@@ -51,4 +51,14 @@ def test_store_env_leaves_out_empty_settings(tmp_path) -> None:  # type: ignore[
 
 
 def test_current_user_runs_this_interpreter() -> None:
-    assert python_for_user(None) == (sys.executable, {})
+    assert cdclake_for_user(None) == [sys.executable, "-P", "-m", "cdclake.cli"]
+
+
+def test_an_unknown_server_user_is_named() -> None:
+    with pytest.raises(SourceError, match="there is no user 'no-such-user-cdclake'"):
+        cdclake_for_user("no-such-user-cdclake")
+
+
+def test_a_command_postgresql_15_would_cut_is_refused() -> None:
+    with pytest.raises(ConfigError, match="longer than the 1023 bytes PostgreSQL 15 runs"):
+        wal_push_command({"CDCLAKE_STORE_URL": "file:///" + "x" * 1000})
