@@ -162,9 +162,14 @@ def _cuts(segments: list[str], batches: int) -> list[str]:
 
 
 #: partitioned tables, as a slot names them: they have no rows, so no mirror
+#: the partitioned tables, every name qualified: the hostile-role suite leaves shadows of
+#: ``quote_ident`` and ``||`` where a superuser's default search path finds them
 PARENTS = """
-SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'p'
+SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.'
+       OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname)
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n
+  ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.relkind OPERATOR(pg_catalog.=) 'p'
 """
 
 
