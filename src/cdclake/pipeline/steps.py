@@ -23,7 +23,6 @@ nothing is merged past a failed stream check.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
@@ -32,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.archive import Layout, open_store
-from cdclake.archive.lease import DECODE, LAKE, Lease
+from cdclake.archive.lease import DECODE, LAKE, Lease, Unfenced
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
@@ -441,23 +440,13 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
 
 
 def _lease(config: Config, store: ObjectStore, name: str, step: str,
-           dry_run: bool = False) -> Lease | _Unleased:
+           dry_run: bool = False) -> Lease | Unfenced:
     """The stream's lease ``name`` for ``step`` of this run (:mod:`cdclake.archive.lease`);
     a dry run writes nothing, not even a lease."""
     if dry_run:
-        return _Unleased()
+        return Unfenced()
     return Lease(store, name, purpose=f"the {step} step of stream {config.stream}",
                  ttl=config.lease_ttl, wait=config.lease_wait)
-
-
-class _Unleased(contextlib.nullcontext):  # type: ignore[type-arg]
-    """What a dry run holds instead of a lease: nothing to lose."""
-
-    def __enter__(self) -> _Unleased:
-        return self
-
-    def check(self) -> None:
-        pass
 
 
 def _catalog(config: Config) -> Catalog:
