@@ -133,7 +133,7 @@ def decode(config: Config, params: RunParams | None = None, *,
     with _lease(config, store, DECODE, "decode", params.dry_run) as lease:
         while (result := decode_batch(config, spark=spark, until_segment=until,
                                       dry_run=params.dry_run, start_lsn=params.start_lsn,
-                                      fence=lease.check)) is not None:
+                                      fence=lease)) is not None:
             results.append(result)
             if params.dry_run:
                 break

@@ -57,3 +57,19 @@ def test_a_stream_saved_before_the_log_is_read_from_progress_json(tmp_path: Path
     assert load_progress(store, layout).next_lsn == 0x7000  # type: ignore[union-attr]
     save_progress(store, layout, progress(8, 0x8000))
     assert load_progress(store, layout).seq == 8  # type: ignore[union-attr]
+
+
+def test_a_batch_whose_log_entry_was_deleted_cannot_be_committed_again(tmp_path: Path) -> None:
+    """A run that read the progress long ago (it stalled) decodes batch 1 when the log no
+    longer holds entry 1: creating it again succeeds, but it is not the newest, so the run
+    has not committed — and nothing of the stream's progress changed."""
+    store, layout = LocalStore(tmp_path), Layout()
+    for seq in range(1, KEEP + 8):
+        save_progress(store, layout, progress(seq, 0x1000 * seq))
+    assert not store.exists(layout.progress_log_key(1))
+    before = store.get(layout.progress_key())
+    with pytest.raises(ConcurrentRunError, match=r"another run committed batch 000001-x"):
+        save_progress(store, layout, progress(1, 0x9000))
+    assert not store.exists(layout.progress_log_key(1))
+    assert store.get(layout.progress_key()) == before
+    assert load_progress(store, layout).seq == KEEP + 7  # type: ignore[union-attr]
