@@ -11,6 +11,7 @@ The store URL is the stream's prefix (docs/architecture.md, "The object store"):
     changes/<batch>/_manifest.json  a decoded batch (its parts' paths, under g<G>/)
     changes/<batch>/g<G>/<path>     the emitted change stream
     state/progress.json
+    state/validated/<batch>.json    a batch's stream validation
     state/submitted/<token>.json    what a Spark step submitted by Airflow returned
     reports/<path>
 
@@ -187,6 +188,13 @@ class Layout:
     def progress_log_key(self, seq: int) -> str:
         """Progress after batch ``seq``, created once (cdclake.spark.progress)."""
         return self._k(f"state/progress/{seq:010d}.json")
+
+    def validated_prefix(self) -> str:
+        return self._p("state/validated/")
+
+    def validated_key(self, batch: str) -> str:
+        """The record of batch ``batch``'s stream validation (cdclake.lake.validated)."""
+        return self._k(f"state/validated/{_name(batch, 'batch name')}.json")
 
     def submitted_key(self, token: str) -> str:
         """What a submitted Spark step returns (cdclake.pipeline.submit): read, then removed."""

@@ -39,6 +39,7 @@ def test_keys_follow_the_architecture_layout() -> None:
         "changes/b-0000000001500800/public.t/v00/part-0.parquet"
     assert lay.changes_prefix("b1") == "changes/b1/"
     assert lay.changes_prefix("b1", 7) == "changes/b1/g0000000007/"
+    assert lay.validated_key("b1") == "state/validated/b1.json"
     assert lay.progress_key() == "state/progress.json"
     assert lay.report_key("gx/index.html") == "reports/gx/index.html"
 
