@@ -189,9 +189,6 @@ class Layout:
         """Progress after batch ``seq``, created once (cdclake.spark.progress)."""
         return self._k(f"state/progress/{seq:010d}.json")
 
-    def validated_prefix(self) -> str:
-        return self._p("state/validated/")
-
     def validated_key(self, batch: str) -> str:
         """The record of batch ``batch``'s stream validation (cdclake.lake.validated)."""
         return self._k(f"state/validated/{_name(batch, 'batch name')}.json")

@@ -38,7 +38,7 @@ class DecodedBatch:
     manifest: dict[str, Any]
     #: sha256 of the manifest's bytes: a batch decoded again is another batch (its parts
     #: are another decode's), whatever its name
-    sha256: str = ""
+    sha256: str
 
     def rows(self) -> dict[str, int]:
         """Change rows per table, from the manifest (no Parquet read)."""

@@ -200,14 +200,16 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
     net.createOrReplaceTempView(view)
     toast = {fields[a].name: a for a in stats.toast}
 
-    def write() -> object:
+    def write() -> None:
         if keyed and not report.truncated:
-            return spark.sql(merge_sql(target, view, [fields[a].name for a in key],
-                                       [f.name for f in fields.values()], toast, entry.table))
+            spark.sql(merge_sql(target, view, [fields[a].name for a in key],
+                                [f.name for f in fields.values()], toast, entry.table))
+            return
         rows = rows_sql(view, list(types), toast, entry.table)
         if report.truncated:
-            return spark.sql(f"INSERT OVERWRITE {target} {rows}")
-        return append_since(spark, target, rows, list(types), planned)
+            spark.sql(f"INSERT OVERWRITE {target} {rows}")
+        else:
+            append_since(spark, target, rows, list(types), planned)
 
     what = f"merge of {entry.table} into {report.mirror}"
     try:

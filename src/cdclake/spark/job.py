@@ -154,15 +154,37 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
         return _finish(spark, store, layout, plan, progress, state, results, next_lsn,
                        version, fence, own)
     except BaseException as exc:
-        mine = committed(store, layout, plan.seq)
-        if mine is None or (mine.batch, mine.generation) != (plan.name, fence.generation):
-            own.clear(store)  # nothing names them: they are this attempt's to remove
+        _abandon(store, layout, plan, own)
+        # a run that lost its lease failed for that (a newer run removed its runs): say so
         if isinstance(exc, Exception) and not isinstance(exc, ConcurrentRunError):
-            try:  # a run that lost its lease failed for that (a newer run removed its runs)
-                fence.check()
-            except ConcurrentRunError as lost:
+            lost = _lost_lease(fence)
+            if lost is not None:
                 raise lost from exc
         raise
+
+
+def _lost_lease(fence: Fence) -> ConcurrentRunError | None:
+    """The error of a run that lost its lease; None while it holds it, or cannot tell."""
+    try:
+        fence.check()
+    except ConcurrentRunError as exc:
+        return exc
+    except Exception:  # the store failing too: the first error says it
+        return None
+    return None
+
+
+def _abandon(store: ObjectStore, layout: Layout, plan: BatchPlan, own: _Objects) -> None:
+    """Remove what a failed attempt wrote — unless its progress was committed (the failure
+    came after), then they are the batch. The store may be what failed: then they stay, for
+    the run that commits the batch to remove."""
+    try:
+        mine = committed(store, layout, plan.seq)
+        if mine is None or (mine.batch, mine.generation) != (plan.name, own.generation):
+            own.clear(store)
+    except Exception as exc:
+        log.warning("decode: batch %s: this attempt's objects under %s stay (%s)", plan.name,
+                    store.url(own.changes), exc)
 
 
 @dataclass(frozen=True)
