@@ -11,8 +11,8 @@ commits; the second gets :class:`~cdclake.errors.ConcurrentRunError`. The progre
 decode lease generation that wrote it (:mod:`cdclake.archive.lease`): its objects — the
 batch's parts and manifest, spill files, dictionary — are those under that generation's keys,
 and no other run's writes touch them. Old entries of the log are deleted, so a run that
-decoded batch ``seq`` from a progress read long ago can create an entry again; it has
-committed only if its entry is then the newest, else it removes the entry and gets
+decoded batch ``seq`` from a progress read long ago can create an entry again; when the log
+already holds entries more than :data:`KEEP` past it, it removes the entry and gets
 :class:`~cdclake.errors.ConcurrentRunError` too.
 ``state/progress.json`` repeats the newest for people and ``cdclake status``; a stream saved
 before the log existed is read from it.
@@ -122,7 +122,10 @@ def save_progress(store: ObjectStore, layout: Layout, progress: Progress) -> Non
             f"{store.url(layout.progress_log_prefix())} first; this run's copy of it is dropped")
     if not store.put(key, data, if_absent=True):
         raise ConcurrentRunError(lost)
-    if max(_logged(store, layout)) != key:  # an entry deleted long ago, created again
+    # an entry is deleted once KEEP newer ones exist: one past those means this one was
+    # deleted long ago and created again (a run that commits right after this one does not
+    # get that far ahead)
+    if max(_logged(store, layout)) > layout.progress_log_key(progress.seq + KEEP):
         store.delete(key)
         raise ConcurrentRunError(lost)
     store.put(layout.progress_key(), data)
