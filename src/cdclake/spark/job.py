@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.archive import open_store
 from cdclake.archive.layout import Layout
-from cdclake.archive.lease import UNFENCED, Fence
+from cdclake.archive.lease import DECODE, UNFENCED, Fence, Lease, Unfenced
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RelationVersion
@@ -478,7 +478,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--until", help="last segment to include")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
-    result = decode_batch(Config.load(), until_segment=args.until, dry_run=args.dry_run)
+    config = Config.load()
+    # the decode lease, as the pipeline's decode step takes it (a dry run writes nothing)
+    with (Unfenced() if args.dry_run else Lease(
+            open_store(config), DECODE, purpose="python -m cdclake.spark.job",
+            ttl=config.lease_ttl, wait=config.lease_wait)) as lease:
+        result = decode_batch(config, until_segment=args.until, dry_run=args.dry_run,
+                              fence=lease)
     if result is None:
         print("nothing new to decode")
     else:
