@@ -2,9 +2,10 @@
 
 A fresh PostgreSQL 15 gets ``pgbench -i -s N`` (N x 100,000 rows in ``pgbench_accounts``, the
 filler made 64 characters of hex so the rows have a width in Parquet too); two cdclake homes
-each copy it in an initial snapshot (ship, snapshot, decode, merge), so both start from the
-same mirror. Then 1% of the rows are updated (``aid % 100 = 0``, spread over every data file),
-archived and decoded in each home, and each home's merge step runs in its own process: one
+each copy it in an initial snapshot (ship, snapshot, decode, validate, merge), so both start
+from the same mirror. Then 1% of the rows are updated (``aid % 100 = 0``, spread over every data
+file), archived, decoded and validated in each home, and each home's merge step runs in its own
+process: one
 with ``CDCLAKE_MERGE_ENGINE=pyiceberg`` (copy-on-write: every data file holding a touched row
 is rewritten), one with ``spark`` (MERGE INTO, merge-on-read: position deletes plus the new
 rows). Reported per engine, from the snapshots the merge committed and the warehouse: files
@@ -44,7 +45,7 @@ PREPARE = """
 from cdclake.config import Config
 from cdclake.pipeline import steps
 config = Config.load()
-for step in (steps.ship, steps.snapshot, steps.decode, steps.merge):
+for step in (steps.ship, steps.snapshot, steps.decode, steps.validate_stream, steps.merge):
     step(config)
 """
 DECODE = """
@@ -53,6 +54,7 @@ from cdclake.pipeline import steps
 config = Config.load()
 steps.ship(config)
 steps.decode(config)
+steps.validate_stream(config)  # the merge takes validated batches only
 """
 MERGE = """
 import json

@@ -6,13 +6,18 @@ The store URL is the stream's prefix (docs/architecture.md, "The object store"):
     wal/<TLI>.history               timeline history files
     manifest/system.json            the stream's identity: system id, version, segment size
     manifest/wal/<segment>.json     one entry per shipped segment (size, sha256, LSNs)
-    dictionary/<name>               relation versions by LSN
-    spill/<stream>/xid-<XID>-lsn-<HI>-<LO>.spill
-    changes/<batch>/<path>          the emitted change stream
+    dictionary/<batch>/g<G>.json    the dictionary a batch ended with
+    spill/<batch>/g<G>/xid-<XID>-lsn-<HI>-<LO>.spill
+    changes/<batch>/_manifest.json  a decoded batch (its parts' paths, under g<G>/)
+    changes/<batch>/g<G>/<path>     the emitted change stream
     state/progress.json
+    state/validated/<batch>.json    a batch's stream validation
     state/submitted/<token>.json    what a Spark step submitted by Airflow returned
     state/if-none-match-probe       at the store's root: S3 proves conditional writes on it
     reports/<path>
+
+``g<G>`` is the decode lease's generation that wrote the object, its fencing token
+(:mod:`cdclake.archive.lease`): a run writes and deletes only under its own.
 
 Keeping key formatting here means a reader and a writer cannot disagree on a name, and the
 inverse functions (``wal_file_of``, ``manifest_name_of``) let listings be parsed back.
@@ -133,28 +138,46 @@ class Layout:
 
     # -- the rest of the stream ----------------------------------------------------------
 
-    def dictionary_prefix(self) -> str:
-        return self._p("dictionary/")
+    @staticmethod
+    def generation(generation: int) -> str:
+        """The key component of lease generation ``generation`` (``g0000000042``): the
+        fencing token in the key of everything that generation writes."""
+        if not 0 <= generation < 10**10:
+            raise ValueError(f"invalid lease generation {generation!r}")
+        return f"g{generation:010d}"
 
-    def dictionary_key(self, name: str) -> str:
-        return self._k(f"dictionary/{_name(name, 'dictionary object name')}")
+    def dictionary_prefix(self, batch: str) -> str:
+        """The dictionaries batch ``batch``'s decodes ended with, one per generation."""
+        return self._p(f"dictionary/{_name(batch, 'batch name')}/")
 
-    def spill_prefix(self, stream: str) -> str:
-        return self._p(f"spill/{_name(stream, 'stream name')}/")
+    def dictionary_key(self, batch: str, generation: int) -> str:
+        return self._k(f"{self.dictionary_prefix(batch)}{self.generation(generation)}.json")
 
-    def spill_key(self, stream: str, xid: int, lsn: int) -> str:
+    def spill_prefix(self, batch: str, generation: int | None = None) -> str:
+        """The open transactions batch ``batch`` carries out; of one generation's decode."""
+        prefix = self._p(f"spill/{_name(batch, 'batch name')}/")
+        return prefix if generation is None else f"{prefix}{self.generation(generation)}/"
+
+    def spill_key(self, batch: str, xid: int, lsn: int, *, generation: int) -> str:
         """PostgreSQL's spill name (ReorderBufferSerializedPath): LSN halves in upper hex."""
         if not 0 <= xid < 1 << 32 or not 0 <= lsn < 1 << 64:
             raise ValueError(f"spill key needs a 32-bit xid and 64-bit LSN, got {xid}, {lsn}")
-        return self._k(f"spill/{_name(stream, 'stream name')}/"
+        return self._k(f"{self.spill_prefix(batch, generation)}"
                        f"xid-{xid}-lsn-{lsn >> 32:X}-{lsn & 0xFFFFFFFF:X}.spill")
 
     def changes_root(self) -> str:
         """The directory of every decoded batch."""
         return self._p("changes/")
 
-    def changes_prefix(self, batch: str) -> str:
-        return f"{self.changes_root()}{_name(batch, 'batch name')}/"
+    def changes_prefix(self, batch: str, generation: int | None = None) -> str:
+        """A batch's directory (its ``_manifest.json``), or one generation's objects in it."""
+        prefix = f"{self.changes_root()}{_name(batch, 'batch name')}/"
+        return prefix if generation is None else f"{prefix}{self.generation(generation)}/"
+
+    def batch_manifest_key(self, batch: str, generation: int | None = None) -> str:
+        """A batch's ``_manifest.json``: the one readers take, or one generation's, which that
+        generation publishes there once its progress is committed (cdclake.spark.job)."""
+        return self._k(f"{self.changes_prefix(batch, generation)}_manifest.json")
 
     def changes_key(self, batch: str, path: str) -> str:
         """A file of a batch; ``path`` is relative to the batch directory."""
@@ -170,6 +193,10 @@ class Layout:
     def progress_log_key(self, seq: int) -> str:
         """Progress after batch ``seq``, created once (cdclake.spark.progress)."""
         return self._k(f"state/progress/{seq:010d}.json")
+
+    def validated_key(self, batch: str) -> str:
+        """The record of batch ``batch``'s stream validation (cdclake.lake.validated)."""
+        return self._k(f"state/validated/{_name(batch, 'batch name')}.json")
 
     def submitted_key(self, token: str) -> str:
         """What a submitted Spark step returns (cdclake.pipeline.submit): read, then removed."""

@@ -11,13 +11,28 @@ generation, which only one contender can do; the holder then renews by rewriting
 generation with a later expiry (nobody else writes it), and releases by marking it released.
 A generation newer than the holder's means the holder lost the lease (it stalled past the
 expiry and another run took over): :meth:`Lease.check` says so before the holder commits.
-Commits are fenced on their own as well: progress is saved with create-if-absent too
-(:mod:`cdclake.spark.progress`), so even a holder that lost its lease unnoticed cannot
-overwrite a newer run's progress.
 
-A lease expires ``ttl`` seconds after its last renewal, or at once when its holder ran on this
-host and that process is gone (a run killed with SIGKILL does not keep the next one waiting).
-Clocks of different hosts must agree to well within ``ttl``.
+A check is not a fence: a holder can pass it, stall, and act after another run took over. So
+the generation is also a *fencing token* (:class:`Fence`): a holder writes and deletes only
+objects whose key names its own generation (``.../g<generation>/...``,
+:meth:`cdclake.archive.layout.Layout.generation`), and a commit that makes objects live — the
+progress, created once with create-if-absent (:mod:`cdclake.spark.progress`) — names the
+generation whose objects it takes. A stale holder can then only waste its own objects; it
+cannot delete or overwrite the new holder's, and cannot commit over a newer run's progress.
+
+Generation numbers are never reused, so a token names one holder for ever. Old generations
+are deleted (the newest two stay), and create-if-absent of a deleted key succeeds: a
+contender that read "newest = g" long ago and wakes up creates ``g + 1`` again. It is the
+holder only if ``g + 1`` is then still the newest generation; when a newer one exists (it
+must, since only the creator of ``g + 3`` deletes ``g + 1``) the contender deletes what it
+created and looks again.
+
+A lease expires ``ttl`` seconds after its last renewal, or at once when its holder's process
+is gone — judged only for a holder on this very kernel and in this PID namespace (same host
+name, same boot id, same ``/proc/self/ns/pid``): containers that share a host name, or the
+host's kernel, see other processes under the same ids, and a holder there waits out its
+``ttl``. A run killed with SIGKILL does not keep the next one on its host waiting. Clocks of
+different hosts must agree to well within ``ttl``.
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
@@ -56,6 +71,23 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(b")", 1)[1].split()[19].decode()
 
 
+def _read_link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _boot_id() -> str | None:
+    """This kernel's boot id: the same in every container on the host, new at each boot;
+    another host with the same name (containers named alike) has another."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class Holder:
     """Who holds a lease: enough to tell a user, and to see that a local holder is gone."""
@@ -65,18 +97,54 @@ class Holder:
     started: str | None  #: :func:`_process_start` of ``pid``
     token: str  #: this acquisition's own id
     purpose: str
+    boot: str | None = None  #: :func:`_boot_id` (None: unknown, never judged gone)
+    pidns: str | None = None  #: ``/proc/self/ns/pid`` (e.g. ``pid:[4026531836]``)
 
     @classmethod
     def me(cls, purpose: str) -> Holder:
         return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()),
-                   uuid.uuid4().hex, purpose)
+                   uuid.uuid4().hex, purpose, _boot_id(), _read_link("/proc/self/ns/pid"))
 
     def gone(self) -> bool:
-        """Whether the holder ran here and its process no longer exists."""
-        return self.host == socket.gethostname() and _process_start(self.pid) != self.started
+        """Whether the holder ran in this PID namespace of this kernel and its process no
+        longer exists. A pid means a process only inside its namespace: the same number on
+        another host, or in another container here, is another process (or none)."""
+        here = (socket.gethostname(), _boot_id(), _read_link("/proc/self/ns/pid"))
+        return (None not in (self.boot, self.pidns) and (self.host, self.boot, self.pidns) == here
+                and _process_start(self.pid) != self.started)
 
     def describe(self) -> str:
         return f"{self.purpose} (pid {self.pid} on {self.host})"
+
+
+class Fence(Protocol):
+    """What a writer is given to fence its objects and commits: the generation its keys name,
+    and the check to make before it commits (:class:`Lease`, or :data:`UNFENCED`)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def check(self) -> None: ...
+
+
+class Unfenced:
+    """What a writer that holds no lease is given instead (a dry run, which writes nothing; a
+    test or one-off call of a step's function): its objects are generation 0's, and nothing
+    stops it. A context manager, as a :class:`Lease` is."""
+
+    generation = 0
+
+    def __enter__(self) -> Unfenced:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def check(self) -> None:
+        pass
+
+
+UNFENCED = Unfenced()
 
 
 def _key(prefix: str, generation: int) -> str:
@@ -179,8 +247,14 @@ class Lease:
             holder = self._live(doc)
             if holder is None:
                 self.expires = self.clock() + self.ttl
-                if self.store.put(self._key(newest + 1), self._document(), if_absent=True):
-                    self.generation = newest + 1
+                created = newest + 1
+                if self.store.put(self._key(created), self._document(), if_absent=True):
+                    if _generations(self.store, self.prefix)[-1] != created:
+                        # a number deleted long ago, created again from a stale look: never
+                        # held by this run (its holder's objects name it), so given back
+                        self.store.delete(self._key(created))
+                        continue
+                    self.generation = created
                     self._forget_before(newest)
                     self._start_renewing()
                     return self

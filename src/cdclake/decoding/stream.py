@@ -10,6 +10,8 @@ A batch writes, under ``<prefix>/changes/<batch>/``:
     — one entry per relation version that has changes in the batch, in ``valid_from`` order.
 
 ``<schema>.<table>/v<valid_from as 16 hex digits>/part-<n>.parquet``
+    (at the path the manifest lists: a Spark decode puts them under its lease generation's
+    ``g<G>/``, :mod:`cdclake.spark.job`)
     the table's changes made under that relation version, ordered by
     (``_commit_lsn``, ``_lsn``, ``_seq``) — that is, commit order, then WAL order. The rows of
     a table rewrite (``W``, ``R``) are under the version their values have: the one the

@@ -5,7 +5,8 @@ from two durable facts — the batches the decoder finished (each has a ``_manif
 written last) and the stream's merged end LSN in the Iceberg namespace (advanced only when a
 batch was merged into every table). So a decode whose merge failed is not forgotten when the
 next decode has nothing new, a retried task redoes exactly what is missing, and any task can
-be re-run on its own.
+be re-run on its own. Of the pending batches the merge takes those whose stream validation
+is recorded (:mod:`cdclake.lake.validated`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from cdclake.archive import Layout, ObjectStore
 from cdclake.archive.arrowfs import arrow_filesystem
+from cdclake.archive.store import sha256_hex
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
@@ -34,6 +36,9 @@ class DecodedBatch:
     end_lsn: int
     commits: int
     manifest: dict[str, Any]
+    #: sha256 of the manifest's bytes: a batch decoded again is another batch (its parts
+    #: are another decode's), whatever its name
+    sha256: str
 
     def rows(self) -> dict[str, int]:
         """Change rows per table, from the manifest (no Parquet read)."""
@@ -51,10 +56,12 @@ def list_batches(store: ObjectStore, layout: Layout) -> list[DecodedBatch]:
         if len(parts) != 2 or parts[1] != MANIFEST:
             continue
         try:
-            manifest = json.loads(store.get(info.key))
+            data = store.get(info.key)
+            manifest = json.loads(data)
             out.append(DecodedBatch(str(manifest.get("batch", parts[0])),
                                     int(manifest["start_lsn"]), int(manifest["end_lsn"]),
-                                    int(manifest.get("commits", 0)), manifest))
+                                    int(manifest.get("commits", 0)), manifest,
+                                    sha256_hex(data)))
         except (ValueError, KeyError, TypeError) as exc:
             raise LakeError(f"batch {parts[0]}: manifest {store.url(info.key)} is not valid "
                             f"({type(exc).__name__}: {exc}); decode the batch again") from exc

@@ -10,8 +10,13 @@ one transaction: readers see the old mirror or the new one, never a mix. The sna
 summary carries commit LSN 0, so the merge considers every change of the stream and skips,
 by visibility, exactly those the copied rows already hold.
 
-Files of a snapshot that never committed (the run died) are removed when the table is
-snapshotted again (:meth:`MirrorSnapshot.remove_stale`).
+Files of a snapshot that never committed are removed once no commit can reference them any
+more (:meth:`MirrorSnapshot.remove_stale`). The staged transaction commits only while the
+mirror's current snapshot is still the one it was opened on (pyiceberg's
+``AssertRefSnapshotId``; cdclake's mirrors have ``commit.retry.num-retries = 0``, so no commit
+is rebased onto a newer snapshot): that snapshot is in the run's directory name, and the
+directory is dead once the mirror has moved past it — not merely because its run looks
+finished, which a stalled run that lost the lake lease does too.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.snapshots import ancestors_of
 
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
@@ -47,6 +53,7 @@ log = logging.getLogger(__name__)
 
 #: the directory under a mirror's ``data/`` that one snapshot run writes
 DIRECTORY_PREFIX = "cdclake-snapshot-"
+_ON = "-on-"
 
 
 @dataclass
@@ -59,10 +66,15 @@ class MirrorSnapshot:
     source: str  #: ``schema.table``
     run: str  #: this snapshot run's id (names the file directory)
     enum_labels: labels.Labels = field(default_factory=dict)
+    #: the mirror's current snapshot when the transaction was staged (None: it had none):
+    #: the commit succeeds only while it still is
+    base: int | None = None
 
     @property
     def directory(self) -> str:
-        return f"{self.table.location().rstrip('/')}/data/{DIRECTORY_PREFIX}{self.run}"
+        """``data/cdclake-snapshot-<run>-on-<base snapshot id, or none>``."""
+        return (f"{self.table.location().rstrip('/')}/data/{DIRECTORY_PREFIX}{self.run}"
+                f"{_ON}{'none' if self.base is None else self.base}")
 
     def file_location(self, index: int) -> str:
         return f"{self.directory}/{index:05d}.parquet"
@@ -101,21 +113,43 @@ class MirrorSnapshot:
         return snap.snapshot_id
 
     def remove_stale(self, filesystem: pafs.FileSystem, root: str) -> list[str]:
-        """Delete snapshot directories under the mirror's ``data/`` that no committed
-        snapshot wrote (left by a run that died before its commit); returns them.
-        ``root`` is the table's ``data`` directory on ``filesystem``."""
-        facts = facts_of(self.table.properties, self.source)
-        keep = {f"{DIRECTORY_PREFIX}{facts.run}"} if facts is not None and facts.run else set()
-        keep.add(f"{DIRECTORY_PREFIX}{self.run}")
+        """Delete snapshot directories under the mirror's ``data/`` whose run can no longer
+        commit — the mirror's current snapshot has moved past the one the run was staged on
+        — and that no committed snapshot wrote; returns them. ``root`` is the table's
+        ``data`` directory on ``filesystem``.
+
+        The directories are listed before the mirror is read again, so a run listed here was
+        staged on a snapshot the mirror had by then: one not in the table's history any more
+        was expired, long before the current one."""
         try:
             infos = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         except OSError as exc:
             raise LakeError(f"snapshot of {self.source}: cannot list {root}: {exc}") from exc
+        table = self.table.catalog.load_table(self.table.name())
+        current = table.current_snapshot()
+        if current is None:  # nothing committed yet: any staged run may still commit
+            return []
+        passed = {s.snapshot_id for s in ancestors_of(current, table.metadata)}
+        known = {s.snapshot_id for s in table.snapshots()}
+        facts = facts_of(table.properties, self.source)
+        keep = {run for run in (self.run, facts.run if facts is not None else None) if run}
+
+        def dead(name: str) -> bool:
+            run, on, base = name.removeprefix(DIRECTORY_PREFIX).rpartition(_ON)
+            if not on:  # named before runs named their base: from an older cdclake
+                return name.removeprefix(DIRECTORY_PREFIX) not in keep
+            if run in keep:
+                return False
+            if base == "none":
+                return True
+            sid = int(base)
+            return sid != current.snapshot_id and (sid in passed or sid not in known)
+
         stale = [i.path for i in infos if i.type == pafs.FileType.Directory
-                 and i.base_name.startswith(DIRECTORY_PREFIX) and i.base_name not in keep]
+                 and i.base_name.startswith(DIRECTORY_PREFIX) and dead(i.base_name)]
         for path in stale:
-            log.info("snapshot of %s: removing %s, left by a snapshot that never committed",
-                     self.source, path)
+            log.info("snapshot of %s: removing %s, left by a snapshot that can no longer "
+                     "commit", self.source, path)
             filesystem.delete_dir(path)
         return stale
 
@@ -131,8 +165,10 @@ def open_mirror(catalog: Catalog, config: Config, rel: RelationVersion,
     tx = table.transaction()
     apply_evolution(tx, plan_evolution(table.schema(), [data_columns(rel, arrow_schema)],
                                        source, mirror_system_fields()))
+    base = table.current_snapshot()
     return MirrorSnapshot(table, tx, tx.table_metadata.schema(), source, run,
-                          snapshot_labels(rel, stream_fields))
+                          snapshot_labels(rel, stream_fields),
+                          None if base is None else base.snapshot_id)
 
 
 def snapshot_labels(rel: RelationVersion, stream_fields: Sequence[pa.Field]) -> labels.Labels:

@@ -20,7 +20,10 @@ The reduction keeps the pyiceberg merge's semantics for the tables it takes:
 - columns are matched by attnum, so RENAME / ADD / DROP COLUMN inside the batch line up; the
   schema evolves (pyiceberg, metadata only) before the MERGE;
 - the batch's last commit LSN goes into the MERGE's own snapshot summary (Iceberg's
-  ``CommitMetadata`` commit properties), so the data and the watermark land together.
+  ``CommitMetadata`` commit properties), so the data and the watermark land together;
+- a table without a key has its INSERTs appended, in a commit Iceberg validates against the
+  snapshot the merge read the commit LSN from (:func:`append_since`): two overlapping merges
+  of a batch cannot both append it. The MERGE INTO validates on its own (serializable).
 
 A table this path cannot take exactly is left to the pyiceberg merge, and the report says
 why (:func:`static_reason`, :func:`data_reason`): UPDATEs or DELETEs of a table with replica
@@ -134,7 +137,7 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
         return reason
     stored = committed_lsn(table, config.stream)
     report.previous_lsn = report.commit_lsn = stored
-    report.snapshot_id = snapshot_id(table)
+    planned = report.snapshot_id = snapshot_id(table)  # what the merge plans from
 
     evolution = plan_evolution(table.schema(), [v.info.columns for v in versions],
                                entry.table, mirror_system_fields())
@@ -196,17 +199,22 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
     view = f"cdclake_merge_{uuid.uuid4().hex[:12]}"
     net.createOrReplaceTempView(view)
     toast = {fields[a].name: a for a in stats.toast}
-    if keyed and not report.truncated:
-        sql = merge_sql(target, view, [fields[a].name for a in key],
-                        [f.name for f in fields.values()], toast, entry.table)
-    else:
-        sql = insert_sql(target, view, list(types), toast, entry.table,
-                         overwrite=bool(report.truncated))
+
+    def write() -> None:
+        if keyed and not report.truncated:
+            spark.sql(merge_sql(target, view, [fields[a].name for a in key],
+                                [f.name for f in fields.values()], toast, entry.table))
+            return
+        rows = rows_sql(view, list(types), toast, entry.table)
+        if report.truncated:
+            spark.sql(f"INSERT OVERWRITE {target} {rows}")
+        else:
+            append_since(spark, target, rows, list(types), planned)
+
     what = f"merge of {entry.table} into {report.mirror}"
     try:
         with_commit_properties(
-            spark, summary_properties(config.stream, batch.name, stats.max_commit),
-            lambda: spark.sql(sql))
+            spark, summary_properties(config.stream, batch.name, stats.max_commit), write)
     except Exception as exc:  # Spark raises Py4J and pyspark errors: the table decides
         lost = str(exc).find(_LOST)
         if lost >= 0:
@@ -556,15 +564,35 @@ def _new_value(column: str, toast: Mapping[str, int], table: str) -> str:
             f"{_sql_text(_lost(table, column))}) ELSE {value} END")
 
 
-def insert_sql(target: str, view: str, columns: Sequence[str], toast: Mapping[str, int],
-               table: str, *, overwrite: bool) -> str:
-    """The rows ``view`` sets, added to the mirror (a table without a key: its INSERTs) or,
-    for a batch with a TRUNCATE, replacing it (``columns``: the mirror's, in its order). An
+def rows_sql(view: str, columns: Sequence[str], toast: Mapping[str, int], table: str) -> str:
+    """The rows ``view`` sets, as the mirror's ``columns`` in its order: added to the mirror
+    (a table without a key: its INSERTs) or, for a batch with a TRUNCATE, replacing it. An
     unchanged TOAST value has nothing to come from in a new row: the statement fails, as in
     :func:`merge_sql`."""
     values = [_SYSTEM.get(c) or _new_value(c, toast, table) for c in columns]
-    return (f"INSERT {'OVERWRITE' if overwrite else 'INTO'} {target} "
-            f"SELECT {', '.join(values)} FROM {view} s WHERE s._kind = '{_SET}'")
+    return f"SELECT {', '.join(values)} FROM {view} s WHERE s._kind = '{_SET}'"
+
+
+def append_since(spark: SparkSession, target: str, rows: str, columns: Sequence[str],
+                 snapshot: int | None) -> None:
+    """Append the result of ``rows`` to ``target`` in one commit that Iceberg refuses when
+    anything was committed to the table after ``snapshot`` (None: the table had none).
+
+    A plain append validates nothing: of two merges of one batch that both read the mirror's
+    commit LSN before either committed (one lost the lake lease and went on), both would add
+    the rows. So the rows go in as an overwrite that deletes nothing — Spark's
+    ``overwrite(false)`` is Iceberg's ``OverwriteFiles`` with row filter ``false`` — with the
+    write options ``isolation-level = serializable`` and ``validate-from-snapshot-id``: the
+    commit then checks that no data file was added since that snapshot (the conflict filter
+    of an overwrite that deletes nothing is ``true``), and fails with a ValidationException
+    otherwise. Compaction (``replace``) does not conflict."""
+    from pyspark.sql import functions as F
+
+    writer = (spark.sql(rows).toDF(*columns).writeTo(target)
+              .option("isolation-level", "serializable"))
+    if snapshot is not None:
+        writer = writer.option("validate-from-snapshot-id", str(snapshot))
+    writer.overwrite(F.lit(False))
 
 
 def merge_sql(target: str, view: str, keys: Sequence[str], columns: Sequence[str],

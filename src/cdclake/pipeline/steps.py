@@ -13,7 +13,9 @@ is what makes every task safe to retry or to run again alone:
   progress state;
 - validate stream and merge work on *every* decoded batch not yet merged in full — not just
   the one this run decoded — so a batch whose merge failed is merged by the next run even when
-  that run decodes nothing new;
+  that run decodes nothing new; the merge takes only batches whose validation the store
+  records (:mod:`cdclake.lake.validated`), so a batch another run decoded in between waits
+  for the next validation;
 - the merge is per-table idempotent through each table's snapshot summary (docs/lake.md): a
   run killed between two table commits is finished, not duplicated, by the next one.
 
@@ -23,7 +25,6 @@ nothing is merged past a failed stream check.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
@@ -32,7 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cdclake.archive import Layout, open_store
-from cdclake.archive.lease import DECODE, LAKE, Lease
+from cdclake.archive.lease import DECODE, LAKE, Lease, Unfenced
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
@@ -134,7 +135,7 @@ def decode(config: Config, params: RunParams | None = None, *,
     with _lease(config, store, DECODE, "decode", params.dry_run) as lease:
         while (result := decode_batch(config, spark=spark, until_segment=until,
                                       dry_run=params.dry_run, start_lsn=params.start_lsn,
-                                      fence=lease.check)) is not None:
+                                      fence=lease)) is not None:
             results.append(result)
             if params.dry_run:
                 break
@@ -172,8 +173,11 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
 
     Raises QualityError on a critical failure, so the merge never sees a bad stream. Tables
     whose replica identity or key changed inside a batch are validated per relation version
-    (``schema.table@v<valid_from>``), each under its own identity.
+    (``schema.table@v<valid_from>``), each under its own identity. Each batch that passed is
+    recorded in the store (``state/validated/<batch>.json``; not by a dry run): the merge
+    takes no other.
     """
+    from cdclake.lake.validated import record_validation
     from cdclake.quality import raise_for_failures, validate_stream_chunks
     from cdclake.quality.inputs import stream_columns
 
@@ -196,6 +200,8 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
                         "data_docs_index": report.data_docs_index,
                         "summary": report.summary()})
             raise_for_failures(report)
+            if not params.dry_run:
+                record_validation(store, layout, decoded, params.tables, report.summary())
     return {"batches": out, "dry_run": params.dry_run}
 
 
@@ -204,13 +210,17 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
 
 def merge(config: Config, params: RunParams | None = None, *,
           catalog: Catalog | None = None) -> dict[str, Any]:
-    """Merge every pending batch, oldest first, into the Iceberg mirrors.
+    """Merge the pending batches, oldest first, into the Iceberg mirrors: those whose stream
+    validation the store records (:mod:`cdclake.lake.validated`), up to the first that has
+    none — a later batch cannot go before it. The result names the pending batches it left
+    (``not_validated``); the next validation and merge take them.
 
     With ``params.tables`` only those tables are merged and the stream's merged end LSN is not
     advanced, so the other tables take the same batches on the next run (each table skips
     what it already has). A dry run reports what would be merged and commits nothing.
     """
     from cdclake.lake.merge import merge_batch
+    from cdclake.lake.validated import is_validated
 
     params = params or RunParams()
     store, layout = open_store(config), Layout()
@@ -218,16 +228,23 @@ def merge(config: Config, params: RunParams | None = None, *,
     with _lease(config, store, LAKE, "merge", params.dry_run) as lease:
         before = _merged_end(catalog, config)
         todo = pending(list_batches(store, layout), before)
+        validated = [is_validated(store, layout, b, params.tables) for b in todo]
+        # a dry run validated the stream without recording it: it shows every batch
+        ready = len(todo) if params.dry_run or all(validated) else validated.index(False)
+        todo, waiting = todo[:ready], [b.name for b in todo[ready:]]
+        if waiting:
+            log.warning("merge: %d pending batch(es) from %s on have no stream validation "
+                        "for this merge: left for the next run", len(waiting), waiting[0])
         reports: list[dict[str, Any]] = []
         spark = None
         if todo and not params.dry_run and config.merge_engine == "spark":
             spark = _merge_session(config)
-        for decoded in todo:
+        for decoded, recorded in zip(todo, validated, strict=False):
             if params.dry_run:
                 reports.append({"batch": decoded.name,
                                 "start_lsn": format_lsn(decoded.start_lsn),
                                 "end_lsn": format_lsn(decoded.end_lsn),
-                                "would_merge": decoded.rows()})
+                                "would_merge": decoded.rows(), "validated": recorded})
                 continue
             batch = open_batch(config, store, layout, decoded)
             log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
@@ -238,7 +255,8 @@ def merge(config: Config, params: RunParams | None = None, *,
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),
             "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
-            "batches": reports, "tables": touched, "dry_run": params.dry_run}
+            "batches": reports, "not_validated": waiting, "tables": touched,
+            "dry_run": params.dry_run}
 
 
 def _merge_session(config: Config) -> Any:
@@ -441,23 +459,13 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
 
 
 def _lease(config: Config, store: ObjectStore, name: str, step: str,
-           dry_run: bool = False) -> Lease | _Unleased:
+           dry_run: bool = False) -> Lease | Unfenced:
     """The stream's lease ``name`` for ``step`` of this run (:mod:`cdclake.archive.lease`);
     a dry run writes nothing, not even a lease."""
     if dry_run:
-        return _Unleased()
+        return Unfenced()
     return Lease(store, name, purpose=f"the {step} step of stream {config.stream}",
                  ttl=config.lease_ttl, wait=config.lease_wait)
-
-
-class _Unleased(contextlib.nullcontext):  # type: ignore[type-arg]
-    """What a dry run holds instead of a lease: nothing to lose."""
-
-    def __enter__(self) -> _Unleased:
-        return self
-
-    def check(self) -> None:
-        pass
 
 
 def _catalog(config: Config) -> Catalog:

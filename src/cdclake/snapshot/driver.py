@@ -10,8 +10,9 @@ location and returns its path and counts — rows never pass through the driver.
 table is committed in one Iceberg transaction that replaces the mirror's files and records the
 handoff facts (:mod:`cdclake.lake.visibility`). Progress (rows, rows/s, chunks per table) is
 logged while the tasks run; a chunk retries inside its task; a run that dies before a table's
-commit leaves that table without a committed snapshot, so the next run copies it again and
-removes the orphaned files.
+commit leaves that table without a committed snapshot, so the next run copies it again and,
+once committed, removes the orphaned files (those of runs that can no longer commit:
+:meth:`cdclake.lake.snapshot.MirrorSnapshot.remove_stale`).
 """
 
 from __future__ import annotations
@@ -117,11 +118,14 @@ def snapshot_tables(config: Config, *, replace: Sequence[str] = (), replace_all:
         mirrors, tasks, reports = _plan(catalog, config, held, candidates, run)
         results = _copy(spark or _session(config), tasks, reports, say)
         for t in candidates:
-            rep = reports[t.name]
+            rep, m = reports[t.name], mirrors[t.name]
             mine = sorted((r for r in results if r.table == t.name), key=lambda r: r.index)
-            rep.snapshot_id = mirrors[t.name].commit(
-                [r.path for r in mine], [c for r in mine for c in r.counts_only], facts,
-                config.stream)
+            rep.snapshot_id = m.commit([r.path for r in mine],
+                                       [c for r in mine for c in r.counts_only], facts,
+                                       config.stream)
+            # the commit moved the mirror on: runs staged before it can never commit
+            rep.stale_removed = m.remove_stale(*arrow_filesystem(
+                config, f"{m.table.location().rstrip('/')}/data"))
             say(f"snapshot of {t.name}: {rep.rows} row(s) in {rep.chunks} chunk(s) committed "
                 f"to {rep.mirror}")
     seconds = time.monotonic() - started
@@ -194,12 +198,9 @@ def _plan(catalog: Catalog, config: Config, held: HeldSnapshot, tables: list[Sou
         rel = t.relation
         m = mirrors[t.name] = open_mirror(catalog, config, rel,
                                           column_fields(layouts.get(rel), types), run)
-        fs, root = arrow_filesystem(config, f"{m.table.location().rstrip('/')}/data")
-        stale = m.remove_stale(fs, root)
         # at least one chunk (the last is open-ended); none for a matview WITH NO DATA
         starts = (list(range(0, t.blocks, per_chunk)) or [0]) if t.populated else []
-        reports[t.name] = TableSnapshot(t.name, ".".join(m.table.name()), len(starts), t.blocks,
-                                        stale_removed=stale)
+        reports[t.name] = TableSnapshot(t.name, ".".join(m.table.name()), len(starts), t.blocks)
         for i, first in enumerate(starts):
             last = i == len(starts) - 1
             tasks.append(ChunkTask(

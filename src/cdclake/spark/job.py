@@ -13,6 +13,14 @@ the manifest. A batch is at most ``max_batch_segments`` segments (``max_batch_by
 WAL). Open transactions go to ``spill/<batch>/`` and come back in the next batch; the
 progress (:mod:`cdclake.spark.progress`) says where that batch starts.
 
+Fencing: every object a decode writes is under its decode lease generation
+(``changes/<batch>/g<G>/``, ``spill/<batch>/g<G>/``, ``dictionary/<batch>/g<G>.json``), and
+until its progress is committed it deletes nothing else. The progress names the generation;
+only then is the generation's manifest copied to ``changes/<batch>/_manifest.json``, where
+the lake finds batches, and the other generations' objects of the batch removed
+(:func:`publish`). A run that lost its lease and goes on can only write and remove objects
+no committed progress names.
+
 A new stream given no start LSN starts at the first full dictionary ``cdclake source install``
 wrote into the WAL of its database: the tasks report where they saw one, the first batch
 emits the transactions committing from there on and drops every change recorded before it
@@ -27,28 +35,31 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyarrow import fs as pafs
-
 from cdclake.archive import open_store
-from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.archive.layout import Layout
+from cdclake.archive.lease import DECODE, UNFENCED, Fence, Lease, Unfenced
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RelationVersion
 from cdclake.catalog.signing import load_key
 from cdclake.config import Config
 from cdclake.decoding.carry import OpenTxn, open_memberships
-from cdclake.decoding.plugins.arrow import build_manifest, write_manifest
+from cdclake.decoding.plugins.arrow import build_manifest, manifest_bytes
 from cdclake.decoding.startup import Startup
-from cdclake.errors import ConfigError, DecodingError, StoreError, WalCorruptError
+from cdclake.errors import (
+    ConcurrentRunError,
+    ConfigError,
+    DecodingError,
+    ObjectNotFound,
+    StoreError,
+    WalCorruptError,
+)
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
 from cdclake.spark.plan import BatchPlan, plan_batch
-from cdclake.spark.progress import Progress, load_progress, save_progress
+from cdclake.spark.progress import Progress, committed, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route
 from cdclake.spark.segments import (
     ParsedSegment,
@@ -95,7 +106,7 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
                  until_segment: str | None = None, dry_run: bool = False,
                  start_lsn: int | None = None, db_oid: int | None = None,
                  dictionary: Dictionary | None = None,
-                 fence: Callable[[], None] = lambda: None) -> BatchResult | None:
+                 fence: Fence = UNFENCED) -> BatchResult | None:
     """Decode the archived segments not yet consumed (per state/progress.json), up to and
     including until_segment if given; None when there is nothing new. Idempotent: re-running
     after a crash before progress is saved rewrites the same batch.
@@ -109,12 +120,16 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     it are dropped (from transactions open across the install too), and a first batch that
     holds no such message raises :class:`~cdclake.errors.DecodingError` with nothing saved.
 
-    ``fence`` is called before the batch's objects and progress are written, and raises when
-    this run may no longer write them (:meth:`cdclake.archive.lease.Lease.check`).
+    ``fence`` is the decode lease (:class:`cdclake.archive.lease.Lease`; ``UNFENCED``:
+    generation 0, no check): the batch's objects are written under its generation, its check
+    is made before the parts are merged and before the progress is committed, and what this
+    attempt wrote is removed again when it did not commit.
     """
     store = open_store(config)
     layout = Layout()
     progress = load_progress(store, layout)
+    if progress is not None:  # the run that committed it may have died before publishing it
+        publish(store, layout, progress)
     plan = plan_batch(store, layout, progress, until_segment, config.max_batch_segments,
                       config.max_batch_bytes)
     if plan is None:
@@ -131,18 +146,79 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
                           "CDCLAKE_DDL_KEY_FILE to the file `cdclake source install` wrote, "
                           "or CDCLAKE_SOURCE_DSN to a superuser, who may read it")
     spark = spark or spark_session(config)
-    _clear(store, layout.spill_prefix(plan.name))  # left by an attempt that did not finish
-    # this attempt's runs (cdclake.spark.writer) under a name of their own: an attempt that
-    # died, or one still running that lost its lease, never writes over them
-    runs = f"{layout.changes_prefix(plan.name)}_runs/{uuid.uuid4().hex[:12]}/"
+    own = _Objects(layout, plan.name, fence.generation)
+    own.clear(store)  # left by an attempt of this generation that died (an unfenced run)
     try:
         results, ends, version, state = _run(spark, config, store, layout, plan, progress,
-                                             state, key, runs)
-        return _finish(spark, config, store, layout, plan, progress, state, results, ends,
-                       version, fence, runs)
-    except BaseException:
-        _clear(store, runs)
+                                             state, key, own)
+        return _finish(spark, store, layout, plan, progress, state, results, ends, version,
+                       fence, own)
+    except BaseException as exc:
+        _abandon(store, layout, plan, own)
+        # a run that lost its lease failed for that (a newer run removed its runs): say so
+        if isinstance(exc, Exception) and not isinstance(exc, ConcurrentRunError):
+            lost = _lost_lease(fence)
+            if lost is not None:
+                raise lost from exc
         raise
+
+
+def _lost_lease(fence: Fence) -> ConcurrentRunError | None:
+    """The error of a run that lost its lease; None while it holds it, or cannot tell."""
+    try:
+        fence.check()
+    except ConcurrentRunError as exc:
+        return exc
+    except Exception:  # the store failing too: the first error says it
+        return None
+    return None
+
+
+def _abandon(store: ObjectStore, layout: Layout, plan: BatchPlan, own: _Objects) -> None:
+    """Remove what a failed attempt wrote — unless its progress was committed (the failure
+    came after), then they are the batch. The store may be what failed: then they stay, for
+    the run that commits the batch to remove."""
+    try:
+        mine = committed(store, layout, plan.seq)
+        if mine is None or (mine.batch, mine.generation) != (plan.name, own.generation):
+            own.clear(store)
+    except Exception as exc:
+        log.warning("decode: batch %s: this attempt's objects under %s stay (%s)", plan.name,
+                    store.url(own.changes), exc)
+
+
+@dataclass(frozen=True)
+class _Objects:
+    """What a decode of ``batch`` by lease generation ``generation`` writes: the only keys it
+    writes or deletes until its progress is committed."""
+
+    layout: Layout
+    batch: str
+    generation: int
+
+    @property
+    def changes(self) -> str:
+        """Its parts (and staged manifest) go here, paths relative to the batch directory
+        starting with the generation's token."""
+        return self.layout.changes_prefix(self.batch, self.generation)
+
+    @property
+    def runs(self) -> str:
+        """The partitions' sorted runs (:mod:`cdclake.spark.writer`), removed once merged."""
+        return f"{self.changes}_runs/"
+
+    @property
+    def spill(self) -> str:
+        return self.layout.spill_prefix(self.batch, self.generation)
+
+    @property
+    def dictionary(self) -> str:
+        return self.layout.dictionary_key(self.batch, self.generation)
+
+    def clear(self, store: ObjectStore) -> None:
+        _clear(store, self.changes)
+        _clear(store, self.spill)
+        store.delete(self.dictionary)
 
 
 @dataclass
@@ -187,8 +263,8 @@ class _Inherited:
 
 
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
-         plan: BatchPlan, progress: Progress | None, state: _Inherited, key: bytes, runs: str
-         ) -> tuple[list[PartitionResult], _Ends, int, _Inherited]:
+         plan: BatchPlan, progress: Progress | None, state: _Inherited, key: bytes,
+         own: _Objects) -> tuple[list[PartitionResult], _Ends, int, _Inherited]:
     """The Spark part: scan, collect routing facts, read the records again, shuffle, decode
     per partition; where the batch's WAL ended, and the state with the first batch's start
     LSN resolved."""
@@ -217,7 +293,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     ctx = PartitionContext(
         partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
         version=version, segment_size=size, work_mem=config.work_mem,
-        tables=frozenset(config.tables), runs_prefix=runs,
+        tables=frozenset(config.tables), runs_prefix=own.runs, generation=own.generation,
         dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
         store=store, layout=layout,
         spill_dir=str(config.spill_dir) if config.spill_dir else None,
@@ -307,14 +383,13 @@ def _check_joins(plan: BatchPlan, summaries: list[ParsedSegment],
             last = (s.last_lsn, tli, "the last record of the previous segment")
 
 
-def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
-            plan: BatchPlan, progress: Progress | None, state: _Inherited,
-            results: list[PartitionResult], ends: _Ends, version: int,
-            fence: Callable[[], None], runs: str) -> BatchResult:
-    """Check the partitions agree, merge their runs into the stream, then write the state
-    (progress last). ``fence`` raises when this run may no longer write (it lost its
-    lease)."""
-    fence()
+def _finish(spark: SparkSession, store: ObjectStore, layout: Layout, plan: BatchPlan,
+            progress: Progress | None, state: _Inherited, results: list[PartitionResult],
+            ends: _Ends, version: int, fence: Fence, own: _Objects) -> BatchResult:
+    """Check the partitions agree, merge their runs into the stream, write the state, commit
+    the progress (``fence`` checked before each: a run that lost its lease stops), then
+    publish the batch."""
+    fence.check()
     next_lsn = ends.next_lsn
     dictionaries = {r.dictionary for r in results}
     startups = {json.dumps(r.startup.to_json()) for r in results}
@@ -322,31 +397,31 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
         raise DecodingError(f"batch {plan.name}: reorder-buffer partitions ended with "
                             "different dictionaries or decoder states; a record every "
                             "partition needs was not broadcast (a cdclake bug)")
-    root = layout.changes_prefix(plan.name)
-    for info in list(store.list(root)):  # what an earlier attempt left, but our runs
-        if not info.key.startswith(runs):
-            store.delete(info.key)
-    merged = _merge_runs(spark, store, root, results)
+    merged = _merge_runs(spark, store, own.changes, results)
     # a split transaction is emitted, in parts, by every partition holding one
     split = set().union(*(r.split_commits for r in results))
     commits = sum(r.commits for r in results) + len(split)
+    token = layout.generation(own.generation)
     manifest = build_manifest(plan.name, plan.read_from, next_lsn, commits,
-                              [(m.relation, m.paths, m.rows) for m in merged])
-    fs, path = changes_filesystem(config, store, root)
-    write_manifest(fs, path.rstrip("/"), manifest)
-    _clear(store, runs)
-    dictionary_key = layout.dictionary_key(f"{plan.name}.json")
-    store.put(dictionary_key, dictionaries.pop().encode())
+                              [(m.relation, [f"{token}/{p}" for p in m.paths], m.rows)
+                               for m in merged])
+    staged = manifest_bytes(manifest)
+    store.put(layout.batch_manifest_key(plan.name, own.generation), staged)
+    _clear(store, own.runs)
+    store.put(own.dictionary, dictionaries.pop().encode())
     open_txns = sorted((t for r in results for t in r.open_txns), key=lambda t: t.xid)
     confirmed = max([state.confirmed_lsn, *(r.last_commit for r in results)])
     restart = min([t.first_lsn for t in open_txns], default=next_lsn)
-    fence()
-    save_progress(store, layout, Progress(
+    fence.check()
+    saved = Progress(
         seq=plan.seq, batch=plan.name, next_lsn=next_lsn, last_segment=plan.segments[-1],
         timeline=plan.timeline, last_lsn=ends.last_lsn,
         confirmed_lsn=confirmed, restart_lsn=restart, start_lsn=state.start_lsn,
         db_oid=state.db_oid, version=version, segment_size=plan.segment_size,
-        dictionary_key=dictionary_key, startup=results[0].startup, open_txns=open_txns))
+        dictionary_key=own.dictionary, startup=results[0].startup, open_txns=open_txns,
+        generation=own.generation)
+    save_progress(store, layout, saved)
+    publish(store, layout, saved, staged)
     if progress is not None:  # the previous batch's open transactions are now ours
         _clear(store, layout.spill_prefix(progress.batch))
     stats: dict[str, int] = {}
@@ -362,6 +437,40 @@ def _finish(spark: SparkSession, config: Config, store: ObjectStore, layout: Lay
                     stats["pure_python_partitions"], len(results))
     return BatchResult(plan.name, manifest, plan.read_from, next_lsn, commits, plan.segments,
                        stats)
+
+
+def publish(store: ObjectStore, layout: Layout, progress: Progress,
+            staged: bytes | None = None) -> None:
+    """Make the batch ``progress`` committed what the lake reads: its generation's manifest
+    (``staged``, else read back) copied to ``changes/<batch>/_manifest.json``, after the
+    other generations' objects of the batch — an attempt that lost, or an earlier decode of a
+    stream decoded again from the start — are removed. Idempotent: the committed progress
+    decides every byte, so the run that committed it and any later run repairing a publish
+    it did not finish write the same."""
+    if progress.generation is None:  # committed before generations: its manifest is there
+        return
+    own = _Objects(layout, progress.batch, progress.generation)
+    pointer = layout.batch_manifest_key(progress.batch)
+    if staged is None:
+        key = layout.batch_manifest_key(progress.batch, progress.generation)
+        try:
+            staged = store.get(key)
+        except ObjectNotFound as exc:
+            raise StoreError(f"batch {progress.batch}: the manifest {store.url(key)} its "
+                             "committed progress names is missing; restore it, or remove the "
+                             "progress to decode the stream from the start") from exc
+    try:
+        if store.get(pointer) == staged:
+            return
+    except ObjectNotFound:
+        pass
+    kept = (own.changes, own.spill, own.dictionary, pointer)
+    for prefix in (layout.changes_prefix(progress.batch), layout.spill_prefix(progress.batch),
+                   layout.dictionary_prefix(progress.batch)):
+        for info in list(store.list(prefix)):
+            if not info.key.startswith(kept):
+                store.delete(info.key)
+    store.put(pointer, staged)
 
 
 def _merge_runs(spark: SparkSession, store: ObjectStore, root: str,
@@ -386,12 +495,6 @@ def _clear(store: ObjectStore, prefix: str) -> None:
         store.delete(info.key)
 
 
-def changes_filesystem(config: Config, store: ObjectStore,
-                       prefix: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and path for a store prefix (the batch directory)."""
-    return arrow_filesystem(config, store.url(prefix))
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -400,7 +503,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--until", help="last segment to include")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
-    result = decode_batch(Config.load(), until_segment=args.until, dry_run=args.dry_run)
+    config = Config.load()
+    # the decode lease, as the pipeline's decode step takes it (a dry run writes nothing)
+    with (Unfenced() if args.dry_run else Lease(
+            open_store(config), DECODE, purpose="python -m cdclake.spark.job",
+            ttl=config.lease_ttl, wait=config.lease_wait)) as lease:
+        result = decode_batch(config, until_segment=args.until, dry_run=args.dry_run,
+                              fence=lease)
     if result is None:
         print("nothing new to decode")
     else:

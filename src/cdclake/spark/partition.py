@@ -47,6 +47,7 @@ class PartitionContext:
     work_mem: int
     tables: frozenset[str]
     runs_prefix: str  #: where partition i writes its runs: ``<runs_prefix>p<i>/``
+    generation: int  #: the decode lease generation (its spill keys name it)
     dictionary: dict[str, Any]
     startup: Startup | None  #: the previous batch's decoder start-up; None for a new stream
     open_txns: list[OpenTxn]
@@ -104,7 +105,7 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
             n += 1
 
     def put(xid: int, first_lsn: int, path: Path) -> str:
-        key = ctx.layout.spill_key(ctx.batch, xid, first_lsn)
+        key = ctx.layout.spill_key(ctx.batch, xid, first_lsn, generation=ctx.generation)
         ctx.store.put_file(key, path)
         return key
 

@@ -7,8 +7,13 @@ is decoded again from the same state, under the same name, with the same result.
 Saving is a compare-and-swap: the progress after batch ``seq`` is created once, with
 create-if-absent, as ``state/progress/<seq>.json``, and the newest of those is the stream's
 progress. Of two runs that decoded the same batch from the same progress only the first
-commits; the second gets :class:`~cdclake.errors.ConcurrentRunError` (its objects have the
-same content as the winner's: a batch is a pure function of its progress and its WAL).
+commits; the second gets :class:`~cdclake.errors.ConcurrentRunError`. The progress names the
+decode lease generation that wrote it (:mod:`cdclake.archive.lease`): its objects — the
+batch's parts and manifest, spill files, dictionary — are those under that generation's keys,
+and no other run's writes touch them. Old entries of the log are deleted, so a run that
+decoded batch ``seq`` from a progress read long ago can create an entry again; when the log
+already holds entries more than :data:`KEEP` past it, it removes the entry and gets
+:class:`~cdclake.errors.ConcurrentRunError` too.
 ``state/progress.json`` repeats the newest for people and ``cdclake status``; a stream saved
 before the log existed is read from it.
 
@@ -60,6 +65,8 @@ class Progress:
     startup: Startup  #: the decoder's start-up state, carried to the next batch
     open_txns: list[OpenTxn] = field(default_factory=list)
     updated_at: str = ""
+    #: the decode lease generation whose objects the batch is (None: saved before there were)
+    generation: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,7 +77,7 @@ class Progress:
             "version": self.version, "segment_size": self.segment_size,
             "dictionary_key": self.dictionary_key, "decoder": self.startup.to_json(),
             "open_txns": [t.to_json() for t in self.open_txns],
-            "updated_at": self.updated_at or utc_now_iso(),
+            "updated_at": self.updated_at or utc_now_iso(), "generation": self.generation,
         }
 
     @classmethod
@@ -93,13 +100,17 @@ class Progress:
             segment_size=size, dictionary_key=str(d["dictionary_key"]),
             startup=Startup.from_json(d["decoder"]),
             open_txns=[OpenTxn.from_json(t) for t in d.get("open_txns", ())],
-            updated_at=str(d.get("updated_at", "")))
+            updated_at=str(d.get("updated_at", "")),
+            generation=None if d.get("generation") is None else int(d["generation"]))
+
+
+def _logged(store: ObjectStore, layout: Layout) -> list[str]:
+    return [o.key for o in store.list(layout.progress_log_prefix()) if o.key.endswith(".json")]
 
 
 def load_progress(store: ObjectStore, layout: Layout) -> Progress | None:
     """The saved progress, or None before the first batch."""
-    logged = [o.key for o in store.list(layout.progress_log_prefix())
-              if o.key.endswith(".json")]
+    logged = _logged(store, layout)
     key = max(logged) if logged else layout.progress_key()
     try:
         data = store.get(key)
@@ -112,6 +123,14 @@ def load_progress(store: ObjectStore, layout: Layout) -> Progress | None:
                          "or remove it to decode the stream from the start") from exc
 
 
+def committed(store: ObjectStore, layout: Layout, seq: int) -> Progress | None:
+    """The progress committed after batch ``seq``, if the log still holds it."""
+    try:
+        return Progress.from_json(json.loads(store.get(layout.progress_log_key(seq))))
+    except ObjectNotFound:
+        return None
+
+
 #: how many saved progress entries stay in the log behind the newest
 KEEP = 10
 
@@ -119,11 +138,17 @@ KEEP = 10
 def save_progress(store: ObjectStore, layout: Layout, progress: Progress) -> None:
     """Commit ``progress`` unless another run committed batch ``progress.seq`` first."""
     data = json.dumps(progress.to_json(), indent=1, sort_keys=True).encode()
-    if not store.put(layout.progress_log_key(progress.seq), data, if_absent=True):
-        raise ConcurrentRunError(
-            f"another run committed batch {progress.batch} (number {progress.seq}) of "
-            f"{store.url(layout.progress_log_prefix())} first; this run's copy of it is "
-            "dropped")
+    key = layout.progress_log_key(progress.seq)
+    lost = (f"another run committed batch {progress.batch} (number {progress.seq}) of "
+            f"{store.url(layout.progress_log_prefix())} first; this run's copy of it is dropped")
+    if not store.put(key, data, if_absent=True):
+        raise ConcurrentRunError(lost)
+    # an entry is deleted once KEEP newer ones exist: one past those means this one was
+    # deleted long ago and created again (a run that commits right after this one does not
+    # get that far ahead)
+    if max(_logged(store, layout)) > layout.progress_log_key(progress.seq + KEEP):
+        store.delete(key)
+        raise ConcurrentRunError(lost)
     store.put(layout.progress_key(), data)
     for seq in range(max(1, progress.seq - KEEP - 5), progress.seq - KEEP):
         store.delete(layout.progress_log_key(seq))

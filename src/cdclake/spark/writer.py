@@ -2,7 +2,8 @@
 
 Stage one (in each reorder-buffer partition): the Arrow plugin's row builder hands each full
 part of a relation version's rows to :class:`RunParts`, which writes it to the store as
-Parquet under ``changes/<batch>/_runs/<attempt>/p<partition>/``. A partition emits its
+Parquet under ``changes/<batch>/g<G>/_runs/p<partition>/`` (``g<G>``: the decode lease
+generation, :mod:`cdclake.spark.job`). A partition emits its
 transactions in commit order, each one's rows in stream order, so each partition's parts of
 a version are one *run* sorted by the stream's key (``_commit_lsn``, ``_lsn``, ``_seq``).
 

@@ -313,6 +313,34 @@ def test_merging_a_batch_again_commits_nothing(lake: Lake) -> None:
     assert {t: _table(lake, t).current_snapshot().snapshot_id for t in SPARK_TABLES} == before
 
 
+def test_of_two_overlapping_merges_of_a_table_without_a_key_one_appends(
+        lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Merge A reads the keyless mirror's commit LSN and plans its append, then stalls before
+    it commits; merge B (which took over the lake lease meanwhile) merges the same batch.
+    When A commits, Iceberg refuses the append (nothing may have been added since the
+    snapshot A planned from), and A finds the batch applied: the rows are there once."""
+    from cdclake.lake import sparkmerge
+
+    batch = lake.decode("b-race", ["INSERT INTO log VALUES (5, 'e'), (5, 'e'), (6, 'f')"])
+    real = sparkmerge.with_commit_properties
+    other: list[MergeReport] = []
+
+    def stalled(spark: Any, properties: Any, run: Any) -> None:  # A, about to commit
+        monkeypatch.setattr(sparkmerge, "with_commit_properties", real)
+        other.append(merge_batch(open_catalog(lake.config), lake.config, batch,
+                                 spark=lake.spark))
+        real(spark, properties, run)
+
+    monkeypatch.setattr(sparkmerge, "with_commit_properties", stalled)
+    mine = merge_batch(open_catalog(lake.config), lake.config, batch, spark=lake.spark)
+    assert _duck(lake, "public.log") == _source(lake, "public.log")
+    b, a = other[0].tables[0], mine.tables[0]
+    assert (b.table, b.engine, b.strategy, b.rows_written) == ("public.log", "spark", "append",
+                                                                3)
+    assert (a.engine, a.commit_lsn) == ("spark", b.commit_lsn)
+    assert _table(lake, "public.log").current_snapshot().snapshot_id == b.snapshot_id
+
+
 def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -> None:
     """The UPDATE does not log the TOASTed body and the mirror never had the row: nothing to
     take the value from. The merge stops, naming table, column and the fix; nothing commits."""

@@ -7,7 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +18,15 @@ import pytest
 
 from cdclake.archive import open_store
 from cdclake.archive.layout import Layout
+from cdclake.archive.lease import DECODE, Lease
+from cdclake.archive.local import LocalStore
+from cdclake.archive.store import ObjectInfo
 from cdclake.config import Config
 from cdclake.decoding import stream
+from cdclake.errors import ConcurrentRunError
 from cdclake.local.postgres import LocalPostgres
 from cdclake.pipeline import steps
+from cdclake.spark import job
 from cdclake.spark.job import decode_batch
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn
@@ -35,7 +43,14 @@ def _config(tmp_path: Path, name: str, dsn: str, work_mem: int = 64 << 20) -> Co
 
 
 def _without_batch(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in manifest.items() if k != "batch"}
+    """The manifest but its batch name, its parts' paths without the decode's generation
+    (``g0000000000/``: a Spark decode's objects are under its lease's generation)."""
+    out = json.loads(json.dumps({k: v for k, v in manifest.items() if k != "batch"}))
+    for table in out["tables"]:
+        for version in table["versions"]:
+            version["paths"] = [p.split("/", 1)[1] if p.startswith("g") else p
+                                for p in version["paths"]]
+    return out
 
 
 @pytest.fixture
@@ -200,12 +215,120 @@ def test_one_batch_over_s3(pg: LocalPostgres, archived: Archived, tmp_path: Path
     result = decode_batch(config, spark=spark, until_segment=archived.segments[1])
     assert result is not None
     assert _without_batch(result.manifest) == _without_batch(ref.manifest)
-    from cdclake.spark.job import changes_filesystem
+    from cdclake.archive.arrowfs import arrow_filesystem
 
     store = open_store(config)
-    fs, root = changes_filesystem(config, store, "changes/x")
-    got = tables_of(root.rsplit("/", 1)[0], [result.batch], fs)
+    fs, root = arrow_filesystem(config, store.url(Layout().changes_root()))
+    got = tables_of(root, [result.batch], fs)
     expected = tables_of(Path(local.home) / "store" / "changes", [ref.batch])
     assert {k: rows(v) for k, v in got.items()} == {k: rows(v) for k, v in expected.items()}
     progress = load_progress(store, Layout())
     assert progress is not None and any(t.spill for t in progress.open_txns)
+
+
+class _Clock:
+    """The leases' clock: a run's lease expires when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _StalledStore(LocalStore):
+    """The store of a run that stalls (a paused VM, a hung request) at its first listing under
+    ``prefix`` until ``go`` is set. Spark tasks get it pickled as the plain store."""
+
+    def __init__(self, root: Path, prefix: str) -> None:
+        super().__init__(root)
+        self.prefix = prefix
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        if prefix.startswith(self.prefix) and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(600)
+        return super().list(prefix)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return LocalStore, (self.root,)
+
+
+class _StalledFence:
+    """Run A's fence: its lease's check, after which it stalls once — it checked, then lost
+    the lease before it acted (the window a check cannot close)."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.generation = lease.generation
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def check(self) -> None:
+        self.lease.check()
+        if not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(600)
+
+
+def _objects(store: LocalStore) -> dict[str, bytes]:
+    return {i.key: store.get(i.key) for i in store.list() if not i.key.startswith("state/")}
+
+
+@pytest.mark.parametrize("stall", ["before it wrote anything", "after its lease check"])
+def test_a_decode_that_lost_its_lease_leaves_the_new_holders_batch_alone(
+        pg: LocalPostgres, database: str, tmp_path: Path, spark: Any, stall: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A holds the decode lease and decodes the first batch (one segment); it stalls, its
+    lease expires, run B takes the lease and decodes the first batch (two segments, with
+    transactions open at its end) to the end. Then A wakes and goes on. Whatever A does, the
+    store still holds B's batch, B's dictionary and B's open transactions exactly as B
+    committed them, and A says it lost the lease."""
+    if pg.version != 15:
+        pytest.skip("the race is the same over any WAL: run once, on PostgreSQL 15")
+    archived = run(pg, database, tmp_path / "wal")
+    config = _config(tmp_path, "race", pg.dsn(archived.database))
+    ship_to(config, archived)
+    root = Path(config.home) / "store"
+    store, clock, segs = LocalStore(root), _Clock(), archived.segments
+    a = Lease(store, DECODE, purpose="run A", ttl=3600, wait=0, clock=clock).acquire()
+    a_failed: list[BaseException] = []
+
+    def run_a() -> None:
+        try:
+            decode_batch(config, spark=spark, until_segment=segs[0], fence=a_fence)
+        except BaseException as exc:  # what A ends with, checked below
+            a_failed.append(exc)
+
+    thread = threading.Thread(target=run_a)
+    stalled: _StalledStore | _StalledFence
+    a_fence: Lease | _StalledFence
+    if stall == "before it wrote anything":  # A's store stalls at its first spill listing
+        stalled, a_fence, real_open = _StalledStore(root, "spill/"), a, job.open_store
+        monkeypatch.setattr(job, "open_store", lambda c: stalled if (
+            threading.current_thread() is thread) else real_open(c))
+    else:
+        stalled = a_fence = _StalledFence(a)
+    thread.start()
+    assert stalled.reached.wait(600)
+
+    clock.now += 3601  # A's lease expires: B takes over and decodes
+    with Lease(store, DECODE, purpose="run B", ttl=3600, wait=0, clock=clock) as b:
+        assert b.generation == a.generation + 1
+        result = decode_batch(config, spark=spark, until_segment=segs[1], fence=b)
+    assert result is not None and result.segments == segs[:2]
+    progress = load_progress(store, Layout())
+    assert progress is not None and any(t.spill for t in progress.open_txns)
+    committed = _objects(store)
+
+    stalled.go.set()  # A wakes up
+    thread.join(600)
+    assert len(a_failed) == 1 and isinstance(a_failed[0], ConcurrentRunError), a_failed
+    assert "lost the decode lease" in str(a_failed[0])
+    assert _objects(store) == committed  # nothing of B's touched, nothing of A's left
+    assert load_progress(store, Layout()) == progress
+    for t in progress.open_txns:
+        assert t.spill is None or store.exists(t.spill)
+    a.release()

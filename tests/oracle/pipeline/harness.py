@@ -126,6 +126,7 @@ def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spa
                               spark=spark)
         progress = load_progress(store, Layout())
         run.decodes.append((result, len(progress.open_txns) if progress else 0))
+    steps.validate_stream(config)  # the merge takes validated batches only
     run.merges.append(steps.merge(config))
     run.actual = stream_text(config)
     return run

@@ -34,20 +34,24 @@ def test_keys_follow_the_architecture_layout() -> None:
     assert lay.history_key(10) == "wal/0000000A.history"
     assert lay.system_key() == "manifest/system.json"
     assert lay.manifest_key(SEG) == f"manifest/wal/{SEG}.json"
-    assert lay.dictionary_key("v0000000001500800.json") == "dictionary/v0000000001500800.json"
+    assert lay.dictionary_key("b1", 42) == "dictionary/b1/g0000000042.json"
     assert lay.changes_key("b-0000000001500800", "public.t/v00/part-0.parquet") == \
         "changes/b-0000000001500800/public.t/v00/part-0.parquet"
     assert lay.changes_prefix("b1") == "changes/b1/"
+    assert lay.changes_prefix("b1", 7) == "changes/b1/g0000000007/"
+    assert lay.validated_key("b1") == "state/validated/b1.json"
     assert lay.progress_key() == "state/progress.json"
     assert lay.report_key("gx/index.html") == "reports/gx/index.html"
 
 
 def test_spill_key_matches_postgresql_spill_file_names() -> None:
     # ReorderBufferSerializedPath: "xid-%u-lsn-%X-%X.spill" with the LSN's two halves
-    assert Layout().spill_key("main", 1234, 0x1_0A000000) == \
-        "spill/main/xid-1234-lsn-1-A000000.spill"
-    assert Layout().spill_key("p3", 4294967295, 0) == "spill/p3/xid-4294967295-lsn-0-0.spill"
+    assert Layout().spill_key("main", 1234, 0x1_0A000000, generation=3) == \
+        "spill/main/g0000000003/xid-1234-lsn-1-A000000.spill"
+    assert Layout().spill_key("p3", 4294967295, 0, generation=0) == \
+        "spill/p3/g0000000000/xid-4294967295-lsn-0-0.spill"
     assert Layout().spill_prefix("p3") == "spill/p3/"
+    assert Layout().spill_prefix("p3", 3) == "spill/p3/g0000000003/"
 
 
 def test_prefix_nests_every_key() -> None:
@@ -75,11 +79,12 @@ def test_inverse_parsing_of_listed_keys() -> None:
     lambda lay: lay.wal_key("../../etc/passwd"),
     lambda lay: lay.wal_key("00000001000000000000001"),
     lambda lay: lay.manifest_key("00000002.history"),
-    lambda lay: lay.spill_key("../x", 1, 0),
-    lambda lay: lay.spill_key("main", -1, 0),
+    lambda lay: lay.spill_key("../x", 1, 0, generation=0),
+    lambda lay: lay.spill_key("main", -1, 0, generation=0),
+    lambda lay: lay.spill_key("main", 1, 0, generation=-1),
     lambda lay: lay.changes_key("b/../c", "x"),
     lambda lay: lay.changes_key("b", "../x"),
-    lambda lay: lay.dictionary_key(".hidden"),
+    lambda lay: lay.dictionary_key(".hidden", 0),
     lambda lay: lay.report_key("/abs"),
 ])
 def test_bad_names_are_refused(call) -> None:  # type: ignore[no-untyped-def]

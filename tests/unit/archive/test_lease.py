@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.archive.lease import Lease
+from cdclake.archive.lease import Holder, Lease
 from cdclake.archive.local import LocalStore
 from cdclake.errors import ConcurrentRunError
 
@@ -125,3 +128,90 @@ def test_of_racing_contenders_exactly_one_wins(tmp_path: Path) -> None:
         t.join()
     assert len(won) == 1 and len(refused) == 5
     won[0].release()
+
+
+class PausedStore(LocalStore):
+    """A store whose first create of ``key`` waits for ``go``: a contender that looked at the
+    generations, then stalled (a paused VM, a slow request) before it created the next one."""
+
+    def __init__(self, root: Path, key: str) -> None:
+        super().__init__(root)
+        self.key = key
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        if key == self.key and if_absent and not self.reached.is_set():
+            self.reached.set()
+            assert self.go.wait(30)
+        return super().put(key, data, if_absent=if_absent)
+
+
+def test_a_deleted_generation_number_is_never_held_again(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    for _ in range(2):
+        lease(store).acquire().release()
+    # a contender sees generation 2 released and stalls before it creates generation 3
+    paused = PausedStore(tmp_path, "state/leases/decode/0000000003.json")
+    contender = lease(paused)
+    taken: list[Lease | BaseException] = []
+
+    def contend() -> None:
+        try:
+            taken.append(contender.acquire())
+        except BaseException as exc:  # reported below
+            taken.append(exc)
+
+    thread = threading.Thread(target=contend)
+    thread.start()
+    assert paused.reached.wait(30)
+    # meanwhile runs take generations 3, 4 and 5; taking 5 deletes 3
+    for expected in (3, 4, 5):
+        held = lease(store).acquire()
+        assert held.generation == expected
+        held.release()
+    assert not store.exists("state/leases/decode/0000000003.json")
+    paused.go.set()  # the contender wakes and creates generation 3 again
+    thread.join(30)
+    assert len(taken) == 1 and isinstance(taken[0], Lease), taken
+    assert taken[0].generation == 6  # not 3: that number was another run's fencing token
+    taken[0].release()
+    assert [o.key for o in store.list("state/leases/")] == [
+        "state/leases/decode/0000000005.json", "state/leases/decode/0000000006.json"]
+
+
+def test_a_holder_with_the_same_host_name_on_another_kernel_is_not_taken_for_dead(
+        tmp_path: Path) -> None:
+    """Containers on two hosts may share a host name (and the initial PID namespace's id):
+    its pid means nothing here, so the lease waits for its expiry."""
+    store = LocalStore(tmp_path)
+    here = Holder.me("a run elsewhere").__dict__
+    elsewhere = {**here, "pid": 4_000_000, "started": "1",  # no such process here
+                 "boot": "00000000-0000-0000-0000-000000000000"}
+    store.put("state/leases/decode/0000000001.json", json.dumps(
+        {"holder": elsewhere, "expires": time.time() + 60, "released": False}).encode())
+    with pytest.raises(ConcurrentRunError, match="a run elsewhere"):
+        lease(store).acquire()
+    assert Holder(**{**elsewhere, "boot": here["boot"]}).gone()  # on this kernel: it is gone
+
+
+def test_the_lease_of_a_live_run_in_another_pid_namespace_is_not_taken(tmp_path: Path) -> None:
+    """A run in a container on this host (its own PID namespace, the same host name) is pid 1
+    there; here pid 1 is another process. The holder is alive: its lease is not free."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to start a process in a new PID namespace")
+    proc = subprocess.Popen([unshare, "--pid", "--fork", "--kill-child", "--mount-proc",
+                             sys.executable, "-c", HOLD, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        with pytest.raises(ConcurrentRunError, match="a run"):
+            lease(LocalStore(tmp_path)).acquire()
+        doc = json.loads(LocalStore(tmp_path).get("state/leases/decode/0000000001.json"))
+        assert doc["holder"]["pid"] == 1
+        assert doc["holder"]["pidns"] != os.readlink("/proc/self/ns/pid")
+    finally:
+        proc.kill()
+        proc.wait()

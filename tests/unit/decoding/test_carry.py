@@ -47,7 +47,7 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     layout = Layout()
 
     def put(xid: int, first_lsn: int, path: Path) -> str:
-        key = layout.spill_key("000002-x", xid, first_lsn)
+        key = layout.spill_key("000002-x", xid, first_lsn, generation=1)
         store.put_file(key, path)
         return key
 

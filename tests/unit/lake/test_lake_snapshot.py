@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyarrow import fs as pafs
 from pyiceberg.catalog import Catalog
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -17,6 +18,7 @@ from cdclake.catalog.model import Column, RelationVersion
 from cdclake.config import Config
 from cdclake.decoding.plugins.arrow import column_fields
 from cdclake.decoding.rows import LayoutCache
+from cdclake.errors import LakeError
 from cdclake.lake.batch import read_batch
 from cdclake.lake.copyrows import CopyRows
 from cdclake.lake.merge import merge_batch
@@ -73,19 +75,52 @@ def test_snapshot_replaces_the_mirror_in_one_commit(catalog: Catalog, config: Co
     assert facts_of(table.properties, "public.acct") == facts("run2", ())
 
 
-def test_files_of_a_snapshot_that_never_committed_are_removed(catalog: Catalog,
-                                                              config: Config) -> None:
+def _data(m: MirrorSnapshot) -> str:
+    return f"{m.table.location().removeprefix('file://')}/data"
+
+
+def _dir(m: MirrorSnapshot) -> str:
+    return Path(m.directory).name
+
+
+def test_files_of_a_snapshot_that_can_no_longer_commit_are_removed(catalog: Catalog,
+                                                                   config: Config) -> None:
     done = _open(catalog, config, "done")
     done.commit([_copy(done, 0, [("1", "a")])], [], facts("done"), config.stream)
     died = _open(catalog, config, "died")
     _copy(died, 0, [("9", "lost")])  # written, never committed
+    again = _open(catalog, config, "again")  # the mirror moves past died's snapshot
+    again.commit([_copy(again, 0, [("2", "b")])], [], facts("again"), config.stream)
     retry = _open(catalog, config, "retry")
-    root = f"{retry.table.location().removeprefix('file://')}/data"
-    removed = retry.remove_stale(pafs.LocalFileSystem(), root)
-    assert [Path(p).name for p in removed] == [f"{DIRECTORY_PREFIX}died"]
-    left = sorted(p.name for p in Path(root).iterdir())
-    assert left == [f"{DIRECTORY_PREFIX}done"]  # the committed snapshot's files stay
+    removed = retry.remove_stale(pafs.LocalFileSystem(), _data(retry))
+    assert sorted(Path(p).name for p in removed) == sorted([_dir(done), _dir(died)])
+    left = sorted(p.name for p in Path(_data(retry)).iterdir())
+    assert left == [_dir(again)]  # the committed snapshot's files stay
+    assert _dir(again).startswith(f"{DIRECTORY_PREFIX}again-on-")
     assert PROPERTY in catalog.load_table(done.table.name()).properties
+
+
+def test_files_of_a_snapshot_that_can_still_commit_are_kept(catalog: Catalog,
+                                                            config: Config) -> None:
+    """A snapshot run that lost the lake lease and goes on (it stalled) can still commit while
+    the mirror stays on the snapshot it staged on: a newer run must not remove its files, or
+    the mirror would point at files that are gone."""
+    done = _open(catalog, config, "done")
+    done.commit([_copy(done, 0, [("1", "a")])], [], facts("done"), config.stream)
+    stalled = _open(catalog, config, "stalled")
+    paths = [_copy(stalled, 0, [("5", "e")])]
+    newer = _open(catalog, config, "newer")  # took the lease over, staged on the same snapshot
+    assert newer.remove_stale(pafs.LocalFileSystem(), _data(newer)) == []
+    stalled.commit(paths, [], facts("stalled"), config.stream)  # it wakes and commits
+    table = catalog.load_table(done.table.name())
+    assert table.scan().to_arrow().column("id").to_pylist() == [5]
+    with pytest.raises(LakeError, match="another writer committed to its mirror"):
+        newer.commit([_copy(newer, 0, [("6", "f")])], [], facts("newer"), config.stream)
+    # now the newer run's files can never be committed: the next look removes them
+    last = _open(catalog, config, "last")
+    removed = last.remove_stale(pafs.LocalFileSystem(), _data(last))
+    assert sorted(Path(p).name for p in removed) == sorted([_dir(done), _dir(newer)])
+    assert table.scan().to_arrow().column("id").to_pylist() == [5]
 
 
 def test_the_merge_skips_exactly_what_the_snapshot_saw(catalog: Catalog, config: Config,

@@ -14,8 +14,8 @@ from cdclake.lake.sparkmerge import (
     BatchStats,
     _ready_column,
     data_reason,
-    insert_sql,
     merge_sql,
+    rows_sql,
     spark_ready,
 )
 
@@ -74,13 +74,11 @@ def test_uuid_goes_to_spark_as_text() -> None:
     assert ready.to_pylist() == [{"id": str(u)}, None]
 
 
-def test_insert_sql_keeps_the_mirrors_column_order() -> None:
+def test_rows_sql_keeps_the_mirrors_column_order() -> None:
     columns = ["id", "_cdc_commit_lsn", "_cdc_commit_ts", "_cdc_pg_text", "body"]
-    sql = insert_sql("t", "v", columns, {"body": 3}, "public.t", overwrite=True)
-    assert sql.startswith("INSERT OVERWRITE t SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL, "
+    sql = rows_sql("v", columns, {"body": 3}, "public.t")
+    assert sql.startswith("SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL, "
                           "CASE WHEN s.`_unchanged_body` THEN raise_error(")
     assert sql.endswith("FROM v s WHERE s._kind = 'set'")
-    # a table without a key: its INSERTs are added to the multiset
-    assert insert_sql("t", "v", columns[:4], {}, "public.t", overwrite=False) == (
-        "INSERT INTO t SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL FROM v s "
-        "WHERE s._kind = 'set'")
+    assert rows_sql("v", columns[:4], {}, "public.t") == (
+        "SELECT s.`id`, s._commit_lsn, s._commit_ts, NULL FROM v s WHERE s._kind = 'set'")

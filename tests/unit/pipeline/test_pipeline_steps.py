@@ -4,6 +4,7 @@ reports, and the CLI wiring of ``cdclake run`` / ``cdclake status``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -22,6 +23,7 @@ from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.pipeline import RunParams, merge, report, validate_stream, validate_tables
 from cdclake.pipeline.steps import safe_run_id
+from cdclake.wal.lsn import format_lsn
 from tests.unit.lake.streamgen import Stream
 from tests.unit.lake.test_batches import items, two_batches
 
@@ -78,9 +80,10 @@ def test_safe_run_id_makes_airflow_run_ids_usable_as_keys() -> None:
 # -- merge ----------------------------------------------------------------------------------------
 
 
-def test_merge_takes_every_pending_batch_then_a_rerun_commits_nothing(
+def test_merge_takes_every_validated_batch_then_a_rerun_commits_nothing(
         config: Config, stream: Stream) -> None:
     two_batches(stream)
+    validate_stream(config)
     result = merge(config)
     assert [b["batch"] for b in result["batches"]] == ["b000001", "b000002"]
     assert result["tables"] == ["public.items", "public.owners"]
@@ -97,6 +100,7 @@ def test_merge_takes_every_pending_batch_then_a_rerun_commits_nothing(
 def test_merging_some_tables_leaves_the_batches_pending_for_the_others(
         config: Config, stream: Stream) -> None:
     two_batches(stream)
+    validate_stream(config)
     some = merge(config, RunParams(tables=("public.items",)))
     assert some["end_lsn"] is None  # the stream is not merged in full yet
     assert {t["table"] for b in some["batches"] for t in b["tables"]} == {"public.items"}
@@ -115,11 +119,49 @@ def test_merging_some_tables_leaves_the_batches_pending_for_the_others(
 
 def test_a_dry_run_merge_reports_and_commits_nothing(config: Config, stream: Stream) -> None:
     two_batches(stream)
+    validate_stream(config, RunParams(dry_run=True))  # checks, records nothing
+    assert not list(open_store(config).list("state/"))
     result = merge(config, RunParams(dry_run=True))
     assert [b["would_merge"] for b in result["batches"]] == [
         {"public.items": 2, "public.owners": 1}, {"public.items": 1, "public.owners": 2}]
+    assert [b["validated"] for b in result["batches"]] == [False, False]
     assert not open_catalog(config).table_exists((config.namespace, "public__items"))
     assert validate_tables(config, RunParams(dry_run=True))["skipped"] is True
+
+
+def test_merge_takes_only_batches_whose_stream_validation_is_recorded(
+        config: Config, stream: Stream) -> None:
+    """Validation and merge take the lake lease one after the other: between them another run
+    decodes batch 3, and decodes batch 2 again. The merge takes batch 1 alone, and says which
+    it left; they are merged once validated."""
+    two_batches(stream)
+    assert [b["success"] for b in validate_stream(config)["batches"]] == [True, True]
+    # batch 2 decoded again: another manifest (another decode's parts), not validated
+    manifest = Path(stream.root) / "b000002" / "_manifest.json"
+    manifest.write_text(json.dumps(json.loads(manifest.read_text()), indent=2))
+    late = stream.batch("b000003")
+    with late.txn() as t:
+        t.insert(items(), {"id": 4, "name": "unvalidated"})
+    late.write()
+
+    result = merge(config)
+    assert [b["batch"] for b in result["batches"]] == ["b000001"]
+    assert result["not_validated"] == ["b000002", "b000003"]
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
+    assert result["end_lsn"] == format_lsn(list_batches(open_store(config), Layout())[0].end_lsn)
+
+    # a validation of some tables does not cover a merge of all of them
+    validate_stream(config, RunParams(tables=("public.items",)))
+    assert merge(config)["not_validated"] == ["b000002", "b000003"]
+    validate_stream(config, RunParams(tables=("public.owners",)))
+    result = merge(config)
+    assert [b["batch"] for b in result["batches"]] == ["b000002", "b000003"]
+    assert result["not_validated"] == []
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"},
+                                       {"id": 4, "name": "unvalidated"}]
+    record = json.loads(open_store(config).get(Layout().validated_key("b000002")))
+    assert record["tables"] == ["public.items", "public.owners"]  # the two validations
+    assert record["manifest_sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
 
 
 # -- quality and report ----------------------------------------------------------------------
@@ -129,7 +171,7 @@ def test_a_stream_out_of_commit_order_stops_before_the_merge(config: Config,
                                                              stream: Stream) -> None:
     two_batches(stream)
     assert [b["success"] for b in validate_stream(config)["batches"]] == [True, True]
-    # a batch whose file holds two transactions in the wrong order
+    # a batch whose file holds two transactions in the wrong order: never merged
     bad = stream.batch("b000003")
     i = items()
     with bad.txn() as t:
@@ -140,11 +182,13 @@ def test_a_stream_out_of_commit_order_stops_before_the_merge(config: Config,
     pq.write_table(pq.read_table(path).take([1, 0]), path)
     with pytest.raises(QualityError, match="Commit LSN never goes backwards"):
         validate_stream(config)
+    assert merge(config)["not_validated"] == ["b000003"]
 
 
 def test_report_is_written_beside_the_data_docs_and_to_the_store(config: Config,
                                                                  stream: Stream) -> None:
     two_batches(stream)
+    validate_stream(config)
     merged = merge(config)
     checked = validate_tables(config, RunParams(), merged)
     assert checked["success"] and checked["rows"] == {"public.items": 2, "public.owners": 1}

@@ -85,3 +85,19 @@ def test_progress_of_format_1_is_read_and_saved_as_format_2(tmp_path: Path) -> N
     store.put(layout.progress_log_key(7), json.dumps({**old, "format": 3}).encode())
     with pytest.raises(StoreError, match="has format 3; this cdclake reads formats 1, 2"):
         load_progress(store, layout)
+
+
+def test_a_batch_whose_log_entry_was_deleted_cannot_be_committed_again(tmp_path: Path) -> None:
+    """A run that read the progress long ago (it stalled) decodes batch 1 when the log no
+    longer holds entry 1: creating it again succeeds, but it is not the newest, so the run
+    has not committed — and nothing of the stream's progress changed."""
+    store, layout = LocalStore(tmp_path), Layout()
+    for seq in range(1, KEEP + 8):
+        save_progress(store, layout, progress(seq, 0x1000 * seq))
+    assert not store.exists(layout.progress_log_key(1))
+    before = store.get(layout.progress_key())
+    with pytest.raises(ConcurrentRunError, match=r"another run committed batch 000001-x"):
+        save_progress(store, layout, progress(1, 0x9000))
+    assert not store.exists(layout.progress_log_key(1))
+    assert store.get(layout.progress_key()) == before
+    assert load_progress(store, layout).seq == KEEP + 7  # type: ignore[union-attr]

@@ -322,11 +322,16 @@ def build_manifest(batch: str, start_lsn: int, end_lsn: int, commits: int,
             "tables": list(tables.values())}
 
 
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    """``_manifest.json``'s content, as every decoder writes it."""
+    return json.dumps(manifest, indent=1, sort_keys=True).encode()
+
+
 def write_manifest(fs: pafs.FileSystem, root: str, manifest: dict[str, Any]) -> None:
     """Write ``_manifest.json`` last: a batch without it is incomplete (lake.batch refuses it)."""
     fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{root}/_manifest.json") as out:
-        out.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        out.write(manifest_bytes(manifest))
 
 
 def key_columns(rel: RelationVersion, layout: RowLayout) -> tuple[LiveColumn, ...]:
