@@ -21,9 +21,8 @@ to in her hostile session, and the decoding oracle's DDL workloads in plain ones
 Afterwards she is no superuser and has no new attribute; no planted object ran as anyone but
 herself (one did run, in a query of her own: the shadows are live); ``cdclake decode`` equals
 the test_decoding slot line for line (type names and messages included: the forgeries changed
-nothing); through ship, Spark decode and merge, every mirror equals its source table.
-(Dropping or disabling the TRUNCATE trigger is another engineer's finding; it joins this suite
-with its fix.)
+nothing); through ship, Spark decode and merge, every mirror equals its source table — the
+tables whose TRUNCATE triggers she dropped or disabled before truncating them too.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from cdclake.local.postgres import LocalPostgres
 from tests.oracle.catalog import shadows
 from tests.oracle.decoding.harness import Capture, as_lines, diff, ours
 from tests.oracle.decoding.test_forged_messages import connect_as, forgeries
-from tests.oracle.decoding.workloads import workloads
+from tests.oracle.decoding.workloads import OWNER, owner_truncates, workloads
 from tests.oracle.pipeline.harness import run_action
 from tests.oracle.pipeline.test_pipeline_oracle import check
 
@@ -50,6 +49,11 @@ pytestmark = pytest.mark.oracle
 #: the decoding oracle's workloads with every kind of DDL a table owner has
 WORKLOADS = ("type_ddl", "alter_table", "partitions", "replica_identities", "truncate",
              "vacuum_full_cluster", "other_database_ignored_and_sequences")
+#: what a table owner may do to the TRUNCATE triggers, then TRUNCATE every way (the decoding
+#: oracle's ``owner_truncates`` but its superuser's checkpoint), in a schema of its own: the
+#: workloads above have a ``bystander`` too
+OWNED = ((OWNER, "CREATE SCHEMA owned"), (OWNER, "SET search_path = owned"),
+         *((session, sql) for session, sql in owner_truncates() if session == OWNER))
 
 #: DDL taking every path of the triggers (run by the probe, then by Mallory in her hostile
 #: session); nothing in it calls a function or an operator itself
@@ -234,7 +238,7 @@ def test_a_database_owner_gains_nothing(pg: LocalPostgres, database: str, tmp_pa
     pg.sql(f'ALTER DATABASE "{database}" OWNER TO {role}')
     work = {w.name: w for w in workloads(pg.version)}
     steps = [("a", sql) for name in WORKLOADS for sql in work[name].setup] + [
-        step for name in WORKLOADS for step in work[name].steps]
+        step for name in WORKLOADS for step in work[name].steps] + list(OWNED)
 
     def act() -> None:
         found: dict[str, Any] = {}
