@@ -21,11 +21,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import lz4.block
 
 from cdclake import pglz
 from cdclake.errors import TupleDecodeError
+from cdclake.tuples import heap
+from cdclake.tuples.desc import Column
 from cdclake.wal.record import WalTuple
 
 VARTAG_INDIRECT = 1
@@ -44,7 +47,15 @@ _METHODS = {TOAST_PGLZ_COMPRESSION_ID: "pglz", TOAST_LZ4_COMPRESSION_ID: "lz4"}
 _VARATT_EXTERNAL = struct.Struct("<iIII")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
-_CHUNK_HEAD = struct.Struct("<Ii")  # chunk_id oid, chunk_seq int4 (both int-aligned at 0)
+
+#: a TOAST relation's columns (catalog/toasting.c, create_toast_table): chunk_id oid, chunk_seq
+#: int4, chunk_data bytea, all int-aligned and of plain storage (a chunk never gets a 1-byte
+#: header); chunk_data starts at offset 8 of a MAXALIGNed attribute area, never after padding
+TOAST_COLUMNS = (
+    Column(1, "chunk_id", "chunk_id", 26, -1, 4, "i", True, not_null=True),
+    Column(2, "chunk_seq", "chunk_seq", 23, -1, 4, "i", True, not_null=True),
+    Column(3, "chunk_data", "chunk_data", 17, -1, -1, "i", False, not_null=True),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,31 +160,22 @@ def _decompress(data: bytes | memoryview, rawsize: int, method: int, what: str) 
 def toast_chunk(tup: WalTuple) -> tuple[int, int, bytes]:
     """(chunk_id, chunk_seq, chunk bytes) of a TOAST relation row.
 
-    The TOAST relation's columns are fixed by PostgreSQL (chunk_id oid, chunk_seq int4,
-    chunk_data bytea with plain storage), so no dictionary entry is needed.
+    Deformed as any heap tuple is (:func:`cdclake.tuples.heap.deform`, compiled or not), by
+    :data:`TOAST_COLUMNS`: no dictionary entry is needed, and no second walk can align
+    differently (one of its own took the zero first byte of chunk_data's length word, as in
+    every chunk of 60, 124, ... 1980 bytes, for alignment padding).
     """
-    data = tup.data
-    natts = tup.infomask2 & 0x07FF
-    off = tup.t_hoff - 23
-    if natts != 3 or tup.infomask & 0x0001:
+    if tup.infomask2 & 0x07FF != 3 or tup.infomask & 0x0001:
         raise TupleDecodeError(
-            f"TOAST chunk row must have 3 non-null attributes (natts={natts}, "
+            f"TOAST chunk row must have 3 non-null attributes (natts={tup.infomask2 & 0x07FF}, "
             f"nulls={'yes' if tup.infomask & 1 else 'no'})")
-    if off < 0 or off + 9 > len(data):
-        raise TupleDecodeError(f"TOAST chunk row of {len(data) + 23} bytes is too short")
-    chunk_id, chunk_seq = _CHUNK_HEAD.unpack_from(data, off)
-    off += 8
-    if data[off] == 0:
-        off = (off + 3) & ~3  # padding before a 4-byte header (int alignment)
-    raw = bytes(data[off:])
-    what = f"TOAST value {chunk_id} chunk {chunk_seq}"
-    if not raw:
-        raise TupleDecodeError(f"{what}: chunk_data is missing")
-    b0 = raw[0]
-    size = (b0 >> 1) if b0 & 1 else (_U32.unpack_from(raw)[0] >> 2 if len(raw) >= 4 else 0)
-    if size > len(raw) or size == 0:
-        raise TupleDecodeError(f"{what}: chunk_data cut off ({len(raw)} of {size} bytes)")
-    return chunk_id, chunk_seq, payload(raw[:size], what=what)
+    try:
+        chunk_id, chunk_seq, chunk_data = cast(list[bytes], heap.deform(tup, TOAST_COLUMNS))
+    except TupleDecodeError as exc:
+        raise TupleDecodeError(f"TOAST chunk row: {exc}") from None
+    value_id = _U32.unpack(chunk_id)[0]
+    seq = _I32.unpack(chunk_seq)[0]
+    return value_id, seq, payload(chunk_data, what=f"TOAST value {value_id} chunk {seq}")
 
 
 def reassemble(pointer: ToastPointer, chunks: Sequence[bytes]) -> bytes:

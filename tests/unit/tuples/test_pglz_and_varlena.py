@@ -4,6 +4,7 @@ and the error paths (truncated, corrupt, bad pointers) naming what is wrong and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -184,7 +185,15 @@ def test_reassemble_uncompressed_and_compressed() -> None:
         reassemble(ptr, [broken])
 
 
-def _toast_row(chunk_id: int, seq: int, data: bytes, pad: bool = True) -> WalTuple:
+#: TOAST_MAX_CHUNK_SIZE on 8 kB pages (access/heaptoast.h): EXTERN_TUPLE_MAX_SIZE (2032, four
+#: tuples a page) less MAXALIGN(SizeofHeapTupleHeader), chunk_id, chunk_seq and a 4-byte header
+TOAST_MAX_CHUNK_SIZE = 2032 - 24 - 4 - 4 - 4
+
+
+def _toast_row(chunk_id: int, seq: int, data: bytes) -> WalTuple:
+    """A TOAST relation row as heap_insert logs it: no nulls, t_hoff MAXALIGN(23) = 24, so the
+    logged data (from tuple offset 23) is one padding byte, then the attribute area: chunk_id
+    and chunk_seq, and chunk_data with a 4-byte header (plain storage: never a 1-byte one)."""
     body = struct.pack("<Ii", chunk_id, seq) + struct.pack("<I", (len(data) + 4) << 2) + data
     return WalTuple(infomask2=3, infomask=0x0002, t_hoff=24, data=b"\x00" + body)
 
@@ -196,5 +205,31 @@ def test_toast_chunk_rows() -> None:
     with pytest.raises(TupleDecodeError, match="3 non-null attributes"):
         toast_chunk(WalTuple(2, 2, 24, b"\x00" + struct.pack("<Ii", 9, 0)))
     cut = _toast_row(501, 2, b"hello")
-    with pytest.raises(TupleDecodeError, match="TOAST value 501 chunk 2: chunk_data cut off"):
+    with pytest.raises(TupleDecodeError, match=(
+            r"^TOAST chunk row: tuple too short for column 'chunk_data' \(attnum 3\): needs 9 "
+            r"bytes at tuple offset 32, but the tuple ends at offset 39$")):
         toast_chunk(WalTuple(cut.infomask2, cut.infomask, cut.t_hoff, cut.data[:-2]))
+
+
+def test_the_last_chunk_of_a_22400_byte_value() -> None:
+    """Issue 33: the last chunk of ``string_agg(md5('five' || g), '')`` over 700 rows (12
+    chunks, the last 444 bytes), as PostgreSQL 15 and 18 write it (pageinspect shows the same
+    bytes). Its header, VARSIZE 448 << 2 = 0x700, starts with a zero byte at an int-aligned
+    offset: the first byte of the length word, not alignment padding."""
+    value = "".join(hashlib.md5(f"five{g}".encode()).hexdigest() for g in range(1, 701)).encode()
+    assert len(value) == 11 * TOAST_MAX_CHUNK_SIZE + 444
+    tup = WalTuple(infomask2=3, infomask=0x0802, t_hoff=24, data=bytes.fromhex(
+        "00"          # tuple offset 23: the padding up to t_hoff (no null bitmap)
+        "32400000"    # 24: chunk_id 16434 (oid)
+        "0b000000"    # 28: chunk_seq 11 (int4)
+        "00070000"    # 32: chunk_data's 4-byte varlena header, VARSIZE 448
+    ) + value[-444:])  # 36: the data
+    assert toast_chunk(tup) == (16434, 11, value[-444:])
+
+
+def test_toast_chunk_rows_of_every_chunk_length() -> None:
+    """Every length a chunk can have, 1 to TOAST_MAX_CHUNK_SIZE; one header in 64 (the
+    lengths 60, 124, ... 1980) starts with a zero byte."""
+    data = bytes(range(256)) * 8
+    for n in range(1, TOAST_MAX_CHUNK_SIZE + 1):
+        assert toast_chunk(_toast_row(70000, 5, data[:n])) == (70000, 5, data[:n]), n
