@@ -121,6 +121,9 @@ def workloads(version: int) -> list[Workload]:
             INSERT INTO toasty SELECT 2, 'b', string_agg(md5(i::text), ''), NULL, 2
               FROM generate_series(1, 500) i;
             INSERT INTO toasty VALUES (3, 'c', repeat('y', 3000), NULL, 3);
+            -- issue 33: 22,400 bytes stored as they are, the last of 12 chunks 444 bytes
+            INSERT INTO toasty SELECT 5, 'e', string_agg(md5('five' || g), ''), NULL, 5
+              FROM generate_series(1, 700) g;
             UPDATE toasty SET other = other + 10;
             UPDATE toasty SET big = big || 'tail' WHERE id = 1;
             UPDATE toasty SET small = 'changed', bin = decode(repeat('cd', 2500), 'hex')
