@@ -11,9 +11,12 @@ A varlena on disk starts with one of (little-endian):
 * ``xxxxxx10`` — 4-byte header, compressed inline: then va_tcinfo (raw size in the low 30 bits,
   method in the top 2: 0 pglz, 1 lz4) and the compressed stream.
 
-Out-of-line values live in the TOAST relation as rows (chunk_id, chunk_seq, chunk_data);
-joined in chunk_seq order they are the stored datum without its 4-byte header (so a compressed
-value starts with its va_tcinfo).
+Out-of-line values live in the TOAST relation as rows (chunk_id, chunk_seq, chunk_data), of
+TOAST_MAX_CHUNK_SIZE (1996 on 8 kB pages) bytes but the last; joined in chunk_seq order they
+are the stored datum without its 4-byte header (so a compressed value starts with its
+va_tcinfo). A chunk's length word starts with a zero byte when the chunk and its header
+make a multiple of 64 bytes; a zero byte is padding only where alignment, counted from the
+tuple's start (att_align_pointer), moves the offset, as :mod:`cdclake.tuples.heap` reads it.
 """
 
 from __future__ import annotations
@@ -161,13 +164,14 @@ def toast_chunk(tup: WalTuple) -> tuple[int, int, bytes]:
     """(chunk_id, chunk_seq, chunk bytes) of a TOAST relation row.
 
     Deformed as any heap tuple is (:func:`cdclake.tuples.heap.deform`, compiled or not), by
-    :data:`TOAST_COLUMNS`: no dictionary entry is needed, and no second walk can align
-    differently (one of its own took the zero first byte of chunk_data's length word, as in
-    every chunk of 60, 124, ... 1980 bytes, for alignment padding).
+    :data:`TOAST_COLUMNS`: no dictionary entry is needed, and a chunk row is aligned as every
+    other tuple (the zero first byte of the length word of a chunk of 60, 124, ... 1980 bytes
+    is no padding, as a walk of its own once took it to be).
     """
-    if tup.infomask2 & 0x07FF != 3 or tup.infomask & 0x0001:
+    natts = tup.infomask2 & 0x07FF
+    if natts != 3 or tup.infomask & 0x0001:
         raise TupleDecodeError(
-            f"TOAST chunk row must have 3 non-null attributes (natts={tup.infomask2 & 0x07FF}, "
+            f"TOAST chunk row must have 3 non-null attributes (natts={natts}, "
             f"nulls={'yes' if tup.infomask & 1 else 'no'})")
     try:
         chunk_id, chunk_seq, chunk_data = cast(list[bytes], heap.deform(tup, TOAST_COLUMNS))

@@ -213,9 +213,9 @@ def test_toast_chunk_rows() -> None:
 
 def test_the_last_chunk_of_a_22400_byte_value() -> None:
     """Issue 33: the last chunk of ``string_agg(md5('five' || g), '')`` over 700 rows (12
-    chunks, the last 444 bytes), as PostgreSQL 15 and 18 write it (pageinspect shows the same
-    bytes). Its header, VARSIZE 448 << 2 = 0x700, starts with a zero byte at an int-aligned
-    offset: the first byte of the length word, not alignment padding."""
+    chunks, the last 444 bytes), laid out as PostgreSQL 15 and 18 write it (pageinspect shows
+    these bytes, the chunk_id aside). Its header, VARSIZE 448 << 2 = 0x700, starts with a
+    zero byte at an int-aligned offset: the first byte of the length word, not padding."""
     value = "".join(hashlib.md5(f"five{g}".encode()).hexdigest() for g in range(1, 701)).encode()
     assert len(value) == 11 * TOAST_MAX_CHUNK_SIZE + 444
     tup = WalTuple(infomask2=3, infomask=0x0802, t_hoff=24, data=bytes.fromhex(
