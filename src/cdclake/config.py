@@ -60,7 +60,8 @@ class Config:
     source_dsn: str = ""
     #: CDCLAKE_ARCHIVE_DIR: local directory PostgreSQL archives WAL to (``ship --from``).
     archive_dir: Path | None = None
-    #: CDCLAKE_STORE_URL: ``s3://bucket/prefix`` or ``file:///path/prefix``.
+    #: CDCLAKE_STORE_URL: ``s3://bucket/prefix``, ``file:///path/prefix`` or an absolute path
+    #: (a relative one is refused: archive_command would resolve it inside the data directory).
     store_url: str = ""
     #: CDCLAKE_S3_ENDPOINT_URL: S3 endpoint (MinIO, moto_server); empty = AWS.
     s3_endpoint_url: str = ""
