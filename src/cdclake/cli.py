@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from cdclake.config import Config
@@ -74,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"command {known.command!r} is not available")
     add_arguments(cmd_parser)
     args = cmd_parser.parse_args(rest)
+    config: Config | None = None
     try:
         config = Config.load(known.config)
         return int(run(args, config) or 0)
@@ -86,6 +89,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"cdclake {known.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
+    except Exception as exc:  # not foreseen: a bug. One line here, the traceback in the log
+        what = redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")
+        print(f"cdclake {known.command}: internal error: {what} "
+              f"({_keep_traceback(config, argv)})", file=sys.stderr)
+        return 1
+
+
+def _keep_traceback(config: Config | None, argv: Sequence[str]) -> str:
+    """Append the traceback being handled to ``logs/cdclake.log`` in the home; where it went.
+    With no home to write to, it goes to stderr after all: a bug's traceback is not lost."""
+    text = redact(f"{datetime.now(UTC).isoformat(timespec='seconds')} cdclake "
+                  f"{' '.join(argv)}\n{traceback.format_exc()}\n")
+    if config is not None:
+        path = config.logs_path() / "cdclake.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return f"a bug: its traceback is in {path}"
+        except OSError:
+            pass
+    sys.stderr.write(text)
+    return "a bug: its traceback is above"
 
 
 if __name__ == "__main__":

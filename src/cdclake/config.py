@@ -54,7 +54,8 @@ def positive_int(text: str) -> int:
 class Config:
     """What a cdclake run needs to know. Field docs give the env var and default."""
 
-    #: CDCLAKE_HOME: working directory for local state (spill, catalog, reports, services).
+    #: CDCLAKE_HOME: working directory for local state (spill, catalog, reports, logs,
+    #: services).
     home: Path = field(default_factory=lambda: Path(".cdclake").resolve())
     #: CDCLAKE_SOURCE_DSN: libpq connection string of the source database.
     source_dsn: str = ""
@@ -145,6 +146,12 @@ class Config:
 
     def reports_path(self) -> Path:
         return self.home / "reports"
+
+    def logs_path(self) -> Path:
+        """Logs for people, not results: the Spark JVM's (``spark.log``, whatever a failed
+        task left in it) and the traceback of any error cdclake did not foresee
+        (``cdclake.log``), each command printing one line."""
+        return self.home / "logs"
 
     def effective_store_url(self) -> str:
         return self.store_url or (self.home / "store").resolve().as_uri()

@@ -261,10 +261,11 @@ def merge(config: Config, params: RunParams | None = None, *,
 
 def _merge_session(config: Config) -> Any:
     """The Spark session of ``merge_engine = "spark"`` (Iceberg's runtime on its class path)."""
-    from cdclake.lake.sparksql import error_line, spark_session
+    from cdclake.lake.sparksql import spark_session
+    from cdclake.sparkenv import error_line
 
     try:
-        return spark_session(config, quiet=True)
+        return spark_session(config)
     except CdclakeError:
         raise
     except Exception as exc:  # the JVM did not start: no Java, a bad spark_conf
@@ -341,8 +342,8 @@ def _spark_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, Rel
     engine): the rows stay on the executors, whatever the run wrote. Mirrors Spark cannot read
     (``time`` columns) are read with pyiceberg."""
     from cdclake.lake.sparkmerge import spark_mirrors
-    from cdclake.lake.sparksql import error_line
     from cdclake.lake.tables import read_mirrors
+    from cdclake.sparkenv import error_line
 
     try:
         frames, missing, unreadable = spark_mirrors(_merge_session(config), config, catalog,
@@ -426,8 +427,9 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
     """``cdclake run``: the steps in order, in this process, as the DAG runs them
     (``on_progress`` gets the snapshot's progress lines).
 
-    A failing step stops the run; the report is still written, with the error, so the
-    operator finds what happened where the successful runs are. Returns the report.
+    A failing step stops the run; the report is still written, with the error — any error,
+    cdclake's own or one it did not foresee — so the operator finds what happened where the
+    successful runs are, and the error is raised again. Returns the report.
     """
     params = params or RunParams()
     catalog = _catalog(config)
@@ -448,9 +450,13 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
         merged = step("merge", lambda: merge(config, params, catalog=catalog))
         step("validate_tables", lambda: validate_tables(config, params, merged,
                                                         catalog=catalog))
-    except CdclakeError as exc:
+    except Exception as exc:
         results["error"] = redact(f"{type(exc).__name__}: {exc}")
-        report(config, params, results, run_id=run_id, catalog=catalog)
+        try:
+            report(config, params, results, run_id=run_id, catalog=catalog)
+        except Exception as failed:  # the run's own error is the one to tell
+            log.warning("the report of the failed run was not written: %s",
+                        redact(str(failed)))
         raise
     return report(config, params, results, run_id=run_id, catalog=catalog)
 

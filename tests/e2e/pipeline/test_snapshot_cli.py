@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -463,3 +463,54 @@ def test_bad_input_is_one_line_and_exit_2(shop: Shop, tmp_path: Path) -> None:
     report = (tmp_path / "reports" / "runs" / "unreachable.json").read_text()
     assert "cannot connect to the source" in report and PASSWORD not in report
     assert not snapshot_dirs(tmp_path)
+
+
+def test_the_source_going_away_mid_copy_is_one_line_and_commits_nothing(shop: Shop) -> None:
+    """While `cdclake snapshot` copies, the source goes away: every session of the shop
+    database terminated (pg_terminate_backend: the copies' and the one holding the snapshot),
+    then the whole server stopped. Each time: one line naming the source and the table, exit
+    2, no traceback, and the mirror exactly as before (nothing half-committed)."""
+    shop.first_run()
+    catalog = open_catalog(shop.config)
+    ident = mirror_identifier(shop.config, "public", "big")
+    before = catalog.load_table(ident).current_snapshot()
+    rows_before = mirror_rows(shop.config, "public.big", SHOP["public.big"])
+
+    def snapshot_while(fault: Callable[[], None]) -> str:
+        proc = subprocess.Popen([CDCLAKE, "snapshot", "--tables", "public.big"], env=shop.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while not shop.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                               "= 'cdclake-snapshot'")[0][0]:
+                assert proc.poll() is None, f"the copy ended before the fault: {proc.stderr}"
+                assert time.monotonic() < deadline, "no copy started"
+                time.sleep(0.02)
+            fault()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert PASSWORD not in out + err
+        line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, out,
+                                                          err.splitlines()[-1] + "\n"),
+                              "snapshot")
+        noise = [x for x in err.splitlines()[:-1] if not PROGRESS.match(x)
+                 and not x.startswith("initial snapshot ")]
+        assert not noise and "Traceback" not in err, err[-4000:]
+        assert f"{ROLE}@127.0.0.1:{shop.pg.port}/{shop.database}" in line, line
+        assert "public.big" in line, line
+        now = catalog.load_table(ident).current_snapshot()
+        assert now == before, "the failed snapshot committed"
+        return line
+
+    line = snapshot_while(lambda: shop.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+        "current_database() AND pid <> pg_backend_pid()"))
+    assert "ended the snapshot's session during the copy" in line, line
+    try:
+        snapshot_while(lambda: shop.pg.stop("immediate"))
+    finally:
+        shop.pg.start()
+    assert mirror_rows(shop.config, "public.big", SHOP["public.big"]) == rows_before
+

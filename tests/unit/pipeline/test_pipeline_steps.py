@@ -21,7 +21,7 @@ from cdclake.errors import ConfigError, QualityError
 from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
-from cdclake.pipeline import RunParams, merge, report, validate_stream, validate_tables
+from cdclake.pipeline import RunParams, merge, report, steps, validate_stream, validate_tables
 from cdclake.pipeline.steps import safe_run_id
 from cdclake.wal.lsn import format_lsn
 from tests.unit.lake.streamgen import Stream
@@ -244,3 +244,33 @@ def test_status_only_reads(config: Config) -> None:
     out = status(config)
     assert out["lake"]["merged_end_lsn"] is None and out["lake"]["mirrors"] == {}
     assert not catalog.namespace_exists(config.namespace)
+
+
+def test_an_error_nobody_foresaw_is_one_line_the_report_written_the_traceback_kept(
+        config: Config, stream: Stream, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A bug (here: a step that raises a KeyError) still gets the run's report, with the
+    error, and one line on the terminal (exit 1, not 2: it is not the user's doing); its
+    traceback goes to the home's log, not to the terminal."""
+    two_batches(stream)
+    monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
+    monkeypatch.setenv("CDCLAKE_SNAPSHOT_MODE", "never")
+
+    def validate_stream(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise KeyError("_cdc_lsn")
+
+    monkeypatch.setattr(steps, "validate_stream", validate_stream)
+    assert main(["run", "--run-id", "bug"]) == 1
+    log = config.home / "logs" / "cdclake.log"
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (f"cdclake run: internal error: KeyError: '_cdc_lsn' (a bug: its "
+                       f"traceback is in {log})")
+    assert not [line for line in err if line.startswith(("Traceback", " "))]
+    report = json.loads((config.home / "reports" / "runs" / "bug.json").read_text())
+    assert report["steps"]["error"] == "KeyError: '_cdc_lsn'"
+    assert report["steps"]["decode"]["batch"] is None  # the steps before it are there
+    text = log.read_text()
+    assert "cdclake run --run-id bug\nTraceback (most recent call last):" in text
+    assert text.rstrip().endswith("KeyError: '_cdc_lsn'")
+
