@@ -113,7 +113,10 @@ class Config:
     quality_chunk_rows: int = 100_000
     #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
     namespace: str = "cdc"
-    #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.
+    #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all. The decode
+    #: leaves out every other table's changes, so a name that selects nothing — one neither
+    #: the stream's dictionary nor the source knows, or a partitioned table (name its
+    #: partitions) — stops the run before it decodes (:func:`cdclake.lake.batch.unselectable`).
     tables: list[str] = field(default_factory=list)
     #: CDCLAKE_SNAPSHOT_MODE: ``initial`` — a run first copies the current rows of every table
     #: in scope that has no mirror yet (an initial snapshot); ``never`` — mirrors hold only what
