@@ -36,6 +36,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: command -> the default places it uses, which it says on stderr when they are defaults
+#: (``status`` says where it looks in its output, and refuses a home that is not there)
+SAYS_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "run": ("home", "store"), "snapshot": ("home", "store"), "maintain": ("home", "store"),
+    "sql": ("home",), "source": ("home",), "decode": ("home",), "demo": ("home",)}
+#: how each default place is chosen instead
+CHOSEN_BY = {"home": "CDCLAKE_HOME", "store": "CDCLAKE_STORE_URL"}
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the errors cdclake promises: one line naming the argument and what is
     wrong with it (a type function's own message, e.g. ``not an LSN: 'x'``), exit status 2."""
@@ -79,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config: Config | None = None
     try:
         config = Config.load(known.config)
+        said = _defaults(config, SAYS_DEFAULTS.get(known.command, ()))
+        if said:
+            print(f"cdclake {known.command}: {said}", file=sys.stderr)
         return int(run(args, config) or 0)
     except CdclakeError as exc:
         print(f"cdclake {known.command}: error: {redact(str(exc))}", file=sys.stderr)
@@ -94,6 +106,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cdclake {known.command}: internal error: {what} "
               f"({_keep_traceback(config, argv)})", file=sys.stderr)
         return 1
+
+
+def _defaults(config: Config, places: Sequence[str]) -> str:
+    """The line saying which of ``places`` are defaults here, and where they are ("" when
+    none): without it a command run with no configuration would fill ``./.cdclake`` of
+    whatever directory it ran in, silently."""
+    used = {k: v for k, v in config.defaults_in_use().items() if k in places}
+    if not used:
+        return ""
+    new = "" if config.home.exists() else " (not there yet: it will be created)"
+    where = " and ".join(f"{k} {v}{new if k == 'home' else ''}" for k, v in used.items())
+    choose = ", ".join(CHOSEN_BY[k] for k in used)
+    return f"using the default {where}; {choose} or a configuration file choose others"
 
 
 def _keep_traceback(config: Config | None, argv: Sequence[str]) -> str:

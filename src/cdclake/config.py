@@ -50,13 +50,19 @@ def positive_int(text: str) -> int:
     return n
 
 
+def default_home() -> Path:
+    """``.cdclake`` in the working directory: the home when none is configured."""
+    return Path(".cdclake").resolve()
+
+
 @dataclass(slots=True)
 class Config:
     """What a cdclake run needs to know. Field docs give the env var and default."""
 
     #: CDCLAKE_HOME: working directory for local state (spill, catalog, reports, logs,
-    #: services).
-    home: Path = field(default_factory=lambda: Path(".cdclake").resolve())
+    #: services); default ``.cdclake`` in the directory the command runs in, which every
+    #: command that uses it says (:meth:`defaults_in_use`).
+    home: Path = field(default_factory=default_home)
     #: CDCLAKE_SOURCE_DSN: libpq connection string of the source database.
     source_dsn: str = ""
     #: CDCLAKE_ARCHIVE_DIR: local directory PostgreSQL archives WAL to (``ship --from``).
@@ -164,6 +170,17 @@ class Config:
 
     def effective_warehouse(self) -> str:
         return self.warehouse or (self.home / "warehouse").resolve().as_uri()
+
+    def defaults_in_use(self) -> dict[str, str]:
+        """The home and the store, by name, where this configuration leaves them at their
+        defaults: the home is then ``.cdclake`` in whatever directory the command runs in,
+        and commands say so rather than fill a directory nobody chose."""
+        out = {}
+        if self.home == default_home():
+            out["home"] = str(self.home)
+        if not self.store_url:
+            out["store"] = self.effective_store_url()
+        return out
 
     # -- loading -------------------------------------------------------------------------
 
