@@ -36,7 +36,7 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import cdclake
 from cdclake.config import Config
@@ -136,6 +136,7 @@ appender.file.strategy.type = DefaultRolloverStrategy
 appender.file.strategy.max = 3
 """
 
+
 def _log_to(path: Path) -> str:
     """The driver's Java options that make a JVM started now log to ``path``: ``-D`` options
     Spark splits as a shell would (so quoted)."""
@@ -177,15 +178,13 @@ MARK = "cdclake-task-error"
 _NONCE = secrets.token_hex(16)
 _TOKEN = re.compile(rf"{MARK}:([0-9a-f]{{32}}):([A-Za-z0-9_-]+=*)")
 
-T = TypeVar("T")
-
 
 class TaskFailed(Exception):
     """What a task wrapped by :func:`task` raises: its message is the token of the error the
     task body raised (:func:`task_error` reads it back in the driver)."""
 
 
-def task(fn: Callable[..., T]) -> Callable[..., T]:
+def task(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` as the body of Spark tasks (``map``, ``flatMap``, ``mapPartitions``,
     ``mapInArrow``): whatever it raises, also while Spark iterates what it returned, is raised
     again as :class:`TaskFailed` carrying a token of it — its class, message and plain
@@ -200,7 +199,7 @@ def task(fn: Callable[..., T]) -> Callable[..., T]:
             raise TaskFailed(_token(exc, nonce)) from exc
         return _guarded(out, nonce) if isinstance(out, Iterator) else out
 
-    return run  # type: ignore[return-value]
+    return run
 
 
 def _guarded(items: Iterator[Any], nonce: str) -> Iterator[Any]:
@@ -213,23 +212,23 @@ def _guarded(items: Iterator[Any], nonce: str) -> Iterator[Any]:
 def _token(exc: Exception, nonce: str) -> str:
     attrs = {k: v for k, v in getattr(exc, "__dict__", {}).items()
              if isinstance(v, str | int | float | bool) or v is None}
-    payload = {"type": type(exc).__name__, "module": type(exc).__module__,
-               "cdclake": isinstance(exc, CdclakeError), "message": str(exc), "attrs": attrs}
+    payload = {"type": type(exc).__name__, "cdclake": isinstance(exc, CdclakeError),
+               "message": str(exc), "attrs": attrs}
     return f"{MARK}:{nonce}:{base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()}"
 
 
-def _spark_text(exc: BaseException) -> str:
-    """Everything Spark says about ``exc``: a Py4J error's text is the Java exception with its
+def _text(thing: object) -> str:
+    """What Spark says in ``thing``: a Py4J error's text is the Java exception with its
     causes, a captured pyspark error's the worker's traceback."""
     try:
-        return str(exc)
-    except Exception:  # a Py4J error's text is asked of the JVM, which may be gone
-        return repr(exc.args)
+        return str(thing)
+    except Exception:  # a Py4J object's text is asked of the JVM, which may be gone
+        return repr(getattr(thing, "args", thing))
 
 
 def _task_payload(exc: BaseException) -> dict[str, Any] | None:
     """The error a task of this driver raised, if ``exc`` reports one (its first)."""
-    for found in _TOKEN.finditer(_spark_text(exc)):
+    for found in _TOKEN.finditer(_text(exc)):
         if secrets.compare_digest(found[1], _NONCE):
             try:
                 data = json.loads(base64.urlsafe_b64decode(found[2]))
@@ -259,12 +258,12 @@ def error_line(exc: BaseException) -> str:
         return message if data.get("cdclake") else f"{data.get('type')}: {message}"
     from py4j.protocol import Py4JJavaError
 
-    text = str(exc.java_exception) if isinstance(exc, Py4JJavaError) else str(exc)
+    text = _text(exc.java_exception if isinstance(exc, Py4JJavaError) else exc)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 
 
-def from_spark(exc: BaseException) -> bool:
+def _from_spark(exc: BaseException) -> bool:
     """Whether ``exc`` is Spark's (Py4J, pyspark): what a Spark action raises for a failed job,
     a lost JVM, a refused statement — not a bug in the driver's own code."""
     from py4j.protocol import Py4JError
@@ -283,7 +282,7 @@ def spark_errors(what: str, error: type[CdclakeError] = CdclakeError) -> Iterato
     except CdclakeError:
         raise
     except Exception as exc:
-        if not from_spark(exc):
+        if not _from_spark(exc):
             raise
         raised = task_error(exc)
         if raised is None:

@@ -98,10 +98,11 @@ def unselectable(tables: Sequence[str], relations: Iterable[RelationVersion],
     rows = {name for name, versions in known.items()
             if any(v.relkind in (RELKIND_TABLE, RELKIND_MATVIEW) and not v.rewrite_of
                    for v in versions)}
+    created_since = set(elsewhere)
     out = []
     for name in tables:
         parents = [v for v in known.get(name, ()) if v.relkind == RELKIND_PARTITIONED]
-        if name in rows or (not parents and name in set(elsewhere)):
+        if name in rows or (not parents and name in created_since):
             continue
         if parents:
             parts = sorted({p for v in parents for p in leaves(v.oid)})

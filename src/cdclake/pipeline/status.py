@@ -32,8 +32,8 @@ def status(config: Config) -> dict[str, Any]:
         default = " (the default: CDCLAKE_HOME is not set)" \
             if "home" in config.defaults_in_use() else ""
         raise ConfigError(f"no cdclake home at {config.home}{default}: nothing ran with this "
-                          "configuration here; set CDCLAKE_HOME or CDCLAKE_CONFIG to the "
-                          "stream's")
+                          "configuration here; set CDCLAKE_HOME (or CDCLAKE_CONFIG) to the "
+                          "home of the stream to look at")
     store, layout = open_store(config), Layout()
     out: dict[str, Any] = {"stream": config.stream, "home": str(config.home),
                            "store": store.url()}

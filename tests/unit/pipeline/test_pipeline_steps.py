@@ -295,7 +295,7 @@ def test_status_where_nothing_ran_is_an_error_not_an_empty_stream(
     assert capsys.readouterr().err == (
         f"cdclake status: error: no cdclake home at {nowhere / '.cdclake'} (the default: "
         "CDCLAKE_HOME is not set): nothing ran with this configuration here; set "
-        "CDCLAKE_HOME or CDCLAKE_CONFIG to the stream's\n")
+        "CDCLAKE_HOME (or CDCLAKE_CONFIG) to the home of the stream to look at\n")
     assert list(nowhere.iterdir()) == []  # looking created nothing
 
 
