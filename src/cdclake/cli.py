@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, redact
+from cdclake.errors import CdclakeError, redact, unforeseen
 
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -102,8 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cdclake {known.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
     except Exception as exc:  # not foreseen: a bug. One line here, the traceback in the log
-        what = redact(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")
-        print(f"cdclake {known.command}: internal error: {what} "
+        print(f"cdclake {known.command}: {unforeseen(exc)} "
               f"({_keep_traceback(config, argv)})", file=sys.stderr)
         return 1
 

@@ -162,6 +162,13 @@ class QualityError(CdclakeError):
     """A data-quality expectation failed; the message summarises which and where."""
 
 
+def unforeseen(exc: BaseException) -> str:
+    """One line for an exception cdclake did not raise on purpose (a bug): its type and the
+    first line of its message, no secret in it. Its traceback goes to a log, not the user."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return redact(f"internal error: {type(exc).__name__}: {first}")
+
+
 def rebuild(name: str, message: str, attrs: dict[str, object] | None = None) -> CdclakeError:
     """The error of cdclake's own class ``name`` (``CdclakeError`` for any other name) with
     ``message`` as its text and ``attrs`` (segment, lsn, ...) as its attributes.

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from cdclake.archive import open_store
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, redact
+from cdclake.errors import CdclakeError, redact, unforeseen
 from cdclake.pipeline import steps
 from cdclake.pipeline.params import RunParams
 
@@ -41,8 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer = {"error": redact(str(exc)), "type": type(exc).__name__}
     except Exception as exc:  # a bug: the line for the task, the traceback for its log
         traceback.print_exc()
-        first = (str(exc).strip().splitlines() or [""])[0]
-        answer = {"error": redact(f"internal error: {type(exc).__name__}: {first}")}
+        answer = {"error": unforeseen(exc)}
     open_store(config).put(args.result, json.dumps(answer).encode())
     if "error" in answer:
         print(f"cdclake {args.step}: error: {answer['error']}", file=sys.stderr)
