@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, redact
+from cdclake.errors import CdclakeError, redact, unforeseen
 
 #: command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,6 +34,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("cdclake.lake.sparksql", "run a Spark SQL query on the mirrors and print the result"),
     "demo": ("cdclake.demo", "start local services, run a workload and the DAG, compare"),
 }
+
+
+#: command -> the default places it uses, which it says on stderr when they are defaults
+#: (``status`` says where it looks in its output, and refuses a home that is not there)
+SAYS_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "run": ("home", "store"), "snapshot": ("home", "store"), "maintain": ("home", "store"),
+    "sql": ("home",), "source": ("home",), "decode": ("home",), "demo": ("home",)}
+#: how each default place is chosen instead
+CHOSEN_BY = {"home": "CDCLAKE_HOME", "store": "CDCLAKE_STORE_URL"}
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -74,8 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"command {known.command!r} is not available")
     add_arguments(cmd_parser)
     args = cmd_parser.parse_args(rest)
+    config: Config | None = None
     try:
         config = Config.load(known.config)
+        said = _defaults(config, SAYS_DEFAULTS.get(known.command, ()))
+        if said:
+            print(f"cdclake {known.command}: {said}", file=sys.stderr)
         return int(run(args, config) or 0)
     except CdclakeError as exc:
         print(f"cdclake {known.command}: error: {redact(str(exc))}", file=sys.stderr)
@@ -86,6 +101,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"cdclake {known.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
+    except Exception as exc:  # not foreseen: a bug. One line here, the traceback in the log
+        print(f"cdclake {known.command}: {unforeseen(exc)} "
+              f"({_keep_traceback(config, argv)})", file=sys.stderr)
+        return 1
+
+
+def _defaults(config: Config, places: Sequence[str]) -> str:
+    """The line saying which of ``places`` are defaults here, and where they are ("" when
+    none): without it a command run with no configuration would fill ``./.cdclake`` of
+    whatever directory it ran in, silently."""
+    used = {k: v for k, v in config.defaults_in_use().items() if k in places}
+    if not used:
+        return ""
+    new = "" if config.home.exists() else " (not there yet: it will be created)"
+    where = " and ".join(f"{k} {v}{new if k == 'home' else ''}" for k, v in used.items())
+    choose = ", ".join(CHOSEN_BY[k] for k in used)
+    return f"using the default {where}; {choose} or a configuration file choose others"
+
+
+def _keep_traceback(config: Config | None, argv: Sequence[str]) -> str:
+    """Append the traceback being handled to ``logs/cdclake.log`` in the home; where it went.
+    With no home to write to, it goes to stderr after all: a bug's traceback is not lost."""
+    text = redact(f"{datetime.now(UTC).isoformat(timespec='seconds')} cdclake "
+                  f"{' '.join(argv)}\n{traceback.format_exc()}\n")
+    if config is not None:
+        path = config.logs_path() / "cdclake.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return f"a bug: its traceback is in {path}"
+        except OSError:
+            pass
+    sys.stderr.write(text)
+    return "a bug: its traceback is above"
 
 
 if __name__ == "__main__":

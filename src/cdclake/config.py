@@ -9,12 +9,15 @@ endpoint, Spark ``local[*]`` and an Iceberg SQL catalog on SQLite under ``.cdcla
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, get_args, get_type_hints
 
 from cdclake.errors import ConfigError
 
@@ -47,17 +50,25 @@ def positive_int(text: str) -> int:
     return n
 
 
+def default_home() -> Path:
+    """``.cdclake`` in the working directory: the home when none is configured."""
+    return Path(".cdclake").resolve()
+
+
 @dataclass(slots=True)
 class Config:
     """What a cdclake run needs to know. Field docs give the env var and default."""
 
-    #: CDCLAKE_HOME: working directory for local state (spill, catalog, reports, services).
-    home: Path = field(default_factory=lambda: Path(".cdclake").resolve())
+    #: CDCLAKE_HOME: working directory for local state (spill, catalog, reports, logs,
+    #: services); default ``.cdclake`` in the directory the command runs in, which every
+    #: command that uses it says (:meth:`defaults_in_use`).
+    home: Path = field(default_factory=default_home)
     #: CDCLAKE_SOURCE_DSN: libpq connection string of the source database.
     source_dsn: str = ""
     #: CDCLAKE_ARCHIVE_DIR: local directory PostgreSQL archives WAL to (``ship --from``).
     archive_dir: Path | None = None
-    #: CDCLAKE_STORE_URL: ``s3://bucket/prefix`` or ``file:///path/prefix``.
+    #: CDCLAKE_STORE_URL: ``s3://bucket/prefix``, ``file:///path/prefix`` or an absolute path
+    #: (a relative one is refused: archive_command would resolve it inside the data directory).
     store_url: str = ""
     #: CDCLAKE_S3_ENDPOINT_URL: S3 endpoint (MinIO, moto_server); empty = AWS.
     s3_endpoint_url: str = ""
@@ -108,7 +119,10 @@ class Config:
     quality_chunk_rows: int = 100_000
     #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
     namespace: str = "cdc"
-    #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all.
+    #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all. The decode
+    #: leaves out every other table's changes, so a name that selects nothing — one neither
+    #: the stream's dictionary nor the source knows, or a partitioned table (name its
+    #: partitions) — stops the run before it decodes (:func:`cdclake.lake.batch.unselectable`).
     tables: list[str] = field(default_factory=list)
     #: CDCLAKE_SNAPSHOT_MODE: ``initial`` — a run first copies the current rows of every table
     #: in scope that has no mirror yet (an initial snapshot); ``never`` — mirrors hold only what
@@ -142,6 +156,12 @@ class Config:
     def reports_path(self) -> Path:
         return self.home / "reports"
 
+    def logs_path(self) -> Path:
+        """Logs for people, not results: the Spark JVM's (``spark.log``, whatever a failed
+        task left in it) and the traceback of any error cdclake did not foresee
+        (``cdclake.log``), each command printing one line."""
+        return self.home / "logs"
+
     def effective_store_url(self) -> str:
         return self.store_url or (self.home / "store").resolve().as_uri()
 
@@ -151,30 +171,50 @@ class Config:
     def effective_warehouse(self) -> str:
         return self.warehouse or (self.home / "warehouse").resolve().as_uri()
 
+    def defaults_in_use(self) -> dict[str, str]:
+        """The home and the store, by name, where this configuration leaves them at their
+        defaults: the home is then ``.cdclake`` in whatever directory the command runs in,
+        and commands say so rather than fill a directory nobody chose."""
+        out = {}
+        if self.home == default_home():
+            out["home"] = str(self.home)
+        if not self.store_url:
+            out["store"] = self.effective_store_url()
+        return out
+
     # -- loading -------------------------------------------------------------------------
 
     @classmethod
     def load(cls, path: str | Path | None = None, env: dict[str, str] | None = None,
              **overrides: Any) -> Config:
-        """Build from defaults, then the TOML file (``path`` or CDCLAKE_CONFIG), env, overrides."""
+        """Build from defaults, then the TOML file (``path`` or CDCLAKE_CONFIG), env, overrides.
+
+        Every value is checked against its field's type before it is used (:func:`_check`),
+        so a wrong one is one ConfigError naming the key, where it came from (the file, the
+        variable) and what it must be — never a TypeError deep inside a run."""
         env = dict(os.environ) if env is None else env
-        values: dict[str, Any] = {}
+        values: dict[str, tuple[Any, str]] = {}  # name -> (value, where it came from)
         file = path or env.get("CDCLAKE_CONFIG")
         if file:
-            try:
-                data = tomllib.loads(Path(file).read_text())
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"cannot read configuration file {file}: {exc}") from exc
-            values.update(data.get("cdclake", data))
+            values.update((k, (v, f"in configuration file {file}"))
+                          for k, v in _read_file(file).items())
         for f in fields(cls):
             key = "CDCLAKE_" + f.name.upper()
             if key in env and env[key] != "":
-                values[f.name] = env[key]
-        values.update({k: v for k, v in overrides.items() if v is not None})
+                values[f.name] = (env[key], f"from {key}")
+        values.update((k, (v, "as an argument")) for k, v in overrides.items() if v is not None)
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
-            raise ConfigError(f"unknown configuration keys: {', '.join(sorted(unknown))}")
-        return cls(**{k: _coerce(cls, k, v) for k, v in values.items()})
+            wheres = sorted({values[k][1] for k in unknown})
+            raise ConfigError(f"unknown configuration keys: {', '.join(sorted(unknown))} "
+                              f"({'; '.join(wheres)})")
+        out = {}
+        for name, (value, where) in values.items():
+            try:
+                out[name] = _coerce(name, _check(name, value))
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} ({where})") from None
+        return cls(**out)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
@@ -184,11 +224,80 @@ MERGE_ENGINES = ("pyiceberg", "spark")
 _CHOICES = {"snapshot_mode": SNAPSHOT_MODES, "merge_engine": MERGE_ENGINES}
 
 
-def _coerce(cls: type, name: str, value: Any) -> Any:
+#: what a field of each declared type may be given as: TOML's own type, or the string an
+#: environment variable carries (parsed by :func:`_coerce`)
+_ACCEPTS: dict[Any, tuple[tuple[type, ...], str]] = {
+    str: ((str,), "a string"),
+    Path: ((str, Path), "a path (a non-empty string)"),
+    int: ((int, str), "an integer"),
+    float: ((int, float, str), "a number"),
+    dict[str, str]: ((dict, str), "a table of strings"),
+    list[str]: ((list, str), "an array of strings"),
+}
+
+
+@functools.cache
+def _declared() -> dict[str, Any]:
+    """Each field's declared type (``X | None`` as ``X``): the one declaration values are
+    checked against."""
+    out = {}
+    for name, hint in get_type_hints(Config).items():
+        args = [a for a in get_args(hint) if a is not type(None)]
+        out[name] = args[0] if isinstance(hint, UnionType) and len(args) == 1 else hint
+    return out
+
+
+def _toml_type(value: Any) -> str:
+    """What a value is, as TOML names it (never the value: it may be a secret)."""
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"),
+                       (str, "a string"), (list, "an array"), (dict, "a table")):
+        if isinstance(value, kind):
+            return name
+    return f"a {type(value).__name__}"  # TOML dates and times
+
+
+def _check(name: str, value: Any) -> Any:
+    """``value`` if its type may stand for field ``name``'s declared type, else ConfigError
+    naming the key and the type expected. A boolean is no number, an array holds strings, a
+    table scalars (written as strings), and a path is never empty (it would be the working
+    directory)."""
+    declared = _declared()[name]
+    types, expected = _ACCEPTS[declared]
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise ConfigError(f"{name} must be {expected}, got {_toml_type(value)}")
+    if value == "" and declared is Path:
+        raise ConfigError(f"{name} must be {expected}, got an empty string")
+    if isinstance(value, list | dict):
+        inner, allowed = (value, str) if isinstance(value, list) else (value.values(),
+                                                                        str | int | float)
+        bad = next((v for v in inner if not isinstance(v, allowed)), None)
+        if bad is not None:
+            raise ConfigError(f"{name} must be {expected}, got {_toml_type(value)} holding "
+                              f"{_toml_type(bad)}")
+    return value
+
+
+def _read_file(file: str | Path) -> dict[str, Any]:
+    """The settings of a TOML file: its ``[cdclake]`` table, or the whole file."""
+    try:
+        data = tomllib.loads(Path(file).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read configuration file {file}: {exc}") from exc
+    settings = data.get("cdclake", data)
+    if not isinstance(settings, dict):
+        raise ConfigError(f"cdclake must be a table ([cdclake]), got {_toml_type(settings)} "
+                          f"(in configuration file {file})")
+    return settings
+
+
+def _coerce(name: str, value: Any) -> Any:
     if name in ("home", "archive_dir", "spill_dir", "ddl_key_file"):
         return Path(value).expanduser().resolve()
     if name in ("work_mem", "snapshot_chunk_size", "max_batch_bytes"):
-        size = parse_size(value)
+        try:
+            size = parse_size(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
         if size < 1:
             raise ConfigError(f"{name} must be positive, got {value!r}")
         return size
@@ -202,6 +311,8 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
             seconds = float(value)
         except ValueError as exc:
             raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from exc
+        if not math.isfinite(seconds):
+            raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
         if seconds < (1 if name == "lease_ttl" else 0):
             raise ConfigError(f"{name} must be at least {1 if name == 'lease_ttl' else 0} "
                               f"seconds, got {value!r}")
@@ -224,8 +335,9 @@ def _coerce(cls: type, name: str, value: Any) -> Any:
 
 def _settings(name: str, value: Any) -> dict[str, str]:
     """``k=v,k=v`` (or a TOML table) as a dict; an item without ``=`` is refused."""
-    if isinstance(value, dict):
-        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, dict):  # TOML scalars, as Spark and pyiceberg read settings
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+                for k, v in value.items()}
     out: dict[str, str] = {}
     for item in str(value).split(","):
         if not item.strip():

@@ -160,3 +160,28 @@ class LakeError(CdclakeError):
 
 class QualityError(CdclakeError):
     """A data-quality expectation failed; the message summarises which and where."""
+
+
+def unforeseen(exc: BaseException) -> str:
+    """One line for an exception cdclake did not raise on purpose (a bug): its type and the
+    first line of its message, no secret in it. Its traceback goes to a log, not the user."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return redact(f"internal error: {type(exc).__name__}: {first}")
+
+
+def rebuild(name: str, message: str, attrs: dict[str, object] | None = None) -> CdclakeError:
+    """The error of cdclake's own class ``name`` (``CdclakeError`` for any other name) with
+    ``message`` as its text and ``attrs`` (segment, lsn, ...) as its attributes.
+
+    How an error comes back from another process, where only text travels: a Spark task's
+    (:func:`cdclake.sparkenv.task`), a submitted Spark application's
+    (:mod:`cdclake.pipeline.submit`). The caller sees the same class and the same line as if
+    it had been raised here; the class's ``__init__`` is not run again (its arguments are
+    not the message)."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, CdclakeError)):
+        cls = CdclakeError
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    exc.__dict__.update(attrs or {})
+    return exc

@@ -86,7 +86,9 @@ def test_an_option_without_its_value(command: str, capsys: pytest.CaptureFixture
     (["waldump", "--start", "x", "{wal}"], "argument -s/--start: not an LSN: 'x'"),
 ])
 def test_the_cases_users_met(argv: list[str], says: str, tmp_path: Path,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+                             capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDCLAKE_HOME", str(tmp_path))  # not the default (which is said)
     wal = tmp_path / "rand.bin"
     wal.write_bytes(b"not a WAL segment")
     fill = {"wal": str(wal), "tmp": str(tmp_path)}

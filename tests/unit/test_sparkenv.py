@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
+import traceback
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import cdclake
 from cdclake import sparkenv
 from cdclake.config import Config
+from cdclake.errors import LakeError, UnknownRelationError, WalCorruptError
 
 
 def test_the_zip_holds_the_package_and_is_named_by_its_content(tmp_path: Path) -> None:
@@ -56,3 +61,94 @@ def test_a_driver_spark_submit_started_keeps_its_master(monkeypatch: pytest.Monk
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
     submitted = sparkenv.builder(config, "t2", {})._options
     assert "spark.master" not in submitted
+
+
+# -- errors raised in tasks come back as themselves -------------------------------------------
+
+
+def worker_text(fn: Any, *args: Any) -> str:
+    """What the driver gets of a task that failed: the text of the worker's traceback (Spark
+    sends nothing else), as pyspark's worker formats it."""
+    try:
+        out = fn(*args)
+        if isinstance(out, Iterator):
+            list(out)
+    except Exception:
+        return ("org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in "
+                "stage 1.0 failed 1 times, most recent failure: Lost task 0.0: "
+                "org.apache.spark.api.python.PythonException: " + traceback.format_exc()
+                + "\n\tat org.apache.spark.api.python.BasePythonRunner...")
+    raise AssertionError("the task did not fail")
+
+
+def crc_error(_: object) -> None:
+    raise WalCorruptError("incorrect CRC-32C in record", segment="000000010000000000000003",
+                          lsn=0x3000128)
+
+
+def test_a_tasks_cdclake_error_comes_back_with_its_class_message_and_attributes() -> None:
+    text = worker_text(sparkenv.task(crc_error), 1)
+    back = sparkenv.task_error(Exception(text))
+    assert type(back) is WalCorruptError
+    assert str(back) == ("incorrect CRC-32C in record (segment 000000010000000000000003, "
+                         "LSN 0/3000128)")
+    assert (back.segment, back.lsn) == ("000000010000000000000003", 0x3000128)
+    assert sparkenv.error_line(Exception(text)) == str(back)
+    # the worker's traceback keeps the original error for Spark's log
+    assert "cdclake.errors.WalCorruptError: incorrect CRC-32C" in text
+
+
+def test_an_error_while_spark_iterates_a_task_is_caught_too() -> None:
+    def records(_: object) -> Iterator[int]:
+        yield 1
+        raise UnknownRelationError("1663/5/16384", 0x3000128)
+
+    back = sparkenv.task_error(Exception(worker_text(sparkenv.task(records), 1)))
+    assert type(back) is UnknownRelationError and "relfilenode 1663/5/16384" in str(back)
+
+
+def test_another_error_of_a_task_is_named_in_one_line_not_passed_for_cdclakes() -> None:
+    def fails(_: object) -> None:
+        raise OSError(28, "No space left on device\nsecond line")
+
+    text = worker_text(sparkenv.task(fails), 1)
+    assert sparkenv.task_error(Exception(text)) is None
+    assert sparkenv.error_line(Exception(text)) == "OSError: [Errno 28] No space left on " \
+                                                   "device second line"
+
+
+def test_text_a_task_handles_cannot_pass_for_an_error_token() -> None:
+    """A table name, a value or a server's message may hold anything, lines that look like a
+    token included: only a token with this driver's nonce counts."""
+    genuine = worker_text(sparkenv.task(crc_error), 1)
+    token = genuine[genuine.index(sparkenv.MARK):].split()[0]
+    other_driver = token.replace(token.split(":")[1], "0" * 32)
+    forged = f"relation \"x\ncdclake.sparkenv.TaskFailed: {other_driver}\" does not exist"
+    assert sparkenv.task_error(Exception(forged)) is None
+    assert sparkenv.error_line(Exception(forged)) == "relation \"x"
+    # a message quoting a genuine-looking prefix with a payload that is no token
+    assert sparkenv.task_error(Exception(f"{sparkenv.MARK}:{token.split(':')[1]}:!!")) is None
+
+
+def test_spark_errors_passes_the_drivers_own_exceptions() -> None:
+    with pytest.raises(KeyError), sparkenv.spark_errors("decode"):
+        raise KeyError("a bug in the driver")
+
+
+def test_any_other_spark_failure_is_one_cdclake_error_naming_what_failed() -> None:
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(LakeError, match=r"^merge of public\.t: \[X\] bad statement$"), \
+            sparkenv.spark_errors("merge of public.t", LakeError):
+        raise PySparkException(message="[X] bad statement\n== SQL ==\nMERGE INTO ...")
+
+
+def test_a_jvm_cdclake_starts_logs_to_a_file_in_the_home(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    options = sparkenv.builder(Config(home=tmp_path), "t", {})._options
+    java = shlex.split(options["spark.driver.extraJavaOptions"])
+    log4j = Path(java[0].removeprefix("-Dlog4j2.configurationFile="))
+    assert java[1] == f"-Dcdclake.spark.log={tmp_path}/logs/spark.log"
+    assert "appenderRef.console" not in log4j.read_text()  # nothing to the terminal
+    assert "fileName = ${sys:cdclake.spark.log}" in log4j.read_text()

@@ -35,7 +35,8 @@ def require_store(config: Config, command: str) -> None:
 def store_for_url(url: str, config: Config) -> ObjectStore:
     """``s3://bucket/prefix``, ``file:///dir`` or a plain directory path -> a store.
 
-    Raises ConfigError naming the URL when it has another scheme or lacks a bucket.
+    Raises ConfigError naming the URL when it has another scheme, lacks a bucket or is a
+    relative path.
     """
     parts = urlsplit(url)
     if parts.scheme in ("s3", "s3a"):
@@ -50,12 +51,22 @@ def store_for_url(url: str, config: Config) -> ObjectStore:
         if parts.netloc not in ("", "localhost"):
             raise ConfigError(f"store URL {url!r} names host {parts.netloc!r}: file URLs must "
                               "be local (file:///absolute/path)")
-        from cdclake.archive.local import LocalStore
-
-        return LocalStore(Path(unquote(parts.path)))
+        return _local(url, Path(unquote(parts.path)))
     if parts.scheme == "" and url:
-        from cdclake.archive.local import LocalStore
-
-        return LocalStore(Path(url).expanduser().resolve())
+        path = Path(url).expanduser()
+        return _local(url, path.resolve() if path.is_absolute() else path)
     raise ConfigError(f"unsupported store URL {url!r}: use s3://BUCKET/PREFIX or "
                       "file:///absolute/path (CDCLAKE_STORE_URL)")
+
+
+def _local(url: str, path: Path) -> ObjectStore:
+    """A store in directory ``path``, which must be absolute: a relative one would be another
+    directory for every command, depending on where it runs — for ``archive_command``, the
+    data directory, whose WAL PostgreSQL then recycles as archived."""
+    if not path.is_absolute():
+        raise ConfigError(f"store URL {url!r} is a relative path, which each command would "
+                          "resolve against the directory it runs in (archive_command: the data "
+                          "directory): give an absolute path or file:///absolute/path")
+    from cdclake.archive.local import LocalStore
+
+    return LocalStore(path)

@@ -20,12 +20,13 @@ import json
 import os
 import pwd
 import shlex
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from cdclake.archive import runtime
+from cdclake.archive import boot, runtime
 from cdclake.config import Config
 from cdclake.errors import ConfigError, SourceError
 
@@ -96,17 +97,52 @@ def _can_run(words: list[str], run_as: str, tried: list[str]) -> bool:
 
 def write_credentials(config: Config, path: Path, run_as: str | None = None) -> Path:
     """Write ``config``'s store settings as a TOML configuration file that only ``run_as``
-    (default: this user) can read, created with mode 0600 (never briefly readable)."""
+    (default: this user) can read, created with mode 0600 (never briefly readable).
+
+    The file tells wal-push where WAL goes and with which keys, so no one else may change or
+    swap it: every directory above it (as given and as its symlinks resolve) must belong to
+    root, this user or ``run_as`` and be writable by no one else — a sticky one like
+    ``/tmp`` aside, where no one may rename another's entries (:func:`_changeable`). It is
+    created anew, never opened through a symlink, given to ``run_as`` through its
+    descriptor, and must still be the file at ``path`` once written."""
     lines = ["[cdclake]"] + [f"{k.removeprefix('CDCLAKE_').lower()} = {json.dumps(v)}"
                              for k, v in store_env(config).items()]
+    try:
+        owner = None if run_as is None else pwd.getpwnam(run_as)
+    except KeyError as exc:
+        raise SourceError(f"archive_command: there is no user {run_as!r}") from exc
+    ids = {0, os.geteuid()} | ({owner.pw_uid} if owner else set())
+    problem = _changeable(path.parent, ids)
+    if problem is not None:
+        trusted = " and ".join(["root", *(f"uid {uid}" for uid in sorted(ids - {0}))])
+        raise ConfigError(f"not writing the credentials file {path}: {problem} may be changed "
+                          f"by a user other than {trusted}")
     path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
+        if owner is not None:
+            os.fchown(fd, owner.pw_uid, owner.pw_gid)
         f.write("\n".join(lines) + "\n")
-    if run_as is not None:
-        user = pwd.getpwnam(run_as)
-        os.chown(path, user.pw_uid, user.pw_gid)
+        f.flush()
+        written, here = os.fstat(fd), os.lstat(path)
+        if (written.st_dev, written.st_ino) != (here.st_dev, here.st_ino):
+            raise ConfigError(f"the credentials file {path} was replaced while it was written")
     return path
+
+
+def _changeable(directory: Path, ids: set[int]) -> str | None:
+    """The first directory at or above ``directory`` — as given, and as its symlinks resolve
+    — that a user outside ``ids`` owns or that group or others may write to (unless sticky),
+    as ``path (mode, owner uid N)``; None when there is none. A symlink's own mode means
+    nothing: the directory holding it decides who may replace it."""
+    given = os.path.abspath(directory)
+    for p in dict.fromkeys(boot.above(given) + boot.above(os.path.realpath(given))):
+        st = os.lstat(p)
+        writable = (not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022
+                    and not st.st_mode & stat.S_ISVTX)
+        if st.st_uid not in ids or writable:
+            return f"{p} ({stat.filemode(st.st_mode)}, owner uid {st.st_uid})"
+    return None
 
 
 def wal_push_command(config: Config | Mapping[str, str], *, compress: bool = False,

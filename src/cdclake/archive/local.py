@@ -6,6 +6,7 @@ Atomicity comes from the file system, not from locking: every put writes a hidde
 in the target directory and fsyncs it, then either ``rename``\\ s it over the key (replace) or
 ``link``\\ s it to the key (if-absent: ``link`` fails with EEXIST when the key exists, so two
 writers racing for the same key cannot both win, and nobody ever sees a half-written object).
+The directory entries are synced too: the key's, and each new directory's in its parent.
 """
 
 from __future__ import annotations
@@ -115,14 +116,17 @@ class LocalStore(ObjectStore):
 
     def _mkdirs(self, directory: Path) -> None:
         """Create ``directory`` and its missing parents 0700: objects are WAL, rows and state,
-        for this user only (files are created 0600)."""
+        for this user only (files are created 0600). Each new directory's entry is made
+        durable in its parent (fsync), as a renamed file's is: an object whose directory a
+        crash forgets is lost however well its own bytes were synced."""
         missing = []
         while not directory.is_dir():
             missing.append(directory)
             directory = directory.parent
         for d in reversed(missing):
-            with contextlib.suppress(FileExistsError):
-                d.mkdir(mode=0o700)
+            with contextlib.suppress(FileExistsError):  # another writer's: synced here too,
+                d.mkdir(mode=0o700)                     # it may not have done so yet
+            _fsync_dir(d.parent)
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)

@@ -13,6 +13,7 @@ a ``file://`` or ``s3://`` URI, or a path on an explicit ``pyarrow.fs.FileSystem
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -23,7 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from cdclake.catalog.model import Column, RelationVersion
+from cdclake.catalog.model import (
+    RELKIND_MATVIEW,
+    RELKIND_PARTITIONED,
+    RELKIND_TABLE,
+    Column,
+    RelationVersion,
+)
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
 
@@ -61,6 +68,51 @@ def selected(tables: Sequence[str], name: str, relations: Iterable[RelationVersi
     both)."""
     names = {name} | {f"{r.schema}.{r.name}" for r in relations}
     return bool(names & set(tables))
+
+
+def unselectable(tables: Sequence[str], relations: Iterable[RelationVersion],
+                 elsewhere: Iterable[str] = ()) -> list[str]:
+    """Why names of a selection of ``schema.table`` would select nothing, each in a few
+    words; [] when every one names a table whose rows the stream carries.
+
+    ``relations`` are the stream's dictionary (every version it knows: a table renamed or
+    dropped since is still known by its old name, and a table without changes is as good
+    as any). A name it does not know is a typo (the closest known name suggested) unless
+    it is in ``elsewhere`` (the source's tables now: created since the dictionary was
+    written). A partitioned table holds no rows: its partitions do, and are named."""
+    known: dict[str, list[RelationVersion]] = {}
+    newest: dict[int, RelationVersion] = {}
+    for r in relations:
+        known.setdefault(f"{r.schema}.{r.name}", []).append(r)
+        if r.oid not in newest or newest[r.oid].valid_from <= r.valid_from:
+            newest[r.oid] = r
+    children: dict[int, list[RelationVersion]] = {}
+    for r in newest.values():
+        if r.parent_oid and not r.dropped:
+            children.setdefault(r.parent_oid, []).append(r)
+
+    def leaves(oid: int) -> list[str]:
+        return sorted(n for c in children.get(oid, ()) for n in (
+            leaves(c.oid) if c.relkind == RELKIND_PARTITIONED else [f"{c.schema}.{c.name}"]))
+
+    rows = {name for name, versions in known.items()
+            if any(v.relkind in (RELKIND_TABLE, RELKIND_MATVIEW) and not v.rewrite_of
+                   for v in versions)}
+    created_since = set(elsewhere)
+    out = []
+    for name in tables:
+        parents = [v for v in known.get(name, ()) if v.relkind == RELKIND_PARTITIONED]
+        if name in rows or (not parents and name in created_since):
+            continue
+        if parents:
+            parts = sorted({p for v in parents for p in leaves(v.oid)})
+            out.append(f"{name} is a partitioned table, whose rows are in its partitions: "
+                       + (f"name those ({', '.join(parts)})" if parts else "it has none yet"))
+            continue
+        close = difflib.get_close_matches(name, sorted(rows), n=1)
+        out.append(f"{name} is not a table the stream's dictionary knows"
+                   + (f" (did you mean {close[0]}?)" if close else ""))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

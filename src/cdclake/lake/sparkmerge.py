@@ -68,7 +68,6 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
-from cdclake.lake.sparksql import error_line
 from cdclake.lake.tables import (
     MIRROR,
     ensure_table,
@@ -79,6 +78,7 @@ from cdclake.lake.tables import (
 )
 from cdclake.lake.visibility import SnapshotFacts, facts_of, not_in_snapshot
 from cdclake.lake.watermark import committed_lsn, summary_properties
+from cdclake.sparkenv import error_line, task
 from cdclake.wal.lsn import format_lsn
 
 if TYPE_CHECKING:
@@ -393,7 +393,7 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
         schema = pa.schema([f.with_type(spark_ready(f.type)) for f in v.info.arrow_schema])
         raw = (spark.createDataFrame([(p,) for p in v.paths], "path string")
                .repartition(max(1, min(len(v.paths), 64)))
-               .mapInArrow(read_parts(filesystem, schema), from_arrow_schema(schema)))
+               .mapInArrow(task(read_parts(filesystem, schema)), from_arrow_schema(schema)))
         if stored is not None:
             raw = raw.where(F.col(stream.COMMIT_LSN) > F.lit(stored))
         by_attnum = {c.attnum: c.name for c in v.info.columns}

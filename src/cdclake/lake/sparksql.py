@@ -319,26 +319,19 @@ def spark_conf(config: Config, jars: JarSet, master: str = "local") -> dict[str,
     return conf
 
 
-def spark_session(config: Config, *, quiet: bool = False,
-                  cache: Path | None = None) -> SparkSession:
+def spark_session(config: Config, *, cache: Path | None = None) -> SparkSession:
     """A session on ``config.spark_master`` that reads and writes the mirrors.
 
     ``config.spark_conf`` is applied last. The class path is read when the JVM starts: a
     process that already has a Spark session without it must stop that one first.
-    ``quiet`` keeps Spark's own log below ERROR (the ``sql`` command's output is the result).
     """
     jars = ensure_jars(config, cache=cache)
     if _is_sql(config):
         open_catalog(config)  # creates the catalog's tables (see catalog_conf)
     _drop_jvm_without_iceberg()
     conf = {"spark.sql.session.timeZone": "UTC", **spark_conf(config, jars, config.spark_master)}
-    if quiet:
-        conf["spark.driver.extraJavaOptions"] = \
-            f"-Dlog4j2.configurationFile={_quiet_log4j(jars.jackson.parent)}"
     spark = sparkenv.builder(config, "sql", conf).getOrCreate()
     sparkenv.ship(spark)
-    if quiet:
-        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -375,33 +368,6 @@ def _drop_jvm_without_iceberg() -> None:
     SparkContext._jvm = None
 
 
-#: log4j2 at ERROR; the repl logger's level set too, or pyspark's start-up announces WARN
-QUIET_LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = stderr
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
-logger.submit.name = org.apache.spark.deploy.SparkSubmit
-logger.submit.level = error
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-appender.console.type = Console
-appender.console.name = stderr
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %p %c{1}: %m%n
-"""
-
-
-def _quiet_log4j(cache: Path) -> Path:
-    path = cache / "log4j2-quiet.properties"
-    if not path.exists() or path.read_text() != QUIET_LOG4J:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(QUIET_LOG4J)
-        os.replace(tmp, path)
-    return path
-
-
 # -- cdclake sql --------------------------------------------------------------------------------
 
 
@@ -418,24 +384,14 @@ def run_sql(args: argparse.Namespace, config: Config) -> int:
     from pyspark.errors import PySparkException
 
     open_catalog(config, create=False)  # no catalog yet, or a bad one: said before Spark starts
-    spark = spark_session(config, quiet=True)
+    spark = spark_session(config)
     try:
         spark.sql(args.query).show(n=args.max_rows, truncate=False)
     except (PySparkException, Py4JError) as exc:
-        raise LakeError(f"query failed: {error_line(exc)}") from None
+        raise LakeError(f"query failed: {sparkenv.error_line(exc)}") from None
     finally:
         spark.stop()
     return 0
-
-
-def error_line(exc: BaseException) -> str:
-    """The first line of what Spark says went wrong (a Java exception's own message, not
-    py4j's "An error occurred while calling ...")."""
-    from py4j.protocol import Py4JJavaError
-
-    text = str(exc.java_exception) if isinstance(exc, Py4JJavaError) else str(exc)
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,9 @@
 
 ``spark-submit … sparkapp.py <step> --params JSON --result KEY``. The configuration is the
 ``CDCLAKE_*`` environment (or ``CDCLAKE_CONFIG``), as in every task. Exit 0 with a result,
-2 with an error: a traceback never stands in for the error line.
+2 with an error: a traceback never stands in for the error line. The error's class goes with
+it, so the task raises the very error ``cdclake run`` would; one cdclake did not foresee is
+answered as an internal error, its traceback printed to stderr (the task's log).
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from collections.abc import Sequence
 
 from cdclake.archive import open_store
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, redact
+from cdclake.errors import CdclakeError, redact, unforeseen
 from cdclake.pipeline import steps
 from cdclake.pipeline.params import RunParams
 
@@ -35,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer = {"result": getattr(steps, args.step)(config, RunParams.from_mapping(
             json.loads(args.params)))}
     except CdclakeError as exc:
-        answer = {"error": redact(str(exc))}
+        answer = {"error": redact(str(exc)), "type": type(exc).__name__}
+    except Exception as exc:  # a bug: the line for the task, the traceback for its log
+        traceback.print_exc()
+        answer = {"error": unforeseen(exc)}
     open_store(config).put(args.result, json.dumps(answer).encode())
     if "error" in answer:
         print(f"cdclake {args.step}: error: {answer['error']}", file=sys.stderr)

@@ -15,7 +15,7 @@ from cdclake.archive.lease import DECODE, LAKE, holder_of
 from cdclake.archive.manifest import Manifest
 from cdclake.catalog.connection import connect
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, StoreError
+from cdclake.errors import CdclakeError, ConfigError, StoreError
 from cdclake.lake.batches import list_batches, pending
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
@@ -23,9 +23,20 @@ from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
 
 def status(config: Config) -> dict[str, Any]:
     """The stream's state as a JSON-able dict; a part that cannot be read says why instead
-    of hiding the others."""
+    of hiding the others.
+
+    A home that does not exist, where the store or the catalog would be, is an error: looked
+    at from the wrong directory (or with no configuration at all), the stream would show as
+    empty rather than as not found."""
+    if not config.home.is_dir() and not (config.store_url and config.catalog_uri):
+        default = " (the default: CDCLAKE_HOME is not set)" \
+            if "home" in config.defaults_in_use() else ""
+        raise ConfigError(f"no cdclake home at {config.home}{default}: nothing ran with this "
+                          "configuration here; set CDCLAKE_HOME (or CDCLAKE_CONFIG) to the "
+                          "home of the stream to look at")
     store, layout = open_store(config), Layout()
-    out: dict[str, Any] = {"stream": config.stream, "store": store.url()}
+    out: dict[str, Any] = {"stream": config.stream, "home": str(config.home),
+                           "store": store.url()}
 
     manifest = Manifest(store, layout)
     system = manifest.system()
@@ -84,7 +95,7 @@ def _source_position(dsn: str) -> dict[str, Any]:
 def format_status(data: dict[str, Any]) -> str:
     """A few lines a person reads at a glance; ``--json`` gives everything."""
     a = data["archive"]
-    lines = [f"stream {data['stream']} at {data['store']}",
+    lines = [f"stream {data['stream']} at {data['store']} (home {data['home']})",
              f"archive: {a['segments']} segment(s)"
              + (f", {a['first']} .. {a['last']}" if a["segments"] else "")
              + (f"; GAPS: {'; '.join(a['gaps'])}" if a.get("gaps") else "")]

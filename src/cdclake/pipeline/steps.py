@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,8 @@ from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, LAKE, Lease, Unfenced
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
-from cdclake.lake.batch import manifest_rows, selected
+from cdclake.errors import CdclakeError, ConcurrentRunError, ConfigError, LakeError, redact
+from cdclake.lake.batch import manifest_rows, selected, unselectable
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_chunks
 from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
@@ -128,6 +128,9 @@ def decode(config: Config, params: RunParams | None = None, *,
     from cdclake.spark.job import decode_batch
 
     store = open_store(config)
+    # CDCLAKE_TABLES filters the decode: a typo would drop every table's changes for good
+    _check_tables(config, store, {"CDCLAKE_TABLES": config.tables}, "nothing was decoded",
+                  source=True)
     until = params.until_segment or (None if params.end_lsn is None else Manifest(
         store, Layout()).segment_holding(params.end_lsn))
     first = load_progress(store, Layout()) is None
@@ -183,6 +186,7 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
 
     params = params or RunParams()
     store, layout = open_store(config), Layout()
+    _check_tables(config, store, _selections(config, params), "nothing was merged")
     catalog = catalog or _catalog(config)
     out: list[dict[str, Any]] = []
     with _lease(config, store, LAKE, "validate_stream", params.dry_run):
@@ -224,6 +228,7 @@ def merge(config: Config, params: RunParams | None = None, *,
 
     params = params or RunParams()
     store, layout = open_store(config), Layout()
+    _check_tables(config, store, _selections(config, params), "nothing was merged")
     catalog = catalog or _catalog(config)
     with _lease(config, store, LAKE, "merge", params.dry_run) as lease:
         before = _merged_end(catalog, config)
@@ -261,10 +266,11 @@ def merge(config: Config, params: RunParams | None = None, *,
 
 def _merge_session(config: Config) -> Any:
     """The Spark session of ``merge_engine = "spark"`` (Iceberg's runtime on its class path)."""
-    from cdclake.lake.sparksql import error_line, spark_session
+    from cdclake.lake.sparksql import spark_session
+    from cdclake.sparkenv import error_line
 
     try:
-        return spark_session(config, quiet=True)
+        return spark_session(config)
     except CdclakeError:
         raise
     except Exception as exc:  # the JVM did not start: no Java, a bad spark_conf
@@ -341,8 +347,8 @@ def _spark_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, Rel
     engine): the rows stay on the executors, whatever the run wrote. Mirrors Spark cannot read
     (``time`` columns) are read with pyiceberg."""
     from cdclake.lake.sparkmerge import spark_mirrors
-    from cdclake.lake.sparksql import error_line
     from cdclake.lake.tables import read_mirrors
+    from cdclake.sparkenv import error_line
 
     try:
         frames, missing, unreadable = spark_mirrors(_merge_session(config), config, catalog,
@@ -426,8 +432,9 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
     """``cdclake run``: the steps in order, in this process, as the DAG runs them
     (``on_progress`` gets the snapshot's progress lines).
 
-    A failing step stops the run; the report is still written, with the error, so the
-    operator finds what happened where the successful runs are. Returns the report.
+    A failing step stops the run; the report is still written, with the error — any error,
+    cdclake's own or one it did not foresee — so the operator finds what happened where the
+    successful runs are, and the error is raised again. Returns the report.
     """
     params = params or RunParams()
     catalog = _catalog(config)
@@ -448,9 +455,13 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
         merged = step("merge", lambda: merge(config, params, catalog=catalog))
         step("validate_tables", lambda: validate_tables(config, params, merged,
                                                         catalog=catalog))
-    except CdclakeError as exc:
+    except Exception as exc:
         results["error"] = redact(f"{type(exc).__name__}: {exc}")
-        report(config, params, results, run_id=run_id, catalog=catalog)
+        try:
+            report(config, params, results, run_id=run_id, catalog=catalog)
+        except Exception as failed:  # the run's own error is the one to tell
+            log.warning("the report of the failed run was not written: %s",
+                        redact(str(failed)))
         raise
     return report(config, params, results, run_id=run_id, catalog=catalog)
 
@@ -466,6 +477,37 @@ def _lease(config: Config, store: ObjectStore, name: str, step: str,
         return Unfenced()
     return Lease(store, name, purpose=f"the {step} step of stream {config.stream}",
                  ttl=config.lease_ttl, wait=config.lease_wait)
+
+
+def _selections(config: Config, params: RunParams) -> dict[str, Sequence[str]]:
+    return {"the run's tables": params.tables, "CDCLAKE_TABLES": config.tables}
+
+
+def _check_tables(config: Config, store: ObjectStore, named: Mapping[str, Sequence[str]],
+                  done: str, *, source: bool = False) -> None:
+    """Refuse, in one line ending with ``done``, the names of table selections (what names
+    them -> the names) that would select nothing (:func:`cdclake.lake.batch.unselectable`):
+    a typo, a partitioned table. They are checked against the stream's newest dictionary;
+    with ``source``, a name it does not know also against the source's catalog (a table
+    created since the last batch). Before a first batch there is nothing to check against
+    — and nothing to merge, nor any mirror to lose changes of."""
+    if not any(named.values()):
+        return
+    progress = load_progress(store, Layout())
+    if progress is None:
+        return
+    from cdclake.catalog.dictionary import Dictionary
+
+    relations = Dictionary.from_json(json.loads(store.get(progress.dictionary_key))).versions()
+    problems = {what: unselectable(names, relations) for what, names in named.items()}
+    if source and config.source_dsn and any(problems.values()):
+        from cdclake.catalog.snapshot import followed_tables
+
+        now = [t.name for t in followed_tables(config.source_dsn)]
+        problems = {what: unselectable(names, relations, now) for what, names in named.items()}
+    said = [f"{what}: {'; '.join(found)}" for what, found in problems.items() if found]
+    if said:
+        raise ConfigError(f"{'; '.join(said)}; {done}")
 
 
 def _catalog(config: Config) -> Catalog:

@@ -39,7 +39,7 @@ from typing import Any
 from cdclake import sparkenv
 from cdclake.archive import Layout, open_store
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, ConfigError, ObjectNotFound, redact
+from cdclake.errors import CdclakeError, ConfigError, ObjectNotFound, rebuild, redact
 from cdclake.pipeline.params import RunParams
 
 #: the steps that run on Spark; the others are plain Python tasks
@@ -50,8 +50,8 @@ APPLICATION = Path(__file__).with_name("sparkapp.py")
 def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``step`` as a Spark application through the Airflow Spark provider; its result.
 
-    A failed step raises its own one-line error (a ConfigError, LakeError, … as
-    :class:`CdclakeError`); a submission that ended without a result (the driver died, the
+    A failed step raises its own one-line error, of its own class (a ConfigError, LakeError,
+    WalCorruptError, …); a submission that ended without a result (the driver died, the
     master refused it) raises one naming the exit and where the log is.
     """
     if step not in SPARK_STEPS:
@@ -90,8 +90,8 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
                            "the task log has Spark's output") from None
     finally:
         store.delete(key)
-    if "error" in answer:
-        raise CdclakeError(answer["error"])
+    if "error" in answer:  # the step's own error, as the application raised it
+        raise rebuild(answer.get("type", ""), answer["error"])
     return answer["result"]
 
 

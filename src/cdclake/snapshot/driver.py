@@ -42,13 +42,20 @@ from cdclake.catalog.snapshot import (
 from cdclake.config import Config
 from cdclake.decoding.plugins.arrow import column_fields
 from cdclake.decoding.rows import LayoutCache
-from cdclake.errors import CdclakeError, ConfigError, LakeError, WalError
+from cdclake.errors import ConfigError, LakeError, SourceError, WalError
 from cdclake.lake.catalog import catalog_properties, open_catalog
 from cdclake.lake.snapshot import MirrorSnapshot, open_mirror
 from cdclake.lake.tables import find_mirror
 from cdclake.lake.visibility import SnapshotFacts
-from cdclake.snapshot.chunks import ChunkResult, ChunkTask, copy_chunk, types_to_json
+from cdclake.snapshot.chunks import (
+    ChunkResult,
+    ChunkTask,
+    copy_chunk,
+    server_name,
+    types_to_json,
+)
 from cdclake.spark.progress import load_progress
+from cdclake.sparkenv import spark_errors, task
 from cdclake.wal.lsn import format_lsn
 
 if TYPE_CHECKING:
@@ -116,7 +123,10 @@ def snapshot_tables(config: Config, *, replace: Sequence[str] = (), replace_all:
                               snap.taken_at_us, run)
         say(f"initial {describe(snap)}: {len(candidates)} table(s)")
         mirrors, tasks, reports = _plan(catalog, config, held, candidates, run)
-        results = _copy(spark or _session(config), tasks, reports, say)
+        try:
+            results = _copy(spark or _session(config), tasks, reports, say)
+        finally:  # a copy that failed for it, or one that ended after it: nothing commits
+            _check_held(held, config, candidates)
         for t in candidates:
             rep, m = reports[t.name], mirrors[t.name]
             mine = sorted((r for r in results if r.table == t.name), key=lambda r: r.index)
@@ -244,7 +254,7 @@ def _copy(spark: SparkSession, tasks: list[ChunkTask], reports: dict[str, TableS
         totals.add({task.table: (result.rows, 1)})
         return result
 
-    rdd = sc.parallelize(tasks, len(tasks)).map(run)
+    rdd = sc.parallelize(tasks, len(tasks)).map(task(run))
     started = time.monotonic()
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool:
@@ -252,12 +262,8 @@ def _copy(spark: SparkSession, tasks: list[ChunkTask], reports: dict[str, TableS
         future.add_done_callback(lambda _: stop.set())  # no wait past the last task
         while not stop.wait(PROGRESS_EVERY):
             say(_progress_line(totals.value, reports, time.monotonic() - started))
-        try:
+        with spark_errors("initial snapshot: copying on Spark", LakeError):
             results: list[ChunkResult] = future.result()
-        except CdclakeError:
-            raise
-        except Exception as exc:
-            raise _task_error(exc) from exc
     for r in results:
         rep = reports[r.table]
         rep.rows += r.rows
@@ -280,18 +286,25 @@ def _progress_line(done: dict[str, tuple[int, int]], reports: dict[str, TableSna
     return (f"snapshot: {rows:,} rows, {rate} rows/s, {chunks}/{total} chunks ({per_table})")
 
 
-def _task_error(exc: Exception) -> CdclakeError:
-    """A chunk's own error line out of the Python worker's traceback Spark wraps it in."""
-    text = str(exc)
-    for line in reversed(text.splitlines()):
-        if line.startswith("cdclake.errors."):
-            name, _, message = line.partition(": ")
-            return LakeError(message or name)
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return LakeError(f"initial snapshot: a copy task failed: {first}")
+def _check_held(held: HeldSnapshot, config: Config, tables: list[SourceTable]) -> None:
+    """The snapshot's transaction must have lasted the whole copy: its locks kept the tables
+    from being rewritten under the copy by block range, and copies that joined it later saw
+    the same rows. If the source ended it (the server stopped, its session terminated),
+    nothing is committed, whatever the copies did."""
+    import psycopg
+
+    try:
+        held.conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise SourceError(f"initial snapshot of {', '.join(t.name for t in tables)}: the "
+                          f"source {server_name(config.source_dsn)} ended the snapshot's "
+                          f"session during the copy ({cause}); nothing was committed: run "
+                          "again") from exc
 
 
 def _session(config: Config) -> SparkSession:
     from cdclake.spark.job import spark_session
 
-    return spark_session(config)
+    with spark_errors("initial snapshot: Spark does not start", LakeError):
+        return spark_session(config)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,7 @@ from cdclake.spark.segments import (
     segment_records,
 )
 from cdclake.spark.writer import MergedVersion, merge_runs
-from cdclake.sparkenv import builder, ship
+from cdclake.sparkenv import builder, ship, spark_errors, task
 from cdclake.wal.lsn import format_lsn, parse_segment_name
 
 if TYPE_CHECKING:
@@ -145,14 +146,18 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
         raise ConfigError("no key to authenticate the source's schema messages: set "
                           "CDCLAKE_DDL_KEY_FILE to the file `cdclake source install` wrote, "
                           "or CDCLAKE_SOURCE_DSN to a superuser, who may read it")
-    spark = spark or spark_session(config)
+    if spark is None:
+        with spark_errors("decode: Spark does not start", DecodingError):
+            spark = spark_session(config)
     own = _Objects(layout, plan.name, fence.generation)
     own.clear(store)  # left by an attempt of this generation that died (an unfenced run)
     try:
-        results, ends, version, state = _run(spark, config, store, layout, plan, progress,
-                                             state, key, own)
-        return _finish(spark, store, layout, plan, progress, state, results, ends, version,
-                       fence, own)
+        # a task's cdclake error (CRC, unknown relation, type) comes back as itself
+        with spark_errors(f"decode of batch {plan.name} on Spark", DecodingError):
+            results, ends, version, state = _run(spark, config, store, layout, plan,
+                                                 progress, state, key, own)
+            return _finish(spark, store, layout, plan, progress, state, results, ends,
+                           version, fence, own)
     except BaseException as exc:
         _abandon(store, layout, plan, own)
         # a run that lost its lease failed for that (a newer run removed its runs): say so
@@ -271,7 +276,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
     tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
-    summaries = tasks.map(lambda t: scan_segment(t, store, layout, size, db, key)).collect()
+    summaries = tasks.map(task(
+        lambda t: scan_segment(t, store, layout, size, db, key))).collect()
     _check_joins(plan, summaries, progress)
     versions = {s.version for s in summaries if s.version} | (
         {state.version} if state.version else set())
@@ -303,12 +309,16 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     # never a whole segment's worth of Python objects. The shuffle key is an int (partition,
     # then LSN): sorted as is; pyspark's stubs reject int as an orderable key type
     pieces = _pieces(plan, summaries, sc.defaultParallelism)
-    routed = sc.parallelize(pieces, len(pieces)).flatMap(
-        lambda t: segment_records(t, store, layout, size, db)).flatMap(
-        lambda kr: route(*kr, rmap.value))
+
+    def routed_records(piece: SegmentTask) -> Iterator[tuple[int, Any]]:
+        routing = rmap.value
+        for kind, rec in segment_records(piece, store, layout, size, db):
+            yield from route(kind, rec, routing)
+
+    routed = sc.parallelize(pieces, len(pieces)).flatMap(task(routed_records))
     results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
                    n, partitionFunc=partition_of)
-               .mapPartitionsWithIndex(lambda i, it: run_partition(i, it, ctx))
+               .mapPartitionsWithIndex(task(lambda i, it: run_partition(i, it, ctx)))
                .collect())
     rmap.destroy()
     return sorted(results, key=lambda r: r.index), ends, version, state
@@ -365,8 +375,8 @@ def _check_joins(plan: BatchPlan, summaries: list[ParsedSegment],
     if progress is not None and progress.last_lsn is not None:
         last = (progress.last_lsn, parse_segment_name(progress.last_segment, size).timeline,
                 f"the last record batch {progress.batch} read")
-    for i, (task, s) in enumerate(zip(plan.tasks, summaries, strict=True)):
-        name, tli = task.segment.name(size), task.segment.timeline
+    for i, (planned, s) in enumerate(zip(plan.tasks, summaries, strict=True)):
+        name, tli = planned.segment.name(size), planned.segment.timeline
         if last is not None and s.first_lsn is not None and s.first_prev != last[0]:
             lsn, was, what = last
             why = (f": timeline {tli}'s WAL does not continue timeline {was}'s here"
@@ -486,7 +496,7 @@ def _merge_runs(spark: SparkSession, store: ObjectStore, root: str,
         return []
     jobs = list(groups.values())
     merged = spark.sparkContext.parallelize(jobs, len(jobs)).map(
-        lambda job: merge_runs(store, root, job[0], job[1])).collect()
+        task(lambda job: merge_runs(store, root, job[0], job[1]))).collect()
     return sorted(merged, key=lambda m: m.first)
 
 

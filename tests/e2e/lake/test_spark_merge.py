@@ -170,7 +170,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         config = Config(home=tmp / "home", stream="sparkmerge", spark_master="local[2]",
                         merge_engine="spark")
         catalog = open_catalog(config)
-        spark = spark_session(config, quiet=True)
+        spark = spark_session(config)
         lake = Lake(pg, db, config, spark, tmp / "changes",
                     DecodeOptions(db_oid=db_oid, start_lsn=lo, read_from=read_from,
                                   spill_dir=tmp / "spill", ddl_key=key))

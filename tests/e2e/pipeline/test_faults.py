@@ -11,7 +11,9 @@ starts from there.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -25,11 +27,13 @@ from typing import Any
 
 import pytest
 
+from cdclake import errors as errors_module
 from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, Lease
 from cdclake.config import Config
 from cdclake.local.postgres import LocalPostgres
 from cdclake.spark.progress import load_progress
+from cdclake.wal.lsn import parse_lsn, parse_segment_name
 from tests.e2e.pipeline.test_snapshot_cli import (
     CDCLAKE,
     PASSWORD,
@@ -61,6 +65,7 @@ SCHEMA = [
     "INSERT INTO tags SELECT 'tag ' || (g % 50), g % 7 FROM generate_series(1, 300) g",
 ]
 STEPS = ("ship", "snapshot", "decode", "validate_stream", "merge")
+MB = 1 << 20  #: the clusters' WAL segment size
 
 
 @dataclass
@@ -229,3 +234,43 @@ def test_a_run_while_another_holds_the_stream_waits_or_refuses(stream: Stream) -
     logged = [o.key for o in store.list(Layout().progress_log_prefix())]
     numbers = [int(k.rsplit("/", 1)[1].removesuffix(".json")) for k in logged]
     assert numbers == list(range(numbers[0], numbers[-1] + 1)), numbers
+
+
+def test_an_error_inside_a_spark_task_is_one_line_and_the_report_is_written(
+        stream: Stream, tmp_path: Path) -> None:
+    """A byte of a stored segment damaged (a stream of its own, in a new store): the Spark task
+    that reads the record fails in a Python worker. ``cdclake run`` says what and where in one
+    line, exits 2 and writes its report with that error; the traces are in Spark's log."""
+    stream.changes()
+    env = env_for(stream.pg, tmp_path, dsn(stream.pg, stream.database))
+    ok(cdclake(env, "ship"))
+    segments = sorted(p for p in (tmp_path / "store" / "wal").iterdir() if len(p.name) == 24)
+    damaged = segments[-1]
+    data = bytearray(damaged.read_bytes())
+    data[256] ^= 0xFF  # in the first page's records
+    damaged.chmod(0o600)
+    damaged.write_bytes(bytes(data))
+    del env["CDCLAKE_ARCHIVE_DIR"]  # the run must not ship (or compare) the good copy
+
+    out = cdclake(env, "run", "--run-id", "damaged")
+    assert out.returncode == 2, out.stderr[-4000:]
+    lines = out.stderr.splitlines()
+    errors = [x for x in lines if x.startswith("cdclake run: error: ")]
+    assert len(errors) == 1, out.stderr[-4000:]
+    # the record holding the byte: it may have begun in the segment before
+    where = re.search(r"\(segment file://\S+/wal/([0-9A-F]{24}), LSN ([0-9A-F]+/[0-9A-F]+)\)$",
+                      errors[0])
+    assert where, errors[0]
+    at = parse_segment_name(damaged.name, MB).segno * MB + 256
+    assert at - MB <= parse_lsn(where[2]) <= at, errors[0]
+    assert "Traceback" not in out.stderr and "py4j" not in out.stderr.lower(), out.stderr[-4000:]
+    assert not [x for x in lines if x.startswith(("\t", " ", "org.apache", "java."))], \
+        out.stderr[-4000:]
+    report = json.loads((tmp_path / "reports" / "runs" / "damaged.json").read_text())
+    name, _, message = report["steps"]["error"].partition(": ")
+    assert message == errors[0].removeprefix("cdclake run: error: ")
+    assert isinstance(getattr(errors_module, name, None), type), report["steps"]["error"]
+    assert report["steps"]["snapshot"]["tables"], "the steps before the failure are reported"
+    assert "decode" not in report["steps"]
+    assert message in (tmp_path / "logs" / "spark.log").read_text()  # the worker's traceback
+    assert load_progress(open_store(Config.load(env=env)), Layout()) is None

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -463,3 +463,101 @@ def test_bad_input_is_one_line_and_exit_2(shop: Shop, tmp_path: Path) -> None:
     report = (tmp_path / "reports" / "runs" / "unreachable.json").read_text()
     assert "cannot connect to the source" in report and PASSWORD not in report
     assert not snapshot_dirs(tmp_path)
+
+
+def test_the_source_going_away_mid_copy_is_one_line_and_commits_nothing(shop: Shop) -> None:
+    """While `cdclake snapshot` copies, the source goes away: every session of the shop
+    database terminated (pg_terminate_backend: the copies' and the one holding the snapshot),
+    then the whole server stopped. Each time: one line naming the source and the table, exit
+    2, no traceback, and the mirror exactly as before (nothing half-committed)."""
+    shop.first_run()
+    catalog = open_catalog(shop.config)
+    ident = mirror_identifier(shop.config, "public", "big")
+    before = catalog.load_table(ident).current_snapshot()
+    rows_before = mirror_rows(shop.config, "public.big", SHOP["public.big"])
+
+    def snapshot_while(fault: Callable[[], None]) -> str:
+        proc = subprocess.Popen([CDCLAKE, "snapshot", "--tables", "public.big"], env=shop.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while not shop.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                               "= 'cdclake-snapshot'")[0][0]:
+                assert proc.poll() is None, f"the copy ended before the fault: {proc.stderr}"
+                assert time.monotonic() < deadline, "no copy started"
+                time.sleep(0.02)
+            fault()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert PASSWORD not in out + err
+        line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, out,
+                                                          err.splitlines()[-1] + "\n"),
+                              "snapshot")
+        noise = [x for x in err.splitlines()[:-1] if not PROGRESS.match(x)
+                 and not x.startswith("initial snapshot ")]
+        assert not noise and "Traceback" not in err, err[-4000:]
+        assert f"{ROLE}@127.0.0.1:{shop.pg.port}/{shop.database}" in line, line
+        assert "public.big" in line, line
+        now = catalog.load_table(ident).current_snapshot()
+        assert now == before, "the failed snapshot committed"
+        return line
+
+    line = snapshot_while(lambda: shop.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+        "current_database() AND pid <> pg_backend_pid()"))
+    assert "ended the snapshot's session during the copy" in line, line
+    try:
+        snapshot_while(lambda: shop.pg.stop("immediate"))
+    finally:
+        shop.pg.start()
+    assert mirror_rows(shop.config, "public.big", SHOP["public.big"]) == rows_before
+
+
+def test_a_table_selection_that_selects_nothing_is_refused_before_anything_is_lost(
+        shop: Shop, tmp_path: Path) -> None:
+    """`--tables` with a typo or a partitioned table (its rows are in its partitions) merged
+    nothing and said nothing; CDCLAKE_TABLES with a typo decoded the stream without the
+    changes of every table that exists. Each is now one line, exit 2, before the merge (and,
+    for CDCLAKE_TABLES, before the decode): the next plain run loses nothing."""
+    shop.first_run()
+    for stmt in ["CREATE TABLE meas (id int, at date, v int) PARTITION BY RANGE (at)",
+                 "CREATE TABLE meas_a PARTITION OF meas FOR VALUES FROM ('2024-01-01') "
+                 "TO ('2025-01-01')",
+                 "CREATE TABLE meas_b PARTITION OF meas FOR VALUES FROM ('2025-01-01') "
+                 "TO ('2026-01-01')",
+                 "INSERT INTO meas VALUES (1, '2024-06-01', 1), (2, '2025-06-01', 2)",
+                 "UPDATE small SET label = 'selected' WHERE id = 5"]:
+        shop.sql(stmt)
+    archive_all(shop.pg, shop.database)
+    store = open_store(shop.config)
+    merged = {t: mirror_rows(shop.config, t, SHOP[t]) for t in SHOP}
+    env = {**shop.env, "CDCLAKE_SNAPSHOT_MODE": "never"}  # the partitions' copies: not needed
+
+    out = cdclake(env, "run", "--run-id", "typo", "--tables", "public.smal,public.meas")
+    errors = [x for x in out.stderr.splitlines() if x.startswith("cdclake run: error: ")]
+    assert out.returncode == 2 and len(errors) == 1, out.stderr[-4000:]
+    assert errors[0] == (
+        "cdclake run: error: the run's tables: public.smal is not a table the stream's "
+        "dictionary knows (did you mean public.small?); public.meas is a partitioned table, "
+        "whose rows are in its partitions: name those (public.meas_a, public.meas_b); nothing "
+        "was merged")
+    assert {t: mirror_rows(shop.config, t, SHOP[t]) for t in SHOP} == merged
+    report = json.loads((shop.home / "reports" / "runs" / "typo.json").read_text())
+    assert report["steps"]["error"] == "ConfigError: " + errors[0].split("error: ", 1)[1]
+
+    shop.sql("UPDATE small SET label = 'not lost' WHERE id = 6")
+    archive_all(shop.pg, shop.database)
+    progress = load_progress(store, Layout())
+    out = cdclake({**env, "CDCLAKE_TABLES": "public.smal,public.big"}, "run")
+    errors = [x for x in out.stderr.splitlines() if x.startswith("cdclake run: error: ")]
+    assert out.returncode == 2 and errors == [
+        "cdclake run: error: CDCLAKE_TABLES: public.smal is not a table the stream's "
+        "dictionary knows (did you mean public.small?); nothing was decoded"], out.stderr
+    assert load_progress(store, Layout()) == progress  # no batch decoded without small
+
+    ok(cdclake(env, "run"))
+    assert_mirrors_equal(shop.pg, shop.database, shop.config, SHOP)
+    assert ("not lost",) in [r[1:2] for r in mirror_rows(shop.config, "public.small",
+                                                         SHOP["public.small"]) or []]

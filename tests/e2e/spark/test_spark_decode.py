@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,15 +24,15 @@ from cdclake.archive.local import LocalStore
 from cdclake.archive.store import ObjectInfo
 from cdclake.config import Config
 from cdclake.decoding import stream
-from cdclake.errors import ConcurrentRunError
+from cdclake.errors import ConcurrentRunError, UnknownRelationError
 from cdclake.local.postgres import LocalPostgres
 from cdclake.pipeline import steps
 from cdclake.spark import job
 from cdclake.spark.job import decode_batch
 from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import format_lsn
+from cdclake.wal.lsn import format_lsn, parse_segment_name
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
-from tests.e2e.spark.workload import Archived, run
+from tests.e2e.spark.workload import SEGMENT_SIZE, Archived, run
 
 pytestmark = pytest.mark.e2e
 
@@ -331,3 +332,31 @@ def test_a_decode_that_lost_its_lease_leaves_the_new_holders_batch_alone(
     for t in progress.open_txns:
         assert t.spill is None or store.exists(t.spill)
     a.release()
+
+
+@pytest.mark.parametrize("pg", [15], indirect=True)  # the path of an error is the same on 18
+def test_a_cdclake_error_in_a_decode_task_comes_back_as_itself(
+        pg: LocalPostgres, archived: Archived, tmp_path: Path, spark: Any) -> None:
+    """Decoders given another key than the source's believe none of its schema messages, so
+    the first row decoded (in a partition's task, a Python worker) is of a relfilenode nothing
+    explains. The driver raises that UnknownRelationError — its class, its one line, its
+    attributes — not Py4J's page of Java and Python traces, and nothing is committed."""
+    config = _config(tmp_path, "other-key", pg.dsn(archived.database))
+    key = tmp_path / "other.key"
+    key.write_text(os.urandom(64).hex())
+    key.chmod(0o600)
+    config = config.replace(ddl_key_file=key)
+    ship_to(config, archived)
+    first = parse_segment_name(archived.segments[0], SEGMENT_SIZE).segno * SEGMENT_SIZE
+    with pytest.raises(UnknownRelationError) as raised:
+        decode_batch(config, spark=spark, start_lsn=first, db_oid=archived.db_oid)
+    error = raised.value
+    assert type(error) is UnknownRelationError
+    assert re.fullmatch(r"unknown relation: relfilenode \S+ at LSN [0-9A-F]+/[0-9A-F]+ is not "
+                        r"in the dictionary; run `cdclake source install` on the source and "
+                        r"decode from WAL that includes the install(\. .*)?", str(error)), error
+    assert error.lsn >= first and format_lsn(error.lsn) in str(error)
+    store = open_store(config)
+    assert load_progress(store, Layout()) is None
+    assert not [o.key for prefix in ("changes/", "spill/", "dictionary/")
+                for o in store.list(prefix)], "the failed attempt left objects"

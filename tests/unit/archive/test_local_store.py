@@ -166,3 +166,28 @@ def test_files_go_in_and_out_whole_and_private(store: LocalStore, tmp_path: Path
     with pytest.raises(ObjectNotFound, match="'spill/b/none'"):
         store.get_file("spill/b/none", tmp_path / "none")
     assert not (tmp_path / "none").exists()
+
+
+def test_a_new_directory_is_made_durable_in_its_parent(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each directory a put creates has its entry fsynced in its parent (as a renamed file's
+    is in its directory): without that, a crash can forget the directory and every object in
+    it, however well their bytes were synced. Observed: which directories fsync was called on
+    (the calls go through)."""
+    synced: list[Path] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = LocalStore(tmp_path / "store")
+    store.put("state/progress/0000000001.json", b"{}", if_absent=True)
+    made = [tmp_path / "store", tmp_path / "store/state", tmp_path / "store/state/progress"]
+    for directory in made:
+        assert directory.parent in synced, f"{directory}'s entry in its parent was not synced"
+    assert tmp_path / "store/state/progress" in synced  # the object's own entry
+    synced.clear()
+    store.put("state/progress/0000000002.json", b"{}")  # no new directory: no extra sync
+    assert synced.count(tmp_path / "store/state") == 0

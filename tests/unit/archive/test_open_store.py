@@ -49,6 +49,8 @@ def test_default_store_is_under_home(tmp_path: Path) -> None:
     ("s3:///prefix", "has no bucket"),
     ("file://otherhost/x", "names host 'otherhost'"),
     ("gs://bucket/x", "unsupported store URL 'gs://bucket/x'"),
+    ("relative/store", "store URL 'relative/store' is a relative path"),
+    ("file:store", "store URL 'file:store' is a relative path"),
 ])
 def test_bad_urls_are_refused_by_name(url: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -259,3 +259,22 @@ def test_no_store_configured_archives_nothing(tmp_path: Path, monkeypatch: pytes
     assert "wal-push needs a store: set CDCLAKE_STORE_URL" in err
     assert "ship needs a store" in err
     assert sorted(p.name for p in d.iterdir()) == ["pg_wal"]
+
+
+@pytest.mark.parametrize("url", ["archive", "relative/path", "./archive", "file:archive",
+                                 "file:relative/path"])
+def test_a_relative_store_archives_nothing_into_the_data_directory(
+        url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """archive_command runs in the data directory: a relative store would be inside it, where
+    PostgreSQL recycles WAL it believes archived. Refused in one line, nothing written."""
+    (data_dir / "pg_wal" / SEG).write_bytes(segment_bytes(1, 3))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", url)
+    assert main(["wal-push", f"pg_wal/{SEG}"]) == 2
+    assert main(["ship", "--from", str(data_dir / "pg_wal")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"cdclake {command}: error: store URL {url!r} is a relative path, which "
+                   "each command would resolve against the directory it runs in "
+                   "(archive_command: the data directory): give an absolute path or "
+                   "file:///absolute/path" for command in ("wal-push", "ship")]
+    assert sorted(p.name for p in data_dir.iterdir()) == ["pg_wal"]

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from cdclake.archive import Layout, open_store
-from cdclake.catalog.model import IDENTITY_FULL
+from cdclake.catalog.model import IDENTITY_FULL, RelationVersion
 from cdclake.config import Config
 from cdclake.decoding import stream as contract
 from cdclake.errors import LakeError
-from cdclake.lake.batch import Batch, manifest_rows, selected
+from cdclake.lake.batch import Batch, manifest_rows, selected, unselectable
 from cdclake.lake.batches import (
     DecodedBatch,
     latest_relations,
@@ -242,3 +242,47 @@ def test_a_file_missing_rows_the_manifest_counts_stops_the_chunks(
     (directory / "_manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(LakeError, match="manifest says 5 rows, files hold 4"):
         list(stream_chunks(first_batch(config), max_rows=2))
+
+
+def _rel(oid: int, name: str, relkind: str = "r", parent: int = 0, valid_from: int = 0,
+         **kw: object) -> RelationVersion:
+    schema, table = name.split(".")
+    return RelationVersion(oid=oid, db_oid=5, tablespace=1663,
+                           relfilenode=0 if relkind == "p" else oid, schema=schema,
+                           name=table, qualified=name, relkind=relkind, persistence="p",
+                           replident="d", columns=(), parent_oid=parent,
+                           valid_from=valid_from, **kw)  # type: ignore[arg-type]
+
+
+#: a dictionary: orders (no changes needed to count), a measurements tree two levels deep
+#: (a partitioned partition), a table renamed, one dropped, a view-like rewrite heap
+DICTIONARY = [
+    _rel(16400, "public.orders"),
+    _rel(16401, "public.meas", "p"),
+    _rel(16402, "public.meas_2024", parent=16401),
+    _rel(16403, "public.meas_2025", "p", parent=16401),
+    _rel(16404, "public.meas_2025_h1", parent=16403),
+    _rel(16405, "public.meas_2025_h2", parent=16403),
+    _rel(16406, "public.old_name"), _rel(16406, "public.new_name", valid_from=0x100),
+    _rel(16407, "public.gone"), _rel(16407, "public.gone", valid_from=0x200, dropped=True),
+    _rel(16408, "public.empty", "p"),
+]
+
+
+def test_names_that_select_nothing_are_named_and_the_rest_pass() -> None:
+    assert unselectable(["public.orders", "public.meas_2024", "public.meas_2025_h1",
+                         "public.old_name", "public.new_name", "public.gone"],
+                        DICTIONARY) == []
+    assert unselectable(["public.ordrs", "public.meas", "public.empty", "nope.nothing"],
+                        DICTIONARY) == [
+        "public.ordrs is not a table the stream's dictionary knows (did you mean "
+        "public.orders?)",
+        "public.meas is a partitioned table, whose rows are in its partitions: name those "
+        "(public.meas_2024, public.meas_2025_h1, public.meas_2025_h2)",
+        "public.empty is a partitioned table, whose rows are in its partitions: it has none "
+        "yet",
+        "nope.nothing is not a table the stream's dictionary knows"]
+    # a table the source has now, created since the dictionary was written
+    assert unselectable(["public.created_since"], DICTIONARY, ["public.created_since"]) == []
+    # a partitioned table is one however the source lists it
+    assert unselectable(["public.meas"], DICTIONARY, ["public.meas"]) != []

@@ -234,7 +234,7 @@ class FakeSession:
 
 def _run(monkeypatch: pytest.MonkeyPatch, session: FakeSession, *argv: str) -> int:
     monkeypatch.setattr(sparksql, "open_catalog", lambda config, create: None)
-    monkeypatch.setattr(sparksql, "spark_session", lambda config, quiet: session)
+    monkeypatch.setattr(sparksql, "spark_session", lambda config: session)
     p = argparse.ArgumentParser()
     sparksql.add_sql_arguments(p)
     return sparksql.run_sql(p.parse_args(list(argv)), Config())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from cdclake.errors import ConfigError, QualityError
 from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
-from cdclake.pipeline import RunParams, merge, report, validate_stream, validate_tables
+from cdclake.pipeline import RunParams, merge, report, steps, validate_stream, validate_tables
 from cdclake.pipeline.steps import safe_run_id
 from cdclake.wal.lsn import format_lsn
 from tests.unit.lake.streamgen import Stream
@@ -237,6 +238,7 @@ def test_status_only_reads(config: Config) -> None:
     from cdclake.pipeline.status import status
 
     sqlite = Path(config.effective_catalog_uri().removeprefix("sqlite:///"))
+    config.home.mkdir()  # a home with nothing in it yet
     out = status(config)
     assert "nothing was merged" in out["lake"]["error"]
     assert not sqlite.exists()
@@ -244,3 +246,76 @@ def test_status_only_reads(config: Config) -> None:
     out = status(config)
     assert out["lake"]["merged_end_lsn"] is None and out["lake"]["mirrors"] == {}
     assert not catalog.namespace_exists(config.namespace)
+
+
+def test_an_error_nobody_foresaw_is_one_line_the_report_written_the_traceback_kept(
+        config: Config, stream: Stream, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A bug (here: a step that raises a KeyError) still gets the run's report, with the
+    error, and one line on the terminal (exit 1, not 2: it is not the user's doing); its
+    traceback goes to the home's log, not to the terminal."""
+    two_batches(stream)
+    monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
+    monkeypatch.setenv("CDCLAKE_SNAPSHOT_MODE", "never")
+
+    def validate_stream(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise KeyError("_cdc_lsn")
+
+    monkeypatch.setattr(steps, "validate_stream", validate_stream)
+    assert main(["run", "--run-id", "bug"]) == 1
+    log = config.home / "logs" / "cdclake.log"
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (f"cdclake run: internal error: KeyError: '_cdc_lsn' (a bug: its "
+                       f"traceback is in {log})")
+    assert not [line for line in err if line.startswith(("Traceback", " "))]
+    report = json.loads((config.home / "reports" / "runs" / "bug.json").read_text())
+    assert report["steps"]["error"] == "KeyError: '_cdc_lsn'"
+    assert report["steps"]["decode"]["batch"] is None  # the steps before it are there
+    text = log.read_text()
+    assert "cdclake run --run-id bug\nTraceback (most recent call last):" in text
+    assert text.rstrip().endswith("KeyError: '_cdc_lsn'")
+
+
+# -- no configuration: the defaults are said, a home that is not there is not an empty stream --
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A shell in a directory with no cdclake configuration at all."""
+    for key in [k for k in os.environ if k.startswith("CDCLAKE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_status_where_nothing_ran_is_an_error_not_an_empty_stream(
+        nowhere: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status"]) == 2
+    assert capsys.readouterr().err == (
+        f"cdclake status: error: no cdclake home at {nowhere / '.cdclake'} (the default: "
+        "CDCLAKE_HOME is not set): nothing ran with this configuration here; set "
+        "CDCLAKE_HOME (or CDCLAKE_CONFIG) to the home of the stream to look at\n")
+    assert list(nowhere.iterdir()) == []  # looking created nothing
+
+
+def test_a_first_run_with_no_configuration_says_where_it_puts_everything(
+        nowhere: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    home = nowhere / ".cdclake"
+    assert main(["run", "--dry-run"]) == 0  # first-time use still works
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"cdclake run: using the default home {home} (not there yet: it will be "
+                      f"created) and store {(home / 'store').as_uri()}; CDCLAKE_HOME, "
+                      "CDCLAKE_STORE_URL or a configuration file choose others")
+    assert main(["status"]) == 0  # now there is a home to look at, and it says which
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"stream main at {(home / 'store').as_uri()} (home {home})")
+    monkeypatch.setenv("CDCLAKE_STORE_URL", (nowhere / "store").as_uri())
+    assert main(["run", "--dry-run"]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"cdclake run: using the default home {home}; CDCLAKE_HOME or a configuration file "
+        "choose others")
+    monkeypatch.setenv("CDCLAKE_HOME", str(nowhere / "chosen"))
+    assert main(["run", "--dry-run"]) == 0
+    assert not capsys.readouterr().err.startswith("cdclake run: using")

@@ -13,7 +13,7 @@ import pytest
 from cdclake.archive import Layout, open_store
 from cdclake.config import Config
 from cdclake.errors import ConfigError
-from cdclake.pipeline import sparkapp, submit
+from cdclake.pipeline import sparkapp, steps, submit
 
 
 def test_the_properties_file_is_the_owners_and_keeps_every_value(tmp_path: Path) -> None:
@@ -50,6 +50,29 @@ def test_the_application_writes_its_error_where_it_was_told(
                           "--result", key])
     assert code == 2
     answer = json.loads(open_store(Config.load()).get(key))
-    assert set(answer) == {"error"} and "end_lsn" in answer["error"]
+    assert set(answer) == {"error", "type"} and "end_lsn" in answer["error"]
+    assert answer["type"] == "ConfigError"
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"cdclake decode: error: {answer['error']}"]
+
+
+def test_the_application_answers_a_bug_in_one_line_and_prints_its_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """A step that fails in a way nobody foresaw still answers (the task would otherwise say
+    only that the application ended without a result); its traceback goes to stderr, which
+    is the Airflow task's log."""
+    monkeypatch.setenv("CDCLAKE_HOME", str(tmp_path))
+
+    def decode(config: Config, params: object) -> dict[str, object]:
+        raise KeyError("missing")
+
+    monkeypatch.setattr(steps, "decode", decode)
+    key = Layout().submitted_key("t2")
+    assert sparkapp.main(["decode", "--result", key]) == 2
+    answer = json.loads(open_store(Config.load()).get(key))
+    assert answer == {"error": "internal error: KeyError: 'missing'"}
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.splitlines()[-1] == "cdclake decode: error: internal error: KeyError: 'missing'"
+
