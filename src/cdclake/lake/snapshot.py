@@ -7,9 +7,9 @@ does). Workers write the files under ``<table location>/data/cdclake-snapshot-<r
 :meth:`MirrorSnapshot.commit` then replaces every data file the mirror had with them, sets
 the snapshot's handoff facts (:mod:`cdclake.lake.visibility`) and the enum labels, and ends a
 quarantine (:mod:`cdclake.lake.quarantine`), all in that one transaction: readers see the old
-mirror or the new one, never a mix. The snapshot's
-summary carries commit LSN 0, so the merge considers every change of the stream and skips,
-by visibility, exactly those the copied rows already hold.
+mirror or the new one, never a mix. The snapshot's summary carries commit LSN 0, so the merge
+considers every change of the stream and skips, by visibility, exactly those the copied rows
+already hold.
 
 Files of a snapshot that never committed are removed once no commit can reference them any
 more (:meth:`MirrorSnapshot.remove_stale`). The staged transaction commits only while the
