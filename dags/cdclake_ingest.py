@@ -85,7 +85,9 @@ def cdclake_ingest() -> None:
     @task
     def report(results: dict[str, Any], params: dict[str, Any] | None = None,
                run_id: str | None = None) -> dict[str, Any]:
-        return pipeline.report(*_args(params), results, run_id=run_id)
+        out = pipeline.report(*_args(params), results, run_id=run_id)
+        pipeline.raise_for_failed_tables(results)  # a table's failed merge fails the run
+        return out
 
     shipped, copied, decoded = ship(), snapshot(), decode()
     checked, merged = validate_stream(), merge()

@@ -124,6 +124,9 @@ class Config:
     #: the stream's dictionary nor the source knows, or a partitioned table (name its
     #: partitions) — stops the run before it decodes (:func:`cdclake.lake.batch.unselectable`).
     tables: list[str] = field(default_factory=list)
+    #: CDCLAKE_EXCLUDE_TABLES: comma-separated ``schema.table`` never to mirror, whatever
+    #: ``tables`` says: their changes are not decoded, they are neither snapshotted nor merged.
+    exclude_tables: list[str] = field(default_factory=list)
     #: CDCLAKE_SNAPSHOT_MODE: ``initial`` — a run first copies the current rows of every table
     #: in scope that has no mirror yet (an initial snapshot); ``never`` — mirrors hold only what
     #: the change stream brings.
@@ -328,7 +331,7 @@ def _coerce(name: str, value: Any) -> Any:
         return n
     if name in ("spark_conf", "catalog_properties"):
         return _settings(name, value)
-    if name == "tables" and isinstance(value, str):
+    if name in ("tables", "exclude_tables") and isinstance(value, str):
         return [t.strip() for t in value.split(",") if t.strip()]
     return value
 

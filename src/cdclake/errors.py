@@ -95,8 +95,8 @@ class UnsupportedTypeError(CdclakeError):
         self.relation = relation
         where = f" of {relation}" if relation else ""
         super().__init__(
-            f"unsupported type {type_name!r} in column {column!r}{where}: cdclake has no "
-            "decoder for it; exclude the table or add a codec"
+            f"unsupported type {type_name!r} in column {column!r}{where}: cdclake cannot "
+            "print its values; exclude the table (CDCLAKE_EXCLUDE_TABLES) or add a codec"
         )
 
 

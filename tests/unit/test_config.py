@@ -44,6 +44,17 @@ def test_a_toml_table_of_spark_settings(tmp_path: Path) -> None:
     assert Config.load(path, env={}).spark_conf == {"spark.executor.memory": "2g"}
 
 
+def test_tables_to_exclude_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    """CDCLAKE_EXCLUDE_TABLES takes ``schema.table`` names as CDCLAKE_TABLES does."""
+    config = Config.load(env={"CDCLAKE_EXCLUDE_TABLES": " public.odd, other.big ,",
+                              "CDCLAKE_TABLES": "public.a"})
+    assert config.exclude_tables == ["public.odd", "other.big"] and config.tables == ["public.a"]
+    path = tmp_path / "c.toml"
+    path.write_text('[cdclake]\nexclude_tables = ["public.odd"]\n')
+    assert Config.load(path, env={}).exclude_tables == ["public.odd"]
+    assert Config.load(env={}).exclude_tables == []
+
+
 # -- values of the wrong type in a TOML file: one ConfigError naming key, file and type ------
 
 

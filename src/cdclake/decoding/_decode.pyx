@@ -252,7 +252,7 @@ cdef dict _user_tables = {}
 cdef bint _drop(filt, loc, lsn) except -1:
     """``filt.drop_locator(loc, lsn)``, inline where the newest version of a relation applies
     and no table list is given (gate 4 by ``is_user_table``, as the reference decides)."""
-    if type(filt) is Filter and not filt.tables:
+    if type(filt) is Filter and not filt.tables and not filt.exclude:
         d = filt.dictionary
         if type(d) is Dictionary:
             v = newest_version(d._by_loc, loc.spc, loc.rel, lsn)

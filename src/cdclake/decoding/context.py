@@ -41,6 +41,7 @@ class DecodeOptions:
     spill_dir: Path = Path(".cdclake/spill")
     local_only: bool = False
     tables: frozenset[str] = frozenset()
+    exclude: frozenset[str] = frozenset()  #: tables never emitted (gate 3)
     #: a new stream started at the install's full dictionary: no change recorded before this
     #: LSN is queued (:class:`~cdclake.decoding.decode.Decoder`); 0 with an explicit start LSN
     skip_before: int = 0
@@ -131,7 +132,8 @@ def create_decoding_context(
     :mod:`cdclake.decoding.parallel`, which all read it; Spark partitions, for the
     transactions :mod:`cdclake.spark.routing` splits; see ``Decoder.share``).
     """
-    flt = Filter(dictionary, local_only=options.local_only, tables=options.tables)
+    flt = Filter(dictionary, local_only=options.local_only, tables=options.tables,
+                 exclude=options.exclude)
     clean_spill_dir(options.spill_dir)
     buffer = ReorderBuffer(options.work_mem, options.spill_dir, segment_size)
     replayer = Replayer(dictionary, plugin, flt, options.ddl_key, warn_forged=messages)

@@ -23,6 +23,8 @@ class Filter:
     local_only: bool = False
     #: gate 3: qualified names ("schema.table", unquoted) to keep; empty keeps every table
     tables: frozenset[str] = field(default_factory=frozenset)
+    #: gate 3 too: qualified names never kept, whatever ``tables`` says
+    exclude: frozenset[str] = field(default_factory=frozenset)
 
     def origin_ok(self, origin: int) -> bool:
         return origin == 0 or not self.local_only
@@ -39,4 +41,5 @@ class Filter:
 
     def keeps_table(self, schema: str, name: str) -> bool:
         """Gate 3 by name: also what commit processing asks of relations decided late."""
-        return not self.tables or f"{schema}.{name}" in self.tables
+        qualified = f"{schema}.{name}"
+        return (not self.tables or qualified in self.tables) and qualified not in self.exclude

@@ -15,6 +15,7 @@ from cdclake.errors import TupleDecodeError
 from cdclake.tuples import heap
 from cdclake.tuples.codecs import Codec, codec_for
 from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.untypeable import NoTextOutput
 from cdclake.tuples.varlena import is_external, parse_toast_pointer, payload, reassemble
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import WalTuple
@@ -67,6 +68,17 @@ def column_payload(lc: LiveColumn, datum: object, toast: Mapping[int, list[bytes
             return reassemble(ptr, chunks)
         return payload(raw)  # type: ignore[arg-type]
     return datum
+
+
+def exact_text(lc: LiveColumn, v: object) -> str | None:
+    """What ``_cdc_pg_text`` keeps of a value (a payload or a MissingValue) that its column's
+    type cannot hold: its exact text; None when cdclake cannot print it at all."""
+    if isinstance(v, MissingValue):
+        return v.text
+    try:
+        return lc.codec.text(v)  # type: ignore[arg-type]
+    except NoTextOutput:
+        return None
 
 
 class LayoutCache:

@@ -30,7 +30,10 @@ what test_decoding prints for it — is in ``_cdc_pg_text``, a map keyed by the 
 as a decimal string (attnums survive renames and are never reused). ``_cdc_pg_text`` completes
 the tuple the change prints: the new row of an INSERT/UPDATE, the old identity of a DELETE;
 it is null when that tuple has no such value. The ``_old_key`` struct carries its own
-``_cdc_pg_text`` field for the old identity's values (UPDATE and DELETE alike).
+``_cdc_pg_text`` field for the old identity's values (UPDATE and DELETE alike). An entry
+without text (null) is a value cdclake cannot print at all: its type's output function is not
+one cdclake knows (:class:`~cdclake.tuples.untypeable.NoTextOutput`); the lake quarantines
+the table rather than apply such a change.
 """
 
 from __future__ import annotations
@@ -63,8 +66,8 @@ OLD_KEY = "_old_key"  #: struct of the old identity: key columns, or all columns
 #: get this placeholder, always null, and the column itself is always null
 NO_IDENTITY = "_no_identity"
 UNCHANGED_TOAST = "_unchanged_toast"  #: names of columns whose (TOASTed) value was not logged
-#: attnum (decimal string) -> exact text of each value without a typed representation; also a
-#: field of ``_old_key`` (for the old identity's values)
+#: attnum (decimal string) -> exact text of each value without a typed representation (null:
+#: a value cdclake cannot print); also a field of ``_old_key`` (for the old identity's values)
 PG_TEXT = "_cdc_pg_text"
 #: the Arrow type of ``_cdc_pg_text``
 PG_TEXT_TYPE = pa.map_(pa.string(), pa.string())

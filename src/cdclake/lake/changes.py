@@ -8,7 +8,7 @@ of order would silently pick the wrong "last change".
 
 Values are read as the merge holds them (:mod:`cdclake.lake.values`): temporal columns as
 storage integers, and a value the stream keeps in ``_cdc_pg_text`` as a :class:`PgText` at its
-attnum, in the new row and in the old identity alike.
+attnum (one it could not print as ``UNPRINTED``), in the new row and in the old identity alike.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def version_changes(info: VersionInfo, table: pa.Table, where: str) -> list[Chan
         if op in _ROW_OPS:
             new = {a: values[i] for a, values in data}
             if texts is not None and texts[i]:
-                with_texts(new, parse_texts(texts[i], attnums, where))
+                with_texts(new, parse_texts(texts[i], attnums, where, unprinted=True))
         # NOTHING logs no old identity: whatever the column holds (the decoder cannot write an
         # empty struct to Parquet) is not read
         old_struct = None if nothing else cols[stream.OLD_KEY][i]
@@ -131,7 +131,7 @@ def version_changes(info: VersionInfo, table: pa.Table, where: str) -> list[Chan
                 raise LakeError(f"{where}: old key names column {exc} that the relation version "
                                 "does not have") from exc
             if old_texts:
-                with_texts(old, parse_texts(old_texts, old, where))
+                with_texts(old, parse_texts(old_texts, old, where, unprinted=True))
         toast = cols[stream.UNCHANGED_TOAST][i] or ()
         try:
             unchanged = tuple(info.names[n] for n in toast)

@@ -66,7 +66,10 @@ def parse_text(text: str, t: pa.DataType) -> Any:
             return False
         raise ValueError(f"not a boolean: {text!r}")
     if pa.types.is_integer(t):
-        return int(text)
+        value = int(text)
+        if pa.types.is_int64(t) and value >= 1 << 63:  # an xid8 past the largest long
+            raise NotTypeable(f"{value} is past the largest long")
+        return value
     if pa.types.is_floating(t):
         return float(text)  # accepts NaN, Infinity, -Infinity as PostgreSQL prints them
     if pa.types.is_decimal(t):

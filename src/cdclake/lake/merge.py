@@ -17,8 +17,9 @@ as a multiset (two identical rows, one deleted), and knows nothing of unchanged-
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -30,10 +31,10 @@ from pyiceberg.types import NestedField
 
 from cdclake.config import Config
 from cdclake.decoding import stream
-from cdclake.errors import LakeError
-from cdclake.lake import labels, sparkmerge
+from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
+from cdclake.lake import labels, quarantine, sparkmerge
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
-from cdclake.lake.batch import Batch, TableChanges, selected
+from cdclake.lake.batch import Batch, TableChanges, TableEntry, selected
 from cdclake.lake.changelog import append_changelog
 from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare
 from cdclake.lake.metrics import guard_metrics
@@ -56,6 +57,7 @@ from cdclake.lake.schema import (
 from cdclake.lake.tables import (
     MIRROR,
     commit_with_retry,
+    find_mirror,
     mirror_identifier,
     snapshot_id,
     table_loader,
@@ -75,54 +77,107 @@ if TYPE_CHECKING:
 
 __all__ = ["MergeReport", "TableReport", "merge_batch", "merge_table", "mirror_identifier"]
 
+log = logging.getLogger(__name__)
+
 
 def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequence[str] = (),
                 changelog: bool = False, max_filter_keys: int = MAX_FILTER_KEYS,
-                max_attempts: int = 5, spark: SparkSession | None = None) -> MergeReport:
+                max_attempts: int = 5, spark: SparkSession | None = None,
+                held_back: Mapping[int, str] | None = None,
+                follows: int | None = None) -> MergeReport:
     """Apply ``batch`` to every mirror (and, with ``changelog``, append it to the changelogs).
 
     With a ``spark`` session (Iceberg's runtime on its class path), each table goes through
     :func:`cdclake.lake.sparkmerge.merge_table` when that path can take it exactly, the rest
     through :func:`merge_table` with the reason in the report.
 
-    Tables commit one after another, each atomically; a failure leaves the tables already
-    committed at the new LSN and the rest at the old one, and a re-run finishes the job.
-    With ``only``, just those tables are merged and the stream's merged end LSN stays where it
-    is: the batch remains pending for the others (each table skips what it already has).
+    Tables commit one after another, each atomically. One table never stops the others: a
+    table whose merge fails — any error but a lost lease — is reported in ``failed`` and keeps
+    its commit LSN, and the next table goes on; a quarantined table
+    (:mod:`cdclake.lake.quarantine`) is left alone and reported in ``quarantined``. The
+    stream's merged end LSN advances only when no table failed: the batch stays pending, and
+    the next run merges it again, each table skipping what it already has. ``held_back``
+    (oid -> table) names the tables that failed on an earlier batch of this run: their
+    changes must go in order, so they are not merged now either; ``follows`` is the end LSN of
+    that earlier batch, where this one may start although the merged end LSN stayed behind.
+    With ``only``, just those tables are merged and the merged end LSN stays where it is.
+    Tables excluded by ``config.tables`` or ``config.exclude_tables`` are not merged.
     """
     report = MergeReport(batch.name, config.stream)
     merged = merged_end_lsn(catalog, config.namespace, config.stream)
     report.previous_end_lsn = merged
-    if merged is not None and batch.start_lsn > merged:
+    if merged is not None and batch.start_lsn > max(merged, follows or 0):
         raise LakeError(
             f"batch {batch.name} starts at LSN {format_lsn(batch.start_lsn)}, but stream "
             f"{config.stream!r} is merged only up to {format_lsn(merged)} in namespace "
             f"{config.namespace}: a batch in between is missing; merge it first (nothing of "
             f"{batch.name} was applied)")
+    held_back = held_back or {}
     for entry in batch.entries:
         relations = [v.relation for v in entry.versions]
         if ((config.tables and not selected(config.tables, entry.table, relations))
+                or selected(config.exclude_tables, entry.table, relations)
                 or (only and not selected(only, entry.table, relations))):
             report.excluded.append(entry.table)
             continue
-        done = sparkmerge.merge_table(spark, catalog, config, batch, entry) if spark else None
-        on_spark = isinstance(done, TableReport)
-        changes = batch.load(entry) if changelog or not on_spark else None
-        if isinstance(done, TableReport):
-            report.tables.append(done)
-        else:
-            assert changes is not None
-            table = merge_table(catalog, config, batch.name, changes,
-                                max_filter_keys=max_filter_keys, max_attempts=max_attempts)
-            table.fallback = done or ""
-            report.tables.append(table)
-        if changelog:
-            assert changes is not None
-            report.changelogs.append(append_changelog(catalog, config, batch.name, changes,
-                                                      max_attempts=max_attempts))
-    report.end_lsn = merged if only else record_merged(catalog, config.namespace,
-                                                        config.stream, batch.end_lsn)
+        if entry.oid in held_back:
+            report.held_back.append(entry.table)
+            continue
+        try:
+            _merge_entry(catalog, config, batch, entry, report, changelog=changelog,
+                         max_filter_keys=max_filter_keys, max_attempts=max_attempts,
+                         spark=spark)
+        except ConcurrentRunError:
+            raise
+        except Exception as exc:  # this table only: the others go on
+            error = redact(str(exc) if isinstance(exc, CdclakeError)
+                           else f"{type(exc).__name__}: {exc}").strip().splitlines()
+            report.failed.append({"table": entry.table, "oid": entry.oid,
+                                  "error": error[0] if error else type(exc).__name__})
+            log.warning("merge of batch %s: table %s failed, left for the next run: %s",
+                        batch.name, entry.table, report.failed[-1]["error"])
+            log.debug("merge of %s failed", entry.table, exc_info=True)
+    report.end_lsn = merged if only or report.failed or report.held_back else record_merged(
+        catalog, config.namespace, config.stream, batch.end_lsn)
     return report
+
+
+def _merge_entry(catalog: Catalog, config: Config, batch: Batch, entry: TableEntry,
+                 report: MergeReport, *, changelog: bool, max_filter_keys: int,
+                 max_attempts: int, spark: SparkSession | None) -> None:
+    """One table of :func:`merge_batch`: its mirror (and changelog), into ``report``."""
+    held = _quarantine_of(catalog, config, entry)
+    if held is not None:
+        report.quarantined.append({"table": entry.table, "reason": held.get("reason", ""),
+                                   "since_batch": held.get("batch")})
+        return
+    done = sparkmerge.merge_table(spark, catalog, config, batch, entry) if spark else None
+    on_spark = isinstance(done, TableReport)
+    changes = batch.load(entry) if changelog or not on_spark else None
+    if isinstance(done, TableReport):
+        table = done
+    else:
+        assert changes is not None
+        table = merge_table(catalog, config, batch.name, changes,
+                            max_filter_keys=max_filter_keys, max_attempts=max_attempts)
+        table.fallback = done or ""
+    if table.quarantined:
+        report.quarantined.append({"table": entry.table, "reason": table.quarantined,
+                                   "since_batch": batch.name})
+        return
+    report.tables.append(table)
+    if changelog:
+        assert changes is not None
+        report.changelogs.append(append_changelog(catalog, config, batch.name, changes,
+                                                  max_attempts=max_attempts))
+
+
+def _quarantine_of(catalog: Catalog, config: Config, entry: TableEntry) -> dict[str, Any] | None:
+    """The quarantine of ``entry``'s mirror, if it has one that is quarantined."""
+    latest = entry.versions[-1].relation
+    ident = find_mirror(catalog, config, latest.schema, latest.name, entry.oid)
+    return None if ident is None else quarantine.quarantine_of(
+        catalog.load_table(ident).properties)
 
 
 def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChanges, *,
@@ -174,6 +229,11 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     report.snapshot_id = snap.snapshot_id if snap else None
     if not pending:
         return report  # already applied: no commit, no snapshot
+    blocked = quarantine.unprinted(pending)
+    if blocked is not None:  # the mirror stays as it is: nothing of the batch is applied
+        report.quarantined = quarantine.reason(name, *blocked)
+        quarantine.mark(table, report.quarantined, batch, blocked[0])
+        return report
 
     evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name,
                                mirror_system_fields())
@@ -233,6 +293,7 @@ def _reset(report: TableReport) -> None:
     report.rows_written = 0
     report.schema_changes = []
     report.strategy = "none"
+    report.quarantined = ""
 
 
 def _count_superseded(changes: Sequence[Change], counts: Counts) -> None:

@@ -38,6 +38,8 @@ class TableReport:
     engine: str = "pyiceberg"  #: pyiceberg or spark (cdclake.lake.sparkmerge)
     #: why the Spark merge left this table to the pyiceberg merge ('' when it did not)
     fallback: str = ""
+    #: why the merge quarantined the table instead ('' when it did not: lake.quarantine)
+    quarantined: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,12 +53,22 @@ class MergeReport:
     stream: str
     tables: list[TableReport] = field(default_factory=list)
     changelogs: list[dict[str, Any]] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)  #: tables not in ``config.tables``
+    #: tables not merged by choice: outside ``config.tables`` or the run's ``tables``, or in
+    #: ``config.exclude_tables``
+    excluded: list[str] = field(default_factory=list)
+    #: tables whose merge failed: ``{"table", "oid", "error"}`` (one line); left for next run
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    #: tables not merged because an earlier batch of the run failed for them
+    held_back: list[str] = field(default_factory=list)
+    #: tables left alone: ``{"table", "reason", "since_batch"}`` (cdclake.lake.quarantine)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
     previous_end_lsn: int | None = None  #: the stream's merged end LSN before this batch
-    end_lsn: int | None = None  #: and after it (set once every table is merged)
+    end_lsn: int | None = None  #: and after it (advanced when no table failed)
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "stream": self.stream,
                 "previous_end_lsn": self.previous_end_lsn, "end_lsn": self.end_lsn,
                 "tables": [t.to_json() for t in self.tables],
-                "changelogs": self.changelogs, "excluded": self.excluded}
+                "changelogs": self.changelogs, "excluded": self.excluded,
+                "failed": self.failed, "held_back": self.held_back,
+                "quarantined": self.quarantined}

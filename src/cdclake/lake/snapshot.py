@@ -5,10 +5,11 @@ Iceberg transaction not yet committed, the schema the copied files are written i
 mirror's schema evolved to the relation version the snapshot sees, by attnum as the merge
 does). Workers write the files under ``<table location>/data/cdclake-snapshot-<run>/``;
 :meth:`MirrorSnapshot.commit` then replaces every data file the mirror had with them, sets
-the snapshot's handoff facts (:mod:`cdclake.lake.visibility`) and the enum labels, all in that
-one transaction: readers see the old mirror or the new one, never a mix. The snapshot's
-summary carries commit LSN 0, so the merge considers every change of the stream and skips,
-by visibility, exactly those the copied rows already hold.
+the snapshot's handoff facts (:mod:`cdclake.lake.visibility`) and the enum labels, and ends a
+quarantine (:mod:`cdclake.lake.quarantine`), all in that one transaction: readers see the old
+mirror or the new one, never a mix. The snapshot's summary carries commit LSN 0, so the merge
+considers every change of the stream and skips, by visibility, exactly those the copied rows
+already hold.
 
 Files of a snapshot that never committed are removed once no commit can reference them any
 more (:meth:`MirrorSnapshot.remove_stale`). The staged transaction commits only while the
@@ -37,7 +38,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake import labels
+from cdclake.lake import labels, quarantine
 from cdclake.lake.schema import (
     apply_evolution,
     data_columns,
@@ -88,6 +89,8 @@ class MirrorSnapshot:
                                for c in sorted(set(counts_only))})
         tx.set_properties({PROPERTY: property_value(facts),
                            labels.PROPERTY: labels.property_value(self.enum_labels)})
+        if quarantine.PROPERTY in tx.table_metadata.properties:  # a new copy ends it
+            tx.remove_properties(quarantine.PROPERTY)
         try:
             files = [parquet_file_to_data_file(self.table.io, tx.table_metadata, p)
                      for p in paths]

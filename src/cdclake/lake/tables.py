@@ -39,6 +39,7 @@ from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.batch import TableChanges
 from cdclake.lake.changes import KEY, Identity
+from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import STREAM, committed_lsn
@@ -203,7 +204,8 @@ def snapshot_id(table: Table) -> int | None:
 def mirror_status(config: Config, catalog: Catalog,
                   tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Where every mirror of this stream (or of ``tables``) stands, keyed by source table:
-    commit LSN, Iceberg snapshot, row count and initial snapshot LSN (for reports)."""
+    commit LSN, Iceberg snapshot, row count, initial snapshot LSN and, for a quarantined
+    table (:mod:`cdclake.lake.quarantine`), why (for reports and ``cdclake status``)."""
     out: dict[str, dict[str, Any]] = {}
     if not catalog.namespace_exists(config.namespace):
         return out
@@ -218,12 +220,14 @@ def mirror_status(config: Config, catalog: Catalog,
         snap = table.current_snapshot()
         summary = snap.summary.additional_properties if snap and snap.summary else {}
         facts = facts_of(props, source)
+        held = quarantine_of(props)
         out[source] = {
             "mirror": ".".join(ident),
             "commit_lsn": format_lsn_or_none(committed_lsn(table, config.stream)),
             "snapshot_id": snap.snapshot_id if snap else None,
             "rows": int(summary.get("total-records", 0)),
-            "initial_snapshot_lsn": format_lsn_or_none(facts.lsn) if facts else None}
+            "initial_snapshot_lsn": format_lsn_or_none(facts.lsn) if facts else None,
+            "quarantined": held.get("reason", "") if held else None}
     return out
 
 

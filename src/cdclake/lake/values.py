@@ -11,6 +11,9 @@ Two rules make every PostgreSQL value exact inside the merge:
   ``_cdc_pg_text`` map holds its text under the attnum. Inside the merge it is one value like
   any other — compared, matched by identity, carried over for unchanged TOAST — so a row's map
   is always rebuilt from its values, never merged with an older one.
+
+A value the decoder could not print at all (an entry without text) is :data:`UNPRINTED`: no
+merge applies a change holding one (:mod:`cdclake.lake.quarantine`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,19 @@ class PgText:
     """A value kept as PostgreSQL's exact text (its typed column is NULL)."""
 
     text: str
+
+
+class _Unprinted:
+    """The type of :data:`UNPRINTED`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNPRINTED"
+
+
+#: a value of a type cdclake cannot print: its ``_cdc_pg_text`` entry has no text
+UNPRINTED = _Unprinted()
 
 
 def storage_type(t: pa.DataType) -> pa.DataType:
@@ -68,16 +84,19 @@ def plain_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
                             type=target).to_pylist()
 
 
-def parse_texts(entries: Iterable[tuple[str, str]] | None, known: Iterable[int],
-                where: str, *, dropped_ok: bool = False) -> dict[int, str]:
+def parse_texts(entries: Iterable[tuple[str, str | None]] | None, known: Iterable[int],
+                where: str, *, dropped_ok: bool = False,
+                unprinted: bool = False) -> dict[int, str | None]:
     """A ``_cdc_pg_text`` map (as ``to_pylist`` gives it) as attnum -> text; a key that is no
     attnum of ``known`` columns means the data is not what the schema says: refused — except,
     with ``dropped_ok``, in a mirror, whose untouched files keep the entries of a column
-    dropped since (Iceberg drops a column in its metadata only): those are left out."""
+    dropped since (Iceberg drops a column in its metadata only): those are left out. An entry
+    without text is refused too, but in the change stream (``unprinted``): a value cdclake
+    could not print, None here."""
     if not entries:
         return {}
     allowed = set(known)
-    out: dict[int, str] = {}
+    out: dict[int, str | None] = {}
     for key, text in entries:
         try:
             attnum = int(key)
@@ -85,17 +104,18 @@ def parse_texts(entries: Iterable[tuple[str, str]] | None, known: Iterable[int],
             attnum = -1
         if attnum not in allowed and dropped_ok and attnum > 0:
             continue
-        if attnum not in allowed or text is None:
+        if attnum not in allowed or (text is None and not unprinted):
             raise LakeError(f"{where}: _cdc_pg_text entry {key!r} names no column (attnum) of "
                             "the table, or has no text")
         out[attnum] = text
     return out
 
 
-def with_texts(values: dict[int, Any], texts: Mapping[int, str]) -> dict[int, Any]:
-    """``values`` with each attnum of ``texts`` replaced by its :class:`PgText` (in place)."""
+def with_texts(values: dict[int, Any], texts: Mapping[int, str | None]) -> dict[int, Any]:
+    """``values`` with each attnum of ``texts`` replaced by its :class:`PgText` (in place);
+    :data:`UNPRINTED` for an entry without text."""
     for attnum, text in texts.items():
-        values[attnum] = PgText(text)
+        values[attnum] = UNPRINTED if text is None else PgText(text)
     return values
 
 

@@ -47,17 +47,21 @@ def run_run(args: argparse.Namespace, config: Config) -> int:
         if not args.json:
             print(line, file=sys.stderr)
 
-    result = run_once(config, params, run_id=args.run_id, on_step=progress,
-                      on_progress=snapshot_progress)
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True, default=str))
-    else:
+    def show(result: dict[str, Any]) -> None:  # also when a table's merge failed
+        if args.json:
+            print(json.dumps(result, indent=2, sort_keys=True, default=str))
+            return
         for source, m in sorted(result["mirrors"].items()):
-            print(f"{source} -> {m['mirror']}: {m['rows']} row(s), commit LSN {m['commit_lsn']}")
+            held = f"; QUARANTINED: {m['quarantined']}" if m.get("quarantined") else ""
+            print(f"{source} -> {m['mirror']}: {m['rows']} row(s), commit LSN "
+                  f"{m['commit_lsn']}{held}")
         if result.get("data_docs_index"):
             print(f"Data Docs: {result['data_docs_index']}")
         if result.get("report_file"):
             print(f"report: {result['report_file']}")
+
+    run_once(config, params, run_id=args.run_id, on_step=progress,
+             on_progress=snapshot_progress, on_report=show)
     return 0
 
 
@@ -84,8 +88,14 @@ def describe(step: str, r: dict[str, Any]) -> str:
         return f"{len(r['batches'])} batch(es) checked"
     if step == "merge":
         n = len(r["batches"])
-        return (f"{n} batch(es) {'would be ' if r['dry_run'] else ''}merged; stream merged "
+        line = (f"{n} batch(es) {'would be ' if r['dry_run'] else ''}merged; stream merged "
                 f"up to {r['end_lsn']}")
+        failed = sorted({f["table"] for f in r.get("failed", ())})
+        if failed:
+            line += f"; FAILED (retried by the next run): {', '.join(failed)}"
+        for q in r.get("quarantined", ()):
+            line += f"; QUARANTINED {q['table']}: {q['reason']}"
+        return line
     if step == "validate_tables":
         return r.get("reason") or f"{len(r['tables'])} mirror(s) checked"
     return ""

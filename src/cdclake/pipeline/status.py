@@ -125,6 +125,7 @@ def format_status(data: dict[str, Any]) -> str:
         for source, m in sorted(lake["mirrors"].items()):
             copied = (f", initial snapshot at {m['initial_snapshot_lsn']}"
                       if m.get("initial_snapshot_lsn") else "")
+            held = f"; QUARANTINED: {m['quarantined']}" if m.get("quarantined") else ""
             lines.append(f"  {source} -> {m['mirror']}: {m['rows']} row(s), commit LSN "
-                         f"{m['commit_lsn']}{copied}")
+                         f"{m['commit_lsn']}{copied}{held}")
     return "\n".join(lines)

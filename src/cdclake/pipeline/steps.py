@@ -244,6 +244,8 @@ def merge(config: Config, params: RunParams | None = None, *,
         spark = None
         if todo and not params.dry_run and config.merge_engine == "spark":
             spark = _merge_session(config)
+        held: dict[int, str] = {}  # oid -> table: failed on a batch, so not merged past it
+        follows: int | None = None
         for decoded, recorded in zip(todo, validated, strict=False):
             if params.dry_run:
                 reports.append({"batch": decoded.name,
@@ -255,13 +257,42 @@ def merge(config: Config, params: RunParams | None = None, *,
             log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
                      format_lsn(decoded.end_lsn))
             lease.check()
-            report = merge_batch(catalog, config, batch, only=params.tables, spark=spark)
+            report = merge_batch(catalog, config, batch, only=params.tables, spark=spark,
+                                 held_back=held, follows=follows)
+            held.update((f["oid"], f["table"]) for f in report.failed)
+            follows = decoded.end_lsn
             reports.append(_merge_json(report))
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),
             "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
             "batches": reports, "not_validated": waiting, "tables": touched,
-            "dry_run": params.dry_run}
+            "failed": [{"batch": r["batch"], "table": f["table"], "error": f["error"]}
+                       for r in reports for f in r.get("failed", ())],
+            "quarantined": _quarantined(reports), "dry_run": params.dry_run}
+
+
+def _quarantined(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each quarantined table once (the first batch that names it): its reason."""
+    found: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        for q in r.get("quarantined", ()):
+            found.setdefault(q["table"], q)
+    return [found[t] for t in sorted(found)]
+
+
+def raise_for_failed_tables(results: Mapping[str, Any]) -> None:
+    """After the report: a run in which a table's merge failed fails too (one line naming
+    the tables), although the other tables committed and the report has everything."""
+    failed = (results.get("merge") or {}).get("failed") or []
+    if not failed:
+        return
+    first: dict[str, str] = {}
+    for f in failed:
+        first.setdefault(f["table"], f"{f['table']} (batch {f['batch']}: {f['error']})")
+    names = list(first)
+    raise LakeError(f"the merge of {len(names)} table(s) failed: {'; '.join(first.values())}; "
+                    f"the other tables committed, and the next run retries "
+                    f"{'it' if len(names) == 1 else 'them'}")
 
 
 def _merge_session(config: Config) -> Any:
@@ -390,9 +421,10 @@ def report(config: Config, params: RunParams | None = None,
     from cdclake.lake.tables import mirror_status
 
     merged = results.get("merge") or {}
+    named = {*(merged.get("tables") or ()), *(q["table"] for q in merged.get("quarantined", ()))}
     try:
         with _lease(config, open_store(config), LAKE, "report", params.dry_run):
-            mirrors = mirror_status(config, catalog, merged.get("tables") or None)
+            mirrors = mirror_status(config, catalog, sorted(named) or None)
             merged_end = _merged_end(catalog, config)
     except ConcurrentRunError as exc:  # the report of a run that failed still gets written
         mirrors, merged_end = {}, None
@@ -428,13 +460,16 @@ def safe_run_id(run_id: str | None) -> str:
 def run_once(config: Config, params: RunParams | None = None, *, run_id: str | None = None,
              spark: Any = None,
              on_step: Callable[[str, dict[str, Any]], None] | None = None,
-             on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             on_progress: Callable[[str], None] | None = None,
+             on_report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """``cdclake run``: the steps in order, in this process, as the DAG runs them
-    (``on_progress`` gets the snapshot's progress lines).
+    (``on_progress`` gets the snapshot's progress lines, ``on_report`` the report).
 
     A failing step stops the run; the report is still written, with the error — any error,
     cdclake's own or one it did not foresee — so the operator finds what happened where the
-    successful runs are, and the error is raised again. Returns the report.
+    successful runs are, and the error is raised again. A table whose merge failed stops no
+    step (the others committed), but once the report is written the run fails naming it
+    (:func:`raise_for_failed_tables`). Returns the report.
     """
     params = params or RunParams()
     catalog = _catalog(config)
@@ -463,7 +498,11 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
             log.warning("the report of the failed run was not written: %s",
                         redact(str(failed)))
         raise
-    return report(config, params, results, run_id=run_id, catalog=catalog)
+    out = report(config, params, results, run_id=run_id, catalog=catalog)
+    if on_report is not None:
+        on_report(out)
+    raise_for_failed_tables(results)
+    return out
 
 
 # -- helpers -----------------------------------------------------------------------------------

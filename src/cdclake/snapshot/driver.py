@@ -105,7 +105,8 @@ def snapshot_tables(config: Config, *, replace: Sequence[str] = (), replace_all:
     _check_scope(replace, config)
     catalog = catalog or open_catalog(config)
     listed = [t for t in followed_tables(config.source_dsn)
-              if not config.tables or t.name in config.tables]
+              if (not config.tables or t.name in config.tables)
+              and t.name not in config.exclude_tables]
     _check_named(replace, listed)
     todo = [t for t in listed if replace_all or t.name in replace
             or (missing and not _has_mirror(catalog, config, t))]
@@ -155,12 +156,17 @@ def _has_mirror(catalog: Catalog, config: Config, t: FollowedTable) -> bool:
 
 
 def _check_scope(tables: Sequence[str], config: Config) -> None:
-    """Named tables the stream does not follow (CDCLAKE_TABLES) have no mirror to fill."""
+    """Named tables the stream does not follow (CDCLAKE_TABLES, CDCLAKE_EXCLUDE_TABLES) have
+    no mirror to fill."""
     outside = [t for t in tables if config.tables and t not in config.tables]
     if outside:
         raise ConfigError(f"cannot snapshot {', '.join(outside)}: not in CDCLAKE_TABLES "
                           f"({', '.join(config.tables)}), so the stream does not follow "
                           f"{'it' if len(outside) == 1 else 'them'}")
+    excluded = [t for t in tables if t in config.exclude_tables]
+    if excluded:
+        raise ConfigError(f"cannot snapshot {', '.join(excluded)}: in CDCLAKE_EXCLUDE_TABLES, "
+                          f"so the stream does not follow {'it' if len(excluded) == 1 else 'them'}")
 
 
 def _check_named(tables: Sequence[str], listed: list[FollowedTable]) -> None:

@@ -299,7 +299,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     ctx = PartitionContext(
         partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
         version=version, segment_size=size, work_mem=config.work_mem,
-        tables=frozenset(config.tables), runs_prefix=own.runs, generation=own.generation,
+        tables=frozenset(config.tables), exclude=frozenset(config.exclude_tables),
+        runs_prefix=own.runs, generation=own.generation,
         dictionary=state.dictionary, startup=state.startup, open_txns=state.open_txns,
         store=store, layout=layout,
         spill_dir=str(config.spill_dir) if config.spill_dir else None,

@@ -46,6 +46,7 @@ class PartitionContext:
     segment_size: int
     work_mem: int
     tables: frozenset[str]
+    exclude: frozenset[str]  #: CDCLAKE_EXCLUDE_TABLES: never decoded (gate 3)
     runs_prefix: str  #: where partition i writes its runs: ``<runs_prefix>p<i>/``
     generation: int  #: the decode lease generation (its spill keys name it)
     dictionary: dict[str, Any]
@@ -90,8 +91,8 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     runs = RunParts(ctx.store, f"{ctx.runs_prefix}p{index}/")
     rows = _PartRows(dictionary.types, runs, ctx.split)
     options = DecodeOptions(db_oid=ctx.db_oid, start_lsn=ctx.start_lsn, work_mem=ctx.work_mem,
-                            spill_dir=spill_dir, tables=ctx.tables, skip_before=ctx.skip_before,
-                            ddl_key=ctx.ddl_key)
+                            spill_dir=spill_dir, tables=ctx.tables, exclude=ctx.exclude,
+                            skip_before=ctx.skip_before, ddl_key=ctx.ddl_key)
     decoding = create_decoding_context(
         options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
         startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get_file,

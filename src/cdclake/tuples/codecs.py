@@ -14,6 +14,12 @@ mapping is documented in docs/lake.md.
 A ``value`` (or ``value_from_text``) raises :class:`~cdclake.tuples.untypeable.NotTypeable`
 for a valid value its Arrow type cannot hold; the guard lets it through untouched (it is not
 a format error) and the row builder keeps the value's ``text`` instead.
+
+A type whose output function cdclake does not know (a C base type from an extension, a
+multirange, ...) still gets a codec, so one such column never stops the others: its Arrow
+type is string and its ``value_from_text`` keeps the server's own text (an initial snapshot
+reads that through COPY), but its ``value`` and ``text`` raise
+:class:`~cdclake.tuples.untypeable.NoTextOutput`, for any value that is not NULL.
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from fractions import Fraction
 
 import pyarrow as pa
 
-from cdclake.errors import TupleDecodeError, UnsupportedTypeError
+from cdclake.errors import TupleDecodeError
 from cdclake.tuples import (
     arrays,
     datetimes,
     floats,
     geometry,
+    heap,
     jsonb,
     network,
     numeric,
@@ -39,6 +46,9 @@ from cdclake.tuples import (
     textsearch,
 )
 from cdclake.tuples.desc import TypeInfo
+from cdclake.tuples.untypeable import NoTextOutput
+from cdclake.tuples.varlena import payload
+from cdclake.wal.record import WalTuple
 
 TextFn = Callable[[bytes], str]
 ValueFn = Callable[[bytes], object]
@@ -122,6 +132,19 @@ def _string(text: TextFn) -> _Parts:
     return _Parts(pa.string(), text)
 
 
+def _no_text(what: str, column: str, relation: str | None) -> _Parts:
+    """A type cdclake cannot print (``what`` says which): string, the server's text kept as
+    is (a snapshot's COPY prints it), any value from the WAL refused."""
+    def text(p: bytes) -> str:
+        raise NoTextOutput(what, column, relation)
+
+    return _string(text)
+
+
+#: record_out quotes an attribute's text that is empty or holds one of these (C's isspace)
+_RECORD_SPECIAL = frozenset('"\\(), \t\n\r\v\f')
+
+
 def float4_from_text(s: str) -> float:
     """The float32 nearest to the decimal ``s`` (exactly, not via a double)."""
     d = float(s)
@@ -186,10 +209,13 @@ _SIMPLE: dict[str, Callable[[], _Parts]] = {
     "oidout": lambda: _Parts(pa.int64(), scalars.uint4_text, scalars.uint4_value, int),
     "xidout": lambda: _Parts(pa.int64(), scalars.uint4_text, scalars.uint4_value, int),
     "cidout": lambda: _Parts(pa.int64(), scalars.uint4_text, scalars.uint4_value, int),
-    "xid8out": lambda: _Parts(pa.uint64(), scalars.uint8_text, scalars.uint8_value, int),
+    "xid8out": lambda: _Parts(pa.int64(), scalars.uint8_text, scalars.xid8_value,
+                              scalars.xid8_from_text),
     "float4out": lambda: _Parts(pa.float32(), _float4_text, _f4, float4_from_text),
     "float8out": lambda: _Parts(pa.float64(), _float8_text, _f8, float),
     "textout": lambda: _string(scalars.utf8_text),
+    # the citext extension's output function is textout's code under another name
+    "citextout": lambda: _string(scalars.utf8_text),
     "varcharout": lambda: _string(scalars.utf8_text),
     "bpcharout": lambda: _string(scalars.utf8_text),
     "unknownout": lambda: _string(scalars.utf8_text),
@@ -243,27 +269,33 @@ class _Builder:
         self.column = column
         self.relation = relation
 
-    def info(self, oid: int) -> TypeInfo:
+    def info(self, oid: int) -> TypeInfo | str:
+        """The type's facts (a domain's base type's); what is missing when they are not
+        there."""
         info = self.types.get(oid)
         if info is None:
-            raise UnsupportedTypeError(f"type oid {oid} (not in the dictionary)", self.column,
-                                       self.relation)
+            return f"type oid {oid} (not in the dictionary)"
         seen = set()
         while info.typtype == "d":  # a domain prints and stores as its base type
             if info.oid in seen or info.base == 0:
-                raise UnsupportedTypeError(f"{info.name} (domain without a base type)",
-                                           self.column, self.relation)
+                return f"{info.name} (domain without a base type)"
             seen.add(info.oid)
             base = self.types.get(info.base)
             if base is None:
-                raise UnsupportedTypeError(
-                    f"{info.name} (its base type oid {info.base} is not in the dictionary)",
-                    self.column, self.relation)
+                return f"{info.name} (its base type oid {info.base} is not in the dictionary)"
             info = base
         return info
 
-    def parts(self, oid: int, typmod: int) -> tuple[TypeInfo, _Parts]:
+    def no_text(self, what: str) -> _Parts:
+        return _no_text(what, self.column, self.relation)
+
+    def parts(self, oid: int, typmod: int) -> tuple[TypeInfo | None, _Parts]:
+        """The type's facts and parts. A type cdclake cannot print gets :func:`_no_text`'s
+        parts (the error waits for a value: its column stops nothing until one comes), and no
+        facts when the dictionary lacks them."""
         info = self.info(oid)
+        if isinstance(info, str):
+            return None, self.no_text(info)
         output = info.output
         simple = _SIMPLE.get(output)
         if simple is not None:
@@ -272,13 +304,15 @@ class _Builder:
             return info, _numeric_parts(typmod)
         if output == "enum_out":
             return info, self.enum(info)
-        if output == "array_out":
+        if output == "array_out" and info.element:
             return info, self.array(info, typmod)
         if output in ("int2vectorout", "oidvectorout"):
             return info, self.vector(info)
-        if output == "range_out":
+        if output == "range_out" and info.range_subtype:
             return info, self.range(info)
-        raise UnsupportedTypeError(info.name, self.column, self.relation)
+        if output == "record_out" and info.attributes:
+            return info, self.composite(info)
+        return info, self.no_text(f"{info.name} (output function {output})")
 
     def enum(self, info: TypeInfo) -> _Parts:
         labels = dict(info.enum_labels)
@@ -297,10 +331,9 @@ class _Builder:
         return _string(text)
 
     def array(self, info: TypeInfo, typmod: int) -> _Parts:
-        if info.element == 0:
-            raise UnsupportedTypeError(f"{info.name} (array without element type)",
-                                       self.column, self.relation)
         elem_info, elem = self.parts(info.element, typmod)
+        if elem_info is None:  # nothing to walk its elements by
+            return elem
         elem_oid = info.element
         elen, ealign = elem_info.typlen, elem_info.typalign
         delim = elem_info.delimiter or ","
@@ -341,24 +374,55 @@ class _Builder:
         return _string(text)
 
     def range(self, info: TypeInfo) -> _Parts:
-        if info.range_subtype == 0:
-            raise UnsupportedTypeError(f"{info.name} (range without subtype)", self.column,
-                                       self.relation)
         sub_info, sub = self.parts(info.range_subtype, -1)
+        if sub_info is None:  # nothing to walk its bounds by
+            return sub
         return _string(ranges.text_function(sub.text, sub_info.typlen, sub_info.typalign))
+
+    def composite(self, info: TypeInfo) -> _Parts:
+        """record_out: ``(a,"b c",)``, the attributes' texts (NULL as nothing), each quoted
+        when empty or holding a space, a quote, a backslash, a parenthesis or a comma (quotes
+        and backslashes doubled); dropped attributes left out."""
+        columns = info.attributes
+        texts = [None if c.dropped else self.parts(c.type_oid, c.typmod)[1].text
+                 for c in columns]
+        u16 = struct.Struct("<HH")
+
+        def text(p: bytes) -> str:
+            # a composite datum is a heap tuple whose header (after the varlena length)
+            # holds its typmod and type oid, then t_ctid, t_infomask2, t_infomask, t_hoff
+            if len(p) < 19:
+                raise ValueError(f"composite datum of {len(p)} bytes is shorter than its header")
+            infomask2, infomask = u16.unpack_from(p, 14)
+            datums = heap.deform(WalTuple(infomask2, infomask, p[18], p[19:]), columns)
+            out = []
+            for col, fn, d in zip(columns, texts, datums, strict=True):
+                if fn is None:
+                    continue
+                if d is None:
+                    out.append("")
+                    continue
+                v = fn(payload(d, what=f"attribute {col.name!r}")  # type: ignore[arg-type]
+                       if col.attlen == -1 else d)  # type: ignore[arg-type]
+                if not v or any(ch in _RECORD_SPECIAL for ch in v):
+                    v = '"' + v.replace("\\", "\\\\").replace('"', '""') + '"'
+                out.append(v)
+            return "(" + ",".join(out) + ")"
+
+        return _string(text)
 
 
 def codec_for(type_oid: int, typmod: int, types: Mapping[int, TypeInfo], *, column: str = "?",
               relation: str | None = None) -> Codec:
     """The codec of a column of type ``type_oid`` (atttypmod ``typmod``).
 
-    Raises UnsupportedTypeError(type_name, column, relation) for types without a codec
-    (composites, multiranges, reg* types, ...).
+    A type cdclake cannot print (a C base type of an extension, multiranges, reg* types,
+    ...) gets a codec whose ``text`` and ``value`` refuse every value (:func:`_no_text`).
     """
     builder = _Builder(types, column, relation)
     info, parts = builder.parts(type_oid, typmod)
-    declared = types.get(type_oid)
-    return Codec(declared.name if declared is not None else info.name, parts.arrow_type,
-                 info.typlen == -1, parts.text, parts.value, parts.from_text,
-                 column=column, relation=relation)
+    declared = types.get(type_oid) or info
+    return Codec("?" if declared is None else declared.name, parts.arrow_type,
+                 info is not None and info.typlen == -1, parts.text, parts.value,
+                 parts.from_text, column=column, relation=relation)
 

@@ -5,12 +5,16 @@ high-bit byte as a backslash and three octal digits and prints NUL as the empty 
 byteaout (bytea_output hex) is ``\\x`` + lowercase hex; varbit_out prints bit_len bits from
 the most significant; uuid_out lowercase 8-4-4-4-12; pg_lsn ``%X/%X``; tid ``(block,offset)``;
 cash_out with lc_monetary C: ``$`` before, ``-`` for negatives, ``,`` every three digits,
-``.`` and two fraction digits.
+``.`` and two fraction digits. xid8 is unsigned 64-bit: as a long (Iceberg has no unsigned
+type) up to 2**63 - 1, every larger value (never a real transaction id: its epoch would be
+past 2**31) without a typed value.
 """
 
 from __future__ import annotations
 
 import struct
+
+from cdclake.tuples.untypeable import NotTypeable
 
 _I16 = struct.Struct("<h")
 _I32 = struct.Struct("<i")
@@ -57,8 +61,22 @@ def uint4_value(p: bytes) -> int:
     return _U32.unpack(p)[0]
 
 
-def uint8_value(p: bytes) -> int:
-    return _U64.unpack(p)[0]
+#: the largest xid8 a long holds
+_INT64_MAX = (1 << 63) - 1
+
+
+def xid8_value(p: bytes) -> int:
+    return _long(_U64.unpack(p)[0])
+
+
+def xid8_from_text(s: str) -> int:
+    return _long(int(s))
+
+
+def _long(v: int) -> int:
+    if v > _INT64_MAX:
+        raise NotTypeable(f"xid8 {v} is past the largest long")
+    return v
 
 
 def int2_text(p: bytes) -> str:

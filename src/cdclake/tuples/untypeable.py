@@ -11,10 +11,22 @@ prints) in the row's ``_cdc_pg_text`` map (docs/lake.md).
 It is deliberately not a ``ValueError`` (nor a :class:`~cdclake.errors.TupleDecodeError`): the
 codec guard turns low-level format errors into TupleDecodeError, and this must pass through it
 untouched. Raising it costs only on those rare values; the hot path pays nothing.
+
+:class:`NoTextOutput` is the one value cdclake cannot keep even as text: one of a type whose
+output function cdclake does not know (a base type from an extension, written in C), so the
+WAL's bytes say nothing cdclake can print. The row builder marks it (an ``_cdc_pg_text`` entry
+with no text) and the lake quarantines that table alone (docs/lake.md); a plugin that must
+print it (test_decoding) stops with the error's one line.
 """
 
 from __future__ import annotations
 
+from cdclake.errors import UnsupportedTypeError
+
 
 class NotTypeable(Exception):
     """A valid value without a typed representation in its column's Arrow type."""
+
+
+class NoTextOutput(UnsupportedTypeError, NotTypeable):
+    """A value of a type whose output function cdclake does not know: it has no text either."""

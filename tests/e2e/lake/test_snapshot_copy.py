@@ -38,7 +38,7 @@ from cdclake.config import Config
 from cdclake.decoding.plugins.arrow import ArrowChanges, column_fields
 from cdclake.decoding.rows import LayoutCache
 from cdclake.decoding.session import DecodeOptions, decode
-from cdclake.errors import LakeError, SourceError
+from cdclake.errors import SourceError
 from cdclake.lake.batch import read_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.copyrows import SESSION_SETTINGS, CopyRows
@@ -49,7 +49,6 @@ from cdclake.lake.schema import (
     CDC_COMMIT_TS,
     CDC_PG_TEXT,
     iceberg_schema,
-    iceberg_type,
 )
 from cdclake.lake.snapshot import snapshot_labels
 from cdclake.lake.values import plain_values
@@ -63,15 +62,12 @@ from tests.oracle.tuples.types_catalog import NEEDS, SETUP, TYPES, VERSIONED
 
 pytestmark = pytest.mark.e2e
 
-#: types whose change-stream Arrow type the lake has no Iceberg type for (the merge refuses
-#: the table): xid8 is uint64. Checked below, so mapping one later fails here as a reminder.
-LAKE_UNMAPPED = {"xid8": pa.uint64()}
 COMMIT_LSN = 0x7_0000_0028
 COMMIT_TS_US = 1_717_236_000_000_001
 
 
 def _types(pg: LocalPostgres, conn: Any) -> list[tuple[str, list[str]]]:
-    types = [(t, v) for t, v in TYPES if t not in LAKE_UNMAPPED]
+    types = list(TYPES)
     types += [(t, v) for version, t, v in VERSIONED if pg.version >= version]
     types += [(t, v) for t, v, probe in NEEDS if server_supports(conn, probe)]
     return types
@@ -131,9 +127,6 @@ def _read_mirror(table: Any) -> tuple[pa.Table, Any]:
 
 def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, database: str,
                                                       tmp_path: Path) -> None:
-    for arrow in LAKE_UNMAPPED.values():
-        with pytest.raises(LakeError, match="no Iceberg mapping"):
-            iceberg_type(arrow, table="t", column="c")
     with pg.connect(database) as conn:
         for stmt in SETUP:
             conn.execute(stmt)

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,9 +98,9 @@ class Stream:
                  f"WHERE tag = 'tag {(r + 1) % 50}' LIMIT 2)")
         archive_all(self.pg, self.database)
 
-    def assert_mirrors_equal(self) -> None:
+    def assert_mirrors_equal(self, tables: Mapping[str, list[str]] = TABLES) -> None:
         config = self.config
-        for table, columns in TABLES.items():
+        for table, columns in tables.items():
             want = Counter(source_rows(self.pg, self.database, table, columns))
             got = Counter(mirror_rows(config, table, columns) or [])
             assert got == want, (f"{table}: missing {list((want - got).items())[:5]}, "
@@ -108,15 +108,17 @@ class Stream:
 
 
 @contextlib.contextmanager
-def bank_stream(home: Path) -> Iterator[Stream]:
-    """A PostgreSQL 15 cluster with the bank's tables, installed, and a cdclake home."""
+def bank_stream(home: Path, schema: Sequence[str] = SCHEMA,
+                **settings: str) -> Iterator[Stream]:
+    """A PostgreSQL 15 cluster with the bank's tables (or ``schema``), installed, and a
+    cdclake home (``settings``: more CDCLAKE_* variables)."""
     pg = LocalPostgres.create(15, wal_segsize_mb=1).start()
     try:
         pg.sql(f"CREATE ROLE {ROLE} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
         db = pg.create_database("bank")
-        for stmt in SCHEMA:
+        for stmt in schema:
             pg.sql(stmt, db)
-        env = env_for(pg, home, dsn(pg, db), CDCLAKE_LEASE_WAIT="300")
+        env = env_for(pg, home, dsn(pg, db), CDCLAKE_LEASE_WAIT="300", **settings)
         ok(cdclake(env, "source", "install"))
         yield Stream(pg, db, home, env)
     finally:

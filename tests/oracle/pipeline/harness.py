@@ -291,9 +291,10 @@ def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff
             cols = [r[0] for r in conn.execute(COLUMNS.format(generated=generated),
                                                (oid,)).fetchall()]
             # format('%s', v) prints with the type's output function, as the stream's text
-            # does (a cast to text does not always: boolean, char(n), inet)
+            # does (a cast to text does not always: boolean, char(n), inet); num_nulls asks
+            # whether the value is NULL (IS NULL is true of a composite of NULLs too)
             select = ", ".join(
-                f"""CASE WHEN "{c}" IS NULL THEN NULL ELSE format('%s', "{c}") END"""
+                f"""CASE WHEN num_nulls("{c}") = 1 THEN NULL ELSE format('%s', "{c}") END"""
                 for c in (x.replace('"', '""') for x in cols))
             source = Counter(tuple(r) for r in conn.execute(
                 f'SELECT {select} FROM "{schema}"."{name}"').fetchall())

@@ -35,6 +35,8 @@ EPOCH_US = EPOCH_DAYS * 86_400_000_000
 PG_TEXT = "_cdc_pg_text"
 
 Text = Callable[[Any], str]
+#: how a line shows a value the decoder could not print (its exact-text entry has no text)
+UNPRINTED = "<unprinted>"
 
 
 def base_type(info: TypeInfo, types: Mapping[int, TypeInfo]) -> TypeInfo:
@@ -155,7 +157,8 @@ def tuple_text(columns: list[tuple[Column, str, Text]], values: Mapping[str, Any
         if c.name in unchanged:
             parts.append(prefix + "unchanged-toast-datum")
         elif str(c.attnum) in exact:
-            parts.append(prefix + literal(c.type_oid, exact[str(c.attnum)]))
+            text = exact[str(c.attnum)]  # None: a value cdclake could not print
+            parts.append(prefix + (UNPRINTED if text is None else literal(c.type_oid, text)))
         elif v is None:
             if not skip_nulls:
                 parts.append(prefix + "null")

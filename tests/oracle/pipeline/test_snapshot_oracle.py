@@ -74,10 +74,8 @@ BEFORE_INSTALL = [
 
 
 def _types_table() -> list[str]:
-    """A table with a column of every type of the value oracle the lake maps (xid8's uint64
-    has no Iceberg type), a row per literal."""
-    cols = [(f"c{i}", typ, literals) for i, (typ, literals) in enumerate(TYPES)
-            if typ != "xid8"]
+    """A table with a column of every type of the value oracle, a row per literal."""
+    cols = [(f"c{i}", typ, literals) for i, (typ, literals) in enumerate(TYPES)]
     rows = max(len(lits) for _, _, lits in cols)
     stmts = [*TYPE_SETUP, "CREATE TABLE typed (id int PRIMARY KEY, "
              + ", ".join(f"{n} {t}" for n, t, _ in cols) + ")"]

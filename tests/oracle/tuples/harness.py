@@ -76,10 +76,11 @@ def decode_table(conn: Any, table: str, types: dict[int, TypeInfo] | None = None
     toast = read_toast(conn, table)
     # format('%s') calls the type's output function, as test_decoding and pgoutput do;
     # ::text would take a cast function where one exists (bool -> 'true', bpchar trimmed,
-    # inet with /32, xml without declaration handling)
+    # inet with /32, xml without declaration handling); num_nulls asks whether the value is
+    # NULL (IS NULL is true of a composite whose attributes are all NULL, too)
     select = sql.SQL("SELECT ctid::text, {} FROM {}").format(
         sql.SQL(", ").join(
-            sql.SQL("CASE WHEN {0} IS NULL THEN NULL ELSE format('%s', {0}) END").format(
+            sql.SQL("CASE WHEN num_nulls({0}) = 1 THEN NULL ELSE format('%s', {0}) END").format(
                 sql.Identifier(c.name)) for c in live),
         sql.SQL(table))
     rows = conn.execute(select).fetchall()

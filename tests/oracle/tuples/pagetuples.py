@@ -35,24 +35,29 @@ def set_session(conn: Any) -> None:
 
 
 def capture_types(conn: Any) -> dict[int, TypeInfo]:
-    """Every pg_type row with what the codecs need (enum labels, range subtypes)."""
+    """Every pg_type row with what the codecs need (enum labels, range subtypes, the
+    attributes of composites defined outside the system catalogs)."""
     labels: dict[int, dict[int, str]] = {}
     for typid, oid, label in conn.execute("SELECT enumtypid, oid, enumlabel FROM pg_enum"):
         labels.setdefault(typid, {})[oid] = label
     rows = conn.execute(
         """SELECT t.oid, format_type(t.oid, NULL), t.typoutput::regproc::text, t.typlen,
                   t.typbyval, t.typalign, t.typtype, t.typcategory, t.typelem, t.typdelim,
-                  t.typbasetype, coalesce(r.rngsubtype, 0), n.nspname
+                  t.typbasetype, coalesce(r.rngsubtype, 0), n.nspname, t.typrelid
            FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
            LEFT JOIN pg_range r ON r.rngtypid = t.oid""").fetchall()
     out = {}
     for (oid, name, output, typlen, byval, align, typtype, cat, elem, delim, base, sub,
-         nsp) in rows:
+         nsp, relid) in rows:
         output = output.rsplit(".", 1)[-1]
+        attributes = (tuple(capture_columns(conn, str(relid)))
+                      if typtype == "c" and nsp not in ("pg_catalog", "information_schema")
+                      else ())
         out[oid] = TypeInfo(oid=oid, name=name, output=output, typlen=typlen, typbyval=byval,
                             typalign=align, typtype=typtype, typcategory=cat, element=elem,
                             delimiter=delim, base=base, range_subtype=sub,
-                            enum_labels=labels.get(oid, {}), namespace=nsp)
+                            enum_labels=labels.get(oid, {}), namespace=nsp,
+                            attributes=attributes)
     return out
 
 

@@ -4,8 +4,8 @@ For the non-string mappings: psycopg's Python values (ints, floats, Decimals, by
 lists), and for date/time types the server's own epoch arithmetic (psycopg cannot hold
 infinities, BC dates or years past 9999). Every column's values must also build a pyarrow
 array of the codec's arrow_type. Values the Arrow type cannot hold (arrays with more dimensions
-or another lower bound, NaN in a decimal, time 24:00:00, timestamps past int64 µs from 1970)
-must raise NotTypeable — and only those.
+or another lower bound, NaN in a decimal, time 24:00:00, timestamps past int64 µs from 1970,
+or an xid8 past the largest long) must raise NotTypeable — and only those.
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ def _untypeable(v: object, t: pa.DataType) -> bool:
         return any(_untypeable(x, t.value_type) for x in v)
     if not isinstance(v, int):
         return False
+    if pa.types.is_int64(t):
+        return v > INT64_MAX  # an xid8 past the largest long
     if pa.types.is_time64(t):
         return v >= USECS_PER_DAY  # 24:00:00
     if pa.types.is_timestamp(t):
@@ -119,9 +121,11 @@ def _server_values(conn: Any, ident: sql.Identifier, typename: str, plain: str,
     ndims = sql.SQL("(coalesce(array_ndims({0}), 0) > 1 OR coalesce(array_lower({0}, 1), 1) "
                     "<> 1)").format(ident) if is_list else sql.SQL("false")
     if is_list and pa.types.is_string(arrow_type.value_type):
-        expr = sql.SQL("CASE WHEN {0} IS NOT NULL THEN coalesce((SELECT array_agg(CASE WHEN e "
-                       "IS NULL THEN NULL ELSE format('%s', e) END ORDER BY n) FROM unnest({0})"
-                       " WITH ORDINALITY AS u(e, n)), '{{}}') END")
+        # elements by subscript (unnest spreads a composite over columns); num_nulls: whether
+        # an element is NULL (IS NULL is true of a composite of NULLs too)
+        expr = sql.SQL("CASE WHEN {0} IS NOT NULL THEN coalesce((SELECT array_agg(CASE WHEN "
+                       "num_nulls(({0})[i]) = 1 THEN NULL ELSE format('%s', ({0})[i]) END "
+                       "ORDER BY i) FROM generate_subscripts({0}, 1) i), '{{}}') END")
         rows = conn.execute(sql.SQL("SELECT ctid::text, {}, {} FROM vals").format(
             expr.format(ident), ndims)).fetchall()
         return [(ctid, v, multi) for ctid, v, multi in rows]

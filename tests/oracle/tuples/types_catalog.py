@@ -17,6 +17,13 @@ SETUP = (
     "CREATE DOMAIN intarr AS int4[]",
     "CREATE TYPE floatrange AS RANGE (subtype = float8)",
     "CREATE TYPE textrange AS RANGE (subtype = text)",
+    # composites: record_out's quoting, NULL attributes, nesting, a dropped attribute
+    "CREATE TYPE pair AS (n int4, t text, d date)",
+    "CREATE TYPE nest AS (p pair, tags text[], r int4range, m mood)",
+    "CREATE TYPE shrunk AS (a int4, gone text, b numeric)",
+    "ALTER TYPE shrunk DROP ATTRIBUTE gone",
+    # an extension's type whose output function is textout's code (contrib, both servers)
+    "CREATE EXTENSION IF NOT EXISTS citext",
 )
 
 LONG = "'" + "x" * 300 + "'"
@@ -151,9 +158,21 @@ TYPES: list[tuple[str, list[str]]] = [
     ("tid", ["'(0,1)'", "'(4294967295,65535)'"]),
     ("xid", ["'0'", "'4294967295'"]),
     ("cid", ["'7'"]),
-    ("xid8", ["'18446744073709551615'", "'0'"]),
+    ("xid8", ["'18446744073709551615'", "'0'", "'9223372036854775807'",
+              "'9223372036854775808'", "pg_current_xact_id()"]),
     ("int2vector", ["'1 2 3'", "''"]),
     ("oidvector", ["'4294967295 0'"]),
+    ("pair", ["ROW(1, 'plain', '2000-01-01')", "ROW(NULL, '', NULL)",
+              "ROW(-2, 'a b \"q\" \\ (x), y', 'infinity')", "ROW(NULL, NULL, NULL)",
+              "ROW(3, E'\u00e9 tab\\there\\nline', '0001-01-01 BC')", "ROW(4, 'NULL', NULL)",
+              "ROW(5, repeat('long ', 400), NULL)"]),
+    ("nest", ["ROW(ROW(1, 'x y', NULL), '{a,\"b c\",NULL}', '[1,5)', 'with space')",
+              "ROW(NULL, '{}', 'empty', NULL)",
+              "ROW(ROW(NULL, NULL, NULL), NULL, NULL, 'q\"uote')"]),
+    ("shrunk", ["ROW(1, 2.5)", "ROW(NULL, 'NaN')", "ROW(-7, NULL)"]),
+    ("pair[]", ["ARRAY[ROW(1, 'a', NULL)::pair, NULL, ROW(2, 'b c', '2000-01-01')::pair]",
+                "'{}'", "ARRAY[ROW(NULL, NULL, NULL)::pair]"]),
+    ("citext", ["'AbC'", "''", "'\u00c0\u00e9\u00ce straße'"]),
 ]
 
 #: (type, literals) usable only from a server version on

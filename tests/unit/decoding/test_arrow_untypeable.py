@@ -14,11 +14,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from cdclake.catalog.model import IDENTITY_DEFAULT, IDENTITY_FULL, Column, RelationVersion
+from cdclake.catalog.model import (
+    IDENTITY_DEFAULT,
+    IDENTITY_FULL,
+    Column,
+    RelationVersion,
+    TypeInfo,
+)
 from cdclake.decoding import stream
 from cdclake.decoding.changes import DELETE, INSERT, UPDATE, Change, TxnInfo
 from cdclake.decoding.plugins.arrow import ArrowChanges
 from cdclake.wal.record import WalTuple
+from tests.unit.tuples.test_codecs import TYPES as CODEC_TYPES
 from tests.unit.tuples.test_codecs import _array, numeric_disk, typmod
 from tests.unit.tuples.test_heap import build, varlena
 from tests.unit.tuples.test_untypeable_values import TYPES
@@ -73,9 +80,9 @@ def n(value: str) -> bytes:
     return varlena(numeric_disk(Decimal(value)), short=False)
 
 
-def decode(tmp_path: Path, changes: list[tuple[RelationVersion, int, Change]]
-           ) -> dict[str, pa.Table]:
-    plugin = ArrowChanges(pafs.LocalFileSystem(), str(tmp_path / "b"), "b", TYPES)
+def decode(tmp_path: Path, changes: list[tuple[RelationVersion, int, Change]],
+           types: dict[int, TypeInfo] = TYPES) -> dict[str, pa.Table]:
+    plugin = ArrowChanges(pafs.LocalFileSystem(), str(tmp_path / "b"), "b", types)
     txn = TxnInfo(xid=700, first_lsn=0x1000, final_lsn=0x9000, end_lsn=0x9100, commit_time=0)
     for rel, action, change in changes:
         plugin.change(txn, rel, action, change, {})
@@ -144,3 +151,45 @@ def test_untypeable_values_become_null_and_exact_text(tmp_path: Path) -> None:
     assert texts[0] == old_texts and texts[1] is None and texts[2] is None
     # a DELETE's tuple is its old identity: _cdc_pg_text completes it too
     assert texts[3] == old_texts
+
+
+CUBE_COLUMNS = (col(1, "id", 23, 4, "i"), col(2, "c", 90030, -1, "d"),
+                col(3, "cs", 90031, -1, "d"))
+#: a cube's bytes (cube_out is not a function cdclake knows: no text for them)
+CUBE = varlena(struct.pack("<Idd", 1, 1.0, 2.0), short=False)
+CUBE_1D = varlena(_array(90030, [1], [1], [CUBE], -1, 8), short=False)
+CUBE_2D = varlena(_array(90030, [1, 1], [1, 1], [CUBE], -1, 8), short=False)
+
+
+def test_values_cdclake_cannot_print_are_entries_without_text(tmp_path: Path) -> None:
+    """A value of a type cdclake cannot print is NULL with an ``_cdc_pg_text`` entry that has
+    no text — one that has no typed value first (a 2-D array of them) too —, in the new row
+    and in a FULL identity; the row's other values and other rows stay as they are."""
+    rels = [RelationVersion(
+        oid=oid, db_oid=5, tablespace=1663, relfilenode=oid, schema="public", name=f"t{oid}",
+        qualified=f"public.t{oid}", relkind="r", persistence="p", replident=ident,
+        columns=CUBE_COLUMNS, key_attnums=key, valid_from=0x100)
+        for oid, ident, key in ((16600, IDENTITY_DEFAULT, (1,)), (16601, IDENTITY_FULL, ()))]
+
+    def row(*datums: bytes | None) -> WalTuple:
+        return build(list(CUBE_COLUMNS[:len(datums)]), list(datums))
+
+    odd, plain = row(struct.pack("<i", 1), CUBE, CUBE_1D), row(struct.pack("<i", 2), None, None)
+    tables = decode(tmp_path, [
+        (rels[0], INSERT, change(INSERT, 0x1100, None, odd)),
+        (rels[0], INSERT, change(INSERT, 0x1200, None, row(struct.pack("<i", 3), None,
+                                                           CUBE_2D))),
+        (rels[0], INSERT, change(INSERT, 0x1300, None, plain)),
+        (rels[1], DELETE, change(DELETE, 0x1400, odd, None)),
+    ], types={**TYPES, **CODEC_TYPES})
+    t = tables["public.t16600"]
+    assert t.schema.field("c").type == pa.string()
+    assert t.schema.field("cs").type == pa.list_(pa.string())
+    assert t.select(["id", "c", "cs", stream.PG_TEXT]).to_pylist() == [
+        {"id": 1, "c": None, "cs": None, stream.PG_TEXT: [("2", None), ("3", None)]},
+        {"id": 3, "c": None, "cs": None, stream.PG_TEXT: [("3", None)]},
+        {"id": 2, "c": None, "cs": None, stream.PG_TEXT: None}]
+    f = tables["public.t16601"]
+    unprinted = [("2", None), ("3", None)]
+    assert f.column(stream.PG_TEXT).to_pylist() == [unprinted]
+    assert pc.struct_field(f.column(stream.OLD_KEY), stream.PG_TEXT).to_pylist() == [unprinted]

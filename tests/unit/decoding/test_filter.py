@@ -11,11 +11,12 @@ from cdclake.wal.record import RelFileLocator
 from tests.unit.decoding.fixture import DecodingFixture, relation_named
 
 
-def only_table(lines: list[str], table: str, messages_open: bool) -> list[str]:
-    """The slot's output as a stream publishing only ``table``: other tables' rows go; a
-    transaction left without rows loses its BEGIN/COMMIT (skip-empty-xacts: test_decoding
-    opens a transaction at its first row, or, from PostgreSQL 18 on, at its first
-    transactional message: ``messages_open``) but keeps its messages."""
+def only_table(lines: list[str], table: str, messages_open: bool, *,
+               but: bool = False) -> list[str]:
+    """The slot's output as a stream publishing only ``table`` (every table ``but`` it): other
+    tables' rows go; a transaction left without rows loses its BEGIN/COMMIT (skip-empty-xacts:
+    test_decoding opens a transaction at its first row, or, from PostgreSQL 18 on, at its
+    first transactional message: ``messages_open``) but keeps its messages."""
     out: list[str] = []
     txn: list[str] = []
     for line in lines:
@@ -28,7 +29,7 @@ def only_table(lines: list[str], table: str, messages_open: bool) -> list[str]:
             else:
                 out.extend(txn[1:])
             txn = []
-        elif line.startswith("table ") and not line.startswith(f"table {table}:"):
+        elif line.startswith("table ") and line.startswith(f"table {table}:") == but:
             continue
         elif txn:
             txn.append(line)
@@ -46,6 +47,23 @@ def test_a_table_selection_keeps_only_that_table(decfix: DecodingFixture,
     assert lines == expected
     everything = decfix.decode(tmp_path / "all")[1]
     assert result.stats.changes < everything.stats.changes  # dropped before buffering
+
+
+def test_an_excluded_table_is_dropped_whatever_the_selection(decfix: DecodingFixture,
+                                                              tmp_path: Path) -> None:
+    """CDCLAKE_EXCLUDE_TABLES: gate 3 drops the table's changes, alone or beside a selection
+    that names it too (the exclusion wins)."""
+    messages_open = TestDecoding(print, {}, version=decfix.version).messages_open_xact
+    expected = only_table(decfix.lines, "public.vf", messages_open, but=True)
+    assert any(line.startswith("table public.vf: INSERT") for line in decfix.lines)
+    assert any(line.startswith("table ") for line in expected)
+    lines, result, _d = decfix.decode(tmp_path / "spill", exclude=frozenset({"public.vf"}))
+    assert lines == expected
+    everything = decfix.decode(tmp_path / "all")[1]
+    assert result.stats.changes < everything.stats.changes  # dropped before buffering
+    named = decfix.decode(tmp_path / "both", tables=frozenset({"public.vf"}),
+                          exclude=frozenset({"public.vf"}))[0]
+    assert not any(line.startswith("table ") for line in named)
 
 
 def test_relation_kinds_the_gates_drop(decfix: DecodingFixture, tmp_path: Path) -> None:
@@ -67,5 +85,9 @@ def test_relation_kinds_the_gates_drop(decfix: DecodingFixture, tmp_path: Path) 
     narrow = Filter(d, tables=frozenset({"public.tx"}))
     assert narrow.drop_locator(RelFileLocator(vf.tablespace, decfix.db_oid, vf.relfilenode),
                                lsn)
+    excluded = Filter(d, exclude=frozenset({"public.vf"}))
+    assert excluded.drop_locator(RelFileLocator(vf.tablespace, decfix.db_oid, vf.relfilenode),
+                                 lsn)
+    assert not excluded.keeps_table("public", "vf") and excluded.keeps_table("public", "tx")
     assert Filter(d, local_only=True).origin_ok(0)
     assert not Filter(d, local_only=True).origin_ok(3) and Filter(d).origin_ok(3)

@@ -13,16 +13,27 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
 
 from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import LAKE, Lease
 from cdclake.cli import main
 from cdclake.config import Config
-from cdclake.errors import ConfigError, QualityError
+from cdclake.errors import ConfigError, LakeError, QualityError
 from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
-from cdclake.pipeline import RunParams, merge, report, steps, validate_stream, validate_tables
+from cdclake.pipeline import (
+    RunParams,
+    merge,
+    raise_for_failed_tables,
+    report,
+    steps,
+    validate_stream,
+    validate_tables,
+)
+from cdclake.pipeline.cli import describe
 from cdclake.pipeline.steps import safe_run_id
 from cdclake.wal.lsn import format_lsn
 from tests.unit.lake.streamgen import Stream
@@ -116,6 +127,39 @@ def test_merging_some_tables_leaves_the_batches_pending_for_the_others(
     assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
     assert merged_end_lsn(open_catalog(config), config.namespace, config.stream) == \
         list_batches(open_store(config), Layout())[-1].end_lsn
+
+
+def test_a_table_failing_on_a_batch_is_held_back_while_the_others_commit(
+        config: Config, stream: Stream) -> None:
+    """A table cdclake did not create stands where items' mirror goes: items' merge fails on
+    the first batch and is held back on the second (its changes go in order), owners takes
+    both, the stream's merged end LSN stays, the step and the console name items, and the
+    run fails once its report is written. With the table gone, the next merge catches up."""
+    two_batches(stream)
+    validate_stream(config)
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists(config.namespace)
+    catalog.create_table((config.namespace, "public__items"),
+                         Schema(NestedField(1, "id", LongType())))
+    result = merge(config)
+    assert [(f["table"], f["batch"]) for f in result["failed"]] == [("public.items", "b000001")]
+    assert [b["held_back"] for b in result["batches"]] == [[], ["public.items"]]
+    assert result["end_lsn"] is None and result["tables"] == ["public.owners"]
+    assert mirror(config, "owners") == [{"id": 11, "email": "y@example.com"}]
+    assert "FAILED (retried by the next run): public.items" in describe("merge", result)
+    with pytest.raises(LakeError, match=r"^the merge of 1 table\(s\) failed: public\.items "
+                                        r"\(batch b000001: Iceberg table cdc\.public__items "
+                                        r"exists but was not created by cdclake.*\); the other "
+                                        r"tables committed, and the next run retries it$"):
+        raise_for_failed_tables({"merge": result})
+    raise_for_failed_tables({"merge": merge(config, RunParams(dry_run=True))})
+
+    catalog.drop_table((config.namespace, "public__items"))
+    again = merge(config)
+    assert again["failed"] == [] and [b["batch"] for b in again["batches"]] == \
+        ["b000001", "b000002"]
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
+    assert again["end_lsn"] == format_lsn(list_batches(open_store(config), Layout())[-1].end_lsn)
 
 
 def test_a_dry_run_merge_reports_and_commits_nothing(config: Config, stream: Stream) -> None:

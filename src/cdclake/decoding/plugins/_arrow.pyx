@@ -22,7 +22,7 @@ from cdclake.tuples._bytes cimport le_int, plain_payload
 
 from cdclake.decoding import stream
 from cdclake.decoding.changes import DELETE, INSERT
-from cdclake.decoding.rows import UNCHANGED_TOAST, column_payload
+from cdclake.decoding.rows import UNCHANGED_TOAST, column_payload, exact_text
 from cdclake.tuples import codecs, scalars
 from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
@@ -137,8 +137,7 @@ cdef tuple _values(layout, tup, lsn, toast, list unchanged):
             out.append(None)
             if texts is None:
                 texts = {}
-            texts[str(step.column.column.attnum)] = (
-                v.text if isinstance(v, MissingValue) else step.codec.text(v))
+            texts[str(step.column.column.attnum)] = exact_text(step.column, v)
     return out, texts
 
 

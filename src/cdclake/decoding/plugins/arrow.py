@@ -11,7 +11,9 @@ directory (:class:`ArrowChanges`, the local ``decode`` path and Spark's writer),
 partition keeps them for its task's result. A column whose TOASTed value was not logged
 (UPDATE that did not touch it) is null and named in ``_unchanged_toast`` — never a placeholder.
 A value without a typed representation (the codec raises NotTypeable) is null and its exact
-text goes into ``_cdc_pg_text`` under its attnum: such values never stop a run.
+text goes into ``_cdc_pg_text`` under its attnum: such values never stop a run. A value cdclake
+cannot print at all (its type's output function is unknown to it: NoTextOutput) is null with
+an entry that has no text: the lake then quarantines that table alone (docs/lake.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from cdclake.decoding.rows import (
     LiveColumn,
     RowLayout,
     column_payload,
+    exact_text,
 )
 from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
@@ -196,8 +199,7 @@ class ArrowRows:
                 out.append(None)
                 if texts is None:
                     texts = {}
-                texts[str(lc.column.attnum)] = (v.text if isinstance(v, MissingValue)
-                                                else lc.codec.text(v))  # type: ignore[arg-type]
+                texts[str(lc.column.attnum)] = exact_text(lc, v)
         return out, texts
 
     def _buffer(self, rel: RelationVersion) -> _TableBuffer:
