@@ -129,8 +129,10 @@ def decode(config: Config, params: RunParams | None = None, *,
 
     store = open_store(config)
     # CDCLAKE_TABLES filters the decode: a typo would drop every table's changes for good
-    _check_tables(config, store, {"CDCLAKE_TABLES": config.tables}, "nothing was decoded",
-                  source=True)
+    # (and one in CDCLAKE_EXCLUDE_TABLES would mirror the table meant to be left out)
+    _check_tables(config, store, {"CDCLAKE_TABLES": config.tables,
+                                  "CDCLAKE_EXCLUDE_TABLES": config.exclude_tables},
+                  "nothing was decoded", source=True)
     until = params.until_segment or (None if params.end_lsn is None else Manifest(
         store, Layout()).segment_holding(params.end_lsn))
     first = load_progress(store, Layout()) is None
@@ -519,7 +521,8 @@ def _lease(config: Config, store: ObjectStore, name: str, step: str,
 
 
 def _selections(config: Config, params: RunParams) -> dict[str, Sequence[str]]:
-    return {"the run's tables": params.tables, "CDCLAKE_TABLES": config.tables}
+    return {"the run's tables": params.tables, "CDCLAKE_TABLES": config.tables,
+            "CDCLAKE_EXCLUDE_TABLES": config.exclude_tables}
 
 
 def _check_tables(config: Config, store: ObjectStore, named: Mapping[str, Sequence[str]],

@@ -556,6 +556,11 @@ def test_a_table_selection_that_selects_nothing_is_refused_before_anything_is_lo
         "cdclake run: error: CDCLAKE_TABLES: public.smal is not a table the stream's "
         "dictionary knows (did you mean public.small?); nothing was decoded"], out.stderr
     assert load_progress(store, Layout()) == progress  # no batch decoded without small
+    out = cdclake({**env, "CDCLAKE_EXCLUDE_TABLES": "public.bgi"}, "run")
+    assert out.returncode == 2 and "cdclake run: error: CDCLAKE_EXCLUDE_TABLES: public.bgi is " \
+        "not a table the stream's dictionary knows (did you mean public.big?); nothing was " \
+        "decoded\n" in out.stderr, out.stderr
+    assert load_progress(store, Layout()) == progress
 
     ok(cdclake(env, "run"))
     assert_mirrors_equal(shop.pg, shop.database, shop.config, SHOP)
