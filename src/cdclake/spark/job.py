@@ -26,6 +26,10 @@ wrote into the WAL of its database: the tasks report where they saw one, the fir
 emits the transactions committing from there on and drops every change recorded before it
 (its tables were described by nothing); a first batch without one is refused.
 
+Every segment a task reads is checked against its manifest entry's sha256
+(:class:`~cdclake.archive.source.StoreSegmentSource`); the scan hands a mismatch to the driver,
+which stops the batch with it before anything is decoded.
+
 Usage: ``python -m cdclake.spark.job [--until SEGMENT]`` decodes one batch with the
 configuration from the environment (``CDCLAKE_*``).
 """
@@ -54,6 +58,7 @@ from cdclake.errors import (
     ConfigError,
     DecodingError,
     ObjectNotFound,
+    SegmentDigestError,
     StoreError,
     WalCorruptError,
 )
@@ -272,6 +277,9 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     size, db = plan.segment_size, state.db_oid
     tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
     summaries = tasks.map(lambda t: scan_segment(t, store, layout, size, db, key)).collect()
+    damaged = next((s.damaged for s in summaries if s.damaged), None)
+    if damaged is not None:
+        raise SegmentDigestError(damaged)
     _check_joins(plan, summaries, progress)
     versions = {s.version for s in summaries if s.version} | (
         {state.version} if state.version else set())

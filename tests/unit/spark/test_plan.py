@@ -8,6 +8,7 @@ import pytest
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
+from cdclake.archive.push import push_wal_file
 from cdclake.decoding.startup import Startup
 from cdclake.errors import DecodingError
 from cdclake.spark.plan import plan_batch
@@ -22,9 +23,14 @@ SWITCH = 4 * SEGSIZE + 0xA0
 def _store(tmp_path: Path, segnos: list[int], timeline: int = 1) -> LocalStore:
     store = LocalStore(tmp_path / "store")
     for s in segnos:
-        store.put(Layout().wal_key(segment_name(timeline, s, SEGSIZE)),
-                  segment_bytes(timeline, s))
+        _push(store, timeline, s)
     return store
+
+
+def _push(store: LocalStore, timeline: int, segno: int) -> None:
+    """Archive a segment as wal-push does: the object, then its manifest entry."""
+    push_wal_file(store, Layout(), segment_name(timeline, segno, SEGSIZE),
+                  segment_bytes(timeline, segno))
 
 
 def _failover(tmp_path: Path, switch: int = SWITCH) -> LocalStore:
@@ -79,7 +85,7 @@ def test_nothing_new(tmp_path: Path) -> None:
     # stopped inside its own last segment (the last record continues in a missing one)
     assert plan_batch(store, Layout(), _progress(4 * SEGSIZE + 500, 4), None) is None
     # ... but once that segment arrives, the batch re-reads from the record's start
-    store.put(Layout().wal_key(segment_name(1, 5, SEGSIZE)), segment_bytes(1, 5))
+    _push(store, 1, 5)
     plan = plan_batch(store, Layout(), _progress(4 * SEGSIZE + 500, 4), None)
     assert plan is not None and plan.tasks[0].read_from == 4 * SEGSIZE + 500
 
@@ -109,7 +115,7 @@ def test_segments_are_planned_along_the_newest_timelines_history(tmp_path: Path)
     assert plan.tasks[-1].window == (SegmentName(1, 3),)  # not timeline 1's segment 4
     assert plan_batch(store, Layout(), _progress(4 * SEGSIZE, 3), None) is None
     for s in (4, 5):
-        store.put(Layout().wal_key(segment_name(2, s, SEGSIZE)), segment_bytes(2, s))
+        _push(store, 2, s)
     plan = plan_batch(store, Layout(), None, None)
     assert plan is not None and plan.segments == _names((1, 2), (1, 3), (2, 4), (2, 5))
     assert plan.tasks[1].window == (SegmentName(1, 3), SegmentName(2, 4), SegmentName(2, 5))
@@ -143,7 +149,7 @@ def test_a_switch_on_a_segment_boundary(tmp_path: Path) -> None:
     the archive is promoted there). The batch that read segment 3 also read the long page
     header of the next segment, and stopped past it: not past the switch."""
     store = _failover(tmp_path, 4 * SEGSIZE)
-    store.put(Layout().wal_key(segment_name(2, 4, SEGSIZE)), segment_bytes(2, 4))
+    _push(store, 2, 4)
     nxt = plan_batch(store, Layout(), _progress(4 * SEGSIZE + 40, 3), None)
     assert nxt is not None and nxt.segments == _names((2, 4))
     with pytest.raises(DecodingError, match="past 0/400000"):
@@ -154,6 +160,6 @@ def test_a_new_timeline_without_its_history_is_not_planned(tmp_path: Path) -> No
     """Where timeline 2 branched off is unknown: which of timeline 1's segments are on the
     path is too."""
     store = _store(tmp_path, [2, 3, 4, 5])
-    store.put(Layout().wal_key(segment_name(2, 4, SEGSIZE)), segment_bytes(2, 4))
+    _push(store, 2, 4)
     with pytest.raises(DecodingError, match=r"timeline 2 are archived but not 00000002\.history"):
         plan_batch(store, Layout(), None, None)
