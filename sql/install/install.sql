@@ -312,6 +312,23 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION cdclake.record_install_horizon() FROM PUBLIC;
 
+-- Where the install's full dictionary message lies in the WAL: it starts at or after from_lsn
+-- (the insert position read in the statement before the one that wrote it) and ends at end_lsn.
+-- A new stream starts there: its first batch skips the segments wholly before from_lsn, which
+-- hold nothing it decodes, and waits until the segments up to end_lsn are archived
+-- (cdclake.spark.plan).
+CREATE OR REPLACE FUNCTION cdclake.record_install_message(from_lsn pg_lsn, end_lsn pg_lsn)
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION cdclake.install_message('
+                            'OUT from_lsn pg_catalog.pg_lsn, OUT end_lsn pg_catalog.pg_lsn) '
+                            'LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS %L',
+                            pg_catalog.format('SELECT %L::pg_catalog.pg_lsn, %L::pg_catalog.pg_lsn',
+                                              from_lsn, end_lsn));
+END
+$fn$;
+REVOKE ALL ON FUNCTION cdclake.record_install_message(pg_lsn, pg_lsn) FROM PUBLIC;
+
 -- A relation and everything that inherits from it (partitions, inheritance children), whose
 -- columns an ALTER TABLE on it changes too.
 CREATE OR REPLACE FUNCTION cdclake.with_descendants(rels oid[]) RETURNS oid[]

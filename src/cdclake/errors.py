@@ -57,6 +57,12 @@ class WalCorruptError(WalError):
     """Bytes that cannot be valid WAL: bad CRC, bad header, impossible lengths."""
 
 
+class SegmentDigestError(WalCorruptError):
+    """A segment read back from the store is not the bytes its manifest entry recorded when
+    it was archived (sha256): damaged or replaced in the store. Record CRCs do not cover every
+    byte (a record's alignment padding, a page's unused tail), so the digest is checked too."""
+
+
 class WalTruncatedError(WalError):
     """A record or page is cut off: the segment is shorter than the record needs."""
 

@@ -113,6 +113,12 @@ def check_continuity(entries: Iterable[HasSegment],
     return sorted(gaps, key=lambda g: (g.first_segno, g.kind is not GapKind.HISTORY))
 
 
+def missing(first: int, last: int, path: TimelinePath, segment_size: int) -> list[Gap]:
+    """Segments ``first..last`` of ``path`` as ``missing`` gaps, one per timeline: the hole a
+    reader of the path stops at (:mod:`cdclake.spark.plan`)."""
+    return _runs(GapKind.MISSING, first, last, path, segment_size)
+
+
 def _runs(kind: GapKind, first: int, last: int, path: TimelinePath,
           segment_size: int) -> list[Gap]:
     """Split ``first..last`` where the owning timeline changes, one Gap per timeline."""

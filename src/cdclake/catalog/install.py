@@ -2,14 +2,17 @@
 
 Installs the functions and triggers of ``sql/install/install.sql`` (event triggers for DDL,
 TRUNCATE triggers on every followed table) and emits a full dictionary message, whose LSN is
-where decoding can start without any other knowledge of the source. Refuses when the server
-cannot produce what logical decoding needs.
+where decoding can start without any other knowledge of the source. The source keeps where
+that message lies (``cdclake.install_message()``), so a new stream's first batch knows which
+archived segments come wholly before it before the message itself is archived. Refuses when
+the server cannot produce what logical decoding needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +24,16 @@ from cdclake.catalog.signing import fetch_key, key_path, read_key_file, write_ke
 from cdclake.config import Config
 from cdclake.errors import ConfigError, SourceError, redact
 from cdclake.wal.lsn import parse_lsn
+
+
+@dataclass(frozen=True)
+class InstallMessage:
+    """Where an install's full dictionary message lies in the WAL: it starts at or after
+    ``from_lsn`` (the WAL insert position read just before it was written; other sessions
+    may write in between) and ends at ``end_lsn``."""
+
+    from_lsn: int
+    end_lsn: int
 
 
 @dataclass(frozen=True)
@@ -71,20 +84,72 @@ def check_source(conn) -> tuple[int, str]:  # type: ignore[no-untyped-def]
     return version, conn.info.dbname
 
 
+#: attempts of an install that PostgreSQL aborts to break a deadlock
+DEADLOCK_ATTEMPTS = 5
+
+
 def install(dsn: str, known_key: bytes | None = None) -> InstallReport:
     """Install (or upgrade) and emit a full dictionary; one transaction. ``known_key`` is the
-    decoders' copy of the signing key, used if the source lost its own."""
+    decoders' copy of the signing key, used if the source lost its own.
+
+    A first install locks every followed table, one after the other, to add its TRUNCATE
+    trigger, while the application's transactions lock them in their own order: PostgreSQL
+    may break a deadlock by aborting the install, which then starts again (nothing of it was
+    committed). Any other failure of the server is a SourceError (one line)."""
+    import psycopg
+
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return _install(dsn, known_key)
+        except psycopg.errors.DeadlockDetected as exc:
+            if attempt == DEADLOCK_ATTEMPTS:
+                raise SourceError(f"source install: aborted {attempt} times by PostgreSQL to "
+                                  f"break a deadlock with other sessions ({_first_line(exc)}); "
+                                  "run it again when fewer transactions write") from exc
+            time.sleep(0.5 * attempt)
+        except psycopg.Error as exc:
+            raise SourceError(f"source install failed ({redact(dsn)}): {_first_line(exc)}"
+                              ) from exc
+    raise AssertionError("unreachable")
+
+
+def _install(dsn: str, known_key: bytes | None) -> InstallReport:
     with _connect(dsn) as conn:
         version, dbname = check_source(conn)
         with conn.transaction():
             conn.execute(_sql("install.sql"))
             key = _ensure_key(conn, known_key)
+            before = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
             lsn, n, db_oid = conn.execute(
                 "SELECT cdclake.emit(d)::text, jsonb_array_length(d->'relations'), "
                 "(d->>'db_oid')::oid FROM cdclake.dictionary_json() d").fetchone()
             # a statement of its own: its snapshot is taken after the message was written
             conn.execute("SELECT cdclake.record_install_horizon()")
+            conn.execute("SELECT cdclake.record_install_message(%s::pg_lsn, %s::pg_lsn)",
+                         (before, lsn))
     return InstallReport(dbname, int(db_oid), version, parse_lsn(lsn), int(n), key)
+
+
+def recorded_message(dsn: str) -> InstallMessage | None:
+    """Where the last ``cdclake source install`` in the source database wrote its full
+    dictionary, as it recorded it; None when that install predates the record."""
+    import psycopg
+
+    try:
+        with connect(dsn) as conn:
+            if not conn.execute("SELECT to_regprocedure('cdclake.install_message()') IS NOT NULL"
+                                ).fetchone()[0]:
+                return None
+            first, end = conn.execute("SELECT from_lsn::text, end_lsn::text "
+                                      "FROM cdclake.install_message()").fetchone()
+    except psycopg.Error as exc:
+        raise SourceError(f"cannot read where `cdclake source install` wrote its dictionary "
+                          f"({redact(dsn)}): {_first_line(exc)}") from exc
+    return InstallMessage(parse_lsn(first), parse_lsn(end))
+
+
+def _first_line(exc: BaseException) -> str:
+    return next(iter(str(exc).strip().splitlines()), type(exc).__name__)
 
 
 def _ensure_key(conn, known: bytes | None) -> bytes:  # type: ignore[no-untyped-def]

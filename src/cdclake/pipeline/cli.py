@@ -78,7 +78,7 @@ def describe(step: str, r: dict[str, Any]) -> str:
                 f"{r['snapshot']['lsn']} ({r['rows_per_second']} rows/s)")
     if step == "decode":
         if r.get("batch") is None:
-            return "nothing new in the archive"
+            return r.get("waiting") or "nothing new in the archive"
         names = r.get("batches") or [r["batch"]]
         what = f"batch {names[0]}" if len(names) == 1 else \
             f"{len(names)} batches {names[0]}..{names[-1]}"
@@ -135,9 +135,11 @@ def add_status_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_status(args: argparse.Namespace, config: Config) -> int:
-    from cdclake.pipeline.status import format_status, status
+    """Exit 1 when decoding is stopped (:func:`cdclake.pipeline.status.stalled`), so a
+    monitor running ``cdclake status`` hears of it; 2 is left to status failing itself."""
+    from cdclake.pipeline.status import format_status, stalled, status
 
     data = status(config)
     print(json.dumps(data, indent=2, sort_keys=True, default=str) if args.json
           else format_status(data))
-    return 0
+    return 1 if stalled(data) else 0

@@ -1,23 +1,27 @@
 """``cdclake status``: where the stream stands, from the archive to each mirror.
 
-Reads only: the manifest (what is archived, and any gap), the decoder's progress state, who
-holds the stream's leases (a run in progress), the decoded batches and which of them the lake
-has taken, each mirror's commit LSN and, when the source is reachable, its current WAL
-position — the places a stalled pipeline can be stuck, side by side.
+Reads only: the manifest (what is archived, and any gap), the decoder's progress state and
+what its next batch would be (the planner's own answer: segments, waiting for the install's
+segment, nothing new — or the error that stops decoding, such as a segment missing below
+archived ones), who holds the stream's leases (a run in progress), the decoded batches and
+which of them the lake has taken, each mirror's commit LSN and, when the source is reachable,
+its current WAL position — the places a stalled pipeline can be stuck, side by side.
+:func:`stalled` says whether decoding is stopped: ``cdclake status`` then exits 1.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from cdclake.archive import Layout, open_store
+from cdclake.archive import Layout, ObjectStore, open_store
 from cdclake.archive.lease import DECODE, LAKE, holder_of
 from cdclake.archive.manifest import Manifest
 from cdclake.catalog.connection import connect
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConfigError, StoreError
 from cdclake.lake.batches import list_batches, pending
-from cdclake.spark.progress import load_progress
+from cdclake.spark.plan import Waiting, next_plan
+from cdclake.spark.progress import Progress, load_progress
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
 
 
@@ -52,6 +56,7 @@ def status(config: Config) -> dict[str, Any]:
     try:
         progress = load_progress(store, layout)
         out["progress"] = progress.to_json() if progress else None  # None: nothing decoded yet
+        out["decode"] = _next_batch(config, store, layout, progress)
     except StoreError as exc:
         out["progress"] = {"error": str(exc)}
     out["leases"] = {name: holder_of(store, name, layout) for name in (DECODE, LAKE)}
@@ -76,6 +81,24 @@ def status(config: Config) -> dict[str, Any]:
     if config.source_dsn:
         out["source"] = _source_position(config.source_dsn)
     return out
+
+
+def _next_batch(config: Config, store: ObjectStore, layout: Layout,
+                progress: Progress | None) -> dict[str, Any]:
+    """What the next decode would do: its segments, what it waits for, or why it cannot."""
+    try:
+        plan = next_plan(config, store, layout, progress)
+    except CdclakeError as exc:
+        return {"error": str(exc)}
+    if isinstance(plan, Waiting):
+        return {"waiting": plan.reason}
+    return {"next": plan.segments if plan is not None else []}
+
+
+def stalled(data: dict[str, Any]) -> bool:
+    """Whether decoding is stopped: the next decode would fail (a missing segment, a missing
+    history file, a progress state that cannot be read), not merely wait."""
+    return "error" in (data.get("decode") or {}) or "error" in (data.get("progress") or {})
 
 
 def _source_position(dsn: str) -> dict[str, Any]:
@@ -104,6 +127,15 @@ def format_status(data: dict[str, Any]) -> str:
         lines.append(f"source: {s['error']}" if "error" in s else
                      f"source: current WAL {s['current_wal_lsn']}, last archived "
                      f"{s['last_archived_wal']}, archive failures {s['archive_failures']}")
+    d = data.get("decode") or {}
+    if "error" in d:
+        lines.append(f"decode: STALLED: {d['error']}")
+    elif "waiting" in d:
+        lines.append(f"decode: {d['waiting']}")
+    elif "next" in d:
+        n = d["next"]
+        lines.append("decode: nothing new to decode" if not n else f"decode: next batch {n[0]}"
+                     + (f"..{n[-1]} ({len(n)} segments)" if len(n) > 1 else ""))
     b = data["batches"]
     progress = data.get("progress") or {}
     lines.append(f"decoded: {b['decoded']} batch(es), last {b['last']} ending at "

@@ -118,14 +118,17 @@ def decode(config: Config, params: RunParams | None = None, *,
     ``end_lsn`` is rounded up to the segment holding it (batches end on segment boundaries).
     ``start_lsn`` shapes only the stream's first batch; afterwards the decoder continues from
     its saved progress, and the result says the LSN was not applied. Without it the stream
-    starts at the first full dictionary ``cdclake source install`` wrote into the first batch's
-    WAL (changes recorded before it are dropped); a first batch without one fails, telling
-    the operator to run the install or give a start LSN. Returns ``{"batch": None}`` when the
-    archive holds nothing new; batches decoded earlier but not merged yet are still picked up
-    by the later steps. A dry run plans the next batch only.
+    starts at the full dictionary ``cdclake source install`` wrote (changes recorded before it
+    are dropped): the first batch skips the archived segments wholly before it, and until the
+    install's segment is archived the result says it is ``waiting`` for it; a first batch
+    without the message fails, telling the operator to run the install or give a start LSN.
+    Returns ``{"batch": None}`` when the archive holds nothing new; batches decoded earlier but
+    not merged yet are still picked up by the later steps. A segment missing below archived
+    ones stops the step (ArchiveGapError), after the batches before it. A dry run plans the
+    next batch only.
     """
     params = params or RunParams()
-    from cdclake.spark.job import decode_batch
+    from cdclake.spark.job import BatchResult, decode_batch
 
     store = open_store(config)
     # CDCLAKE_TABLES filters the decode: a typo would drop every table's changes for good
@@ -138,9 +141,10 @@ def decode(config: Config, params: RunParams | None = None, *,
     first = load_progress(store, Layout()) is None
     results = []
     with _lease(config, store, DECODE, "decode", params.dry_run) as lease:
-        while (result := decode_batch(config, spark=spark, until_segment=until,
-                                      dry_run=params.dry_run, start_lsn=params.start_lsn,
-                                      fence=lease)) is not None:
+        while isinstance(result := decode_batch(config, spark=spark, until_segment=until,
+                                                dry_run=params.dry_run,
+                                                start_lsn=params.start_lsn, fence=lease),
+                         BatchResult):
             results.append(result)
             if params.dry_run:
                 break
@@ -149,6 +153,8 @@ def decode(config: Config, params: RunParams | None = None, *,
     notes = {"until_segment": until, "dry_run": params.dry_run}
     if params.start_lsn is not None:
         notes["start_lsn_applied"] = first
+    if result is not None and not isinstance(result, BatchResult):
+        notes["waiting"] = result.reason
     if not results:
         return {"batch": None, **notes}
     tables: dict[str, int] = {}

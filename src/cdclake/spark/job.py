@@ -24,7 +24,13 @@ no committed progress names.
 A new stream given no start LSN starts at the first full dictionary ``cdclake source install``
 wrote into the WAL of its database: the tasks report where they saw one, the first batch
 emits the transactions committing from there on and drops every change recorded before it
-(its tables were described by nothing); a first batch without one is refused.
+(its tables were described by nothing); a first batch without one is refused. Where the source
+recorded the install's message, the first batch begins at its segment and waits until it is
+archived (:mod:`cdclake.spark.plan`).
+
+Every segment a task reads is checked against its manifest entry's sha256
+(:class:`~cdclake.archive.source.StoreSegmentSource`); the scan hands a mismatch to the driver,
+which stops the batch with it before anything is decoded.
 
 Usage: ``python -m cdclake.spark.job [--until SEGMENT]`` decodes one batch with the
 configuration from the environment (``CDCLAKE_*``).
@@ -55,11 +61,12 @@ from cdclake.errors import (
     ConfigError,
     DecodingError,
     ObjectNotFound,
+    SegmentDigestError,
     StoreError,
     WalCorruptError,
 )
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
-from cdclake.spark.plan import BatchPlan, plan_batch
+from cdclake.spark.plan import BatchPlan, Waiting, next_plan
 from cdclake.spark.progress import Progress, committed, load_progress, save_progress
 from cdclake.spark.routing import RouteMap, partition_of, route
 from cdclake.spark.segments import (
@@ -107,10 +114,11 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
                  until_segment: str | None = None, dry_run: bool = False,
                  start_lsn: int | None = None, db_oid: int | None = None,
                  dictionary: Dictionary | None = None,
-                 fence: Fence = UNFENCED) -> BatchResult | None:
+                 fence: Fence = UNFENCED) -> BatchResult | Waiting | None:
     """Decode the archived segments not yet consumed (per state/progress.json), up to and
-    including until_segment if given; None when there is nothing new. Idempotent: re-running
-    after a crash before progress is saved rewrites the same batch.
+    including until_segment if given; None when there is nothing new, :class:`Waiting` when a
+    new stream waits for the install's segment. Idempotent: re-running after a crash before
+    progress is saved rewrites the same batch.
 
     The keyword-only ``start_lsn`` (emit transactions committing at or after it), ``db_oid``
     (else looked up over ``config.source_dsn``) and ``dictionary`` only matter for the first
@@ -120,6 +128,8 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     ``start_lsn``): transactions committing before it are not emitted, changes recorded before
     it are dropped (from transactions open across the install too), and a first batch that
     holds no such message raises :class:`~cdclake.errors.DecodingError` with nothing saved.
+    The segments wholly before the message that the source recorded are skipped
+    (:func:`cdclake.spark.plan.next_plan`).
 
     ``fence`` is the decode lease (:class:`cdclake.archive.lease.Lease`; ``UNFENCED``:
     generation 0, no check): the batch's objects are written under its generation, its check
@@ -131,10 +141,10 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     progress = load_progress(store, layout)
     if progress is not None:  # the run that committed it may have died before publishing it
         publish(store, layout, progress)
-    plan = plan_batch(store, layout, progress, until_segment, config.max_batch_segments,
-                      config.max_batch_bytes)
-    if plan is None:
-        return None
+    plan = next_plan(config, store, layout, progress, until_segment,
+                     from_install=start_lsn is None and dictionary is None)
+    if not isinstance(plan, BatchPlan):
+        return plan
     if dry_run:  # what would be decoded: no manifest, nothing written
         return BatchResult(plan.name, {}, plan.read_from, plan.read_from, 0, plan.segments)
     if progress is not None:
@@ -278,6 +288,9 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
     summaries = tasks.map(task(
         lambda t: scan_segment(t, store, layout, size, db, key))).collect()
+    damaged = next((s.damaged for s in summaries if s.damaged), None)
+    if damaged is not None:
+        raise SegmentDigestError(damaged)
     _check_joins(plan, summaries, progress)
     versions = {s.version for s in summaries if s.version} | (
         {state.version} if state.version else set())
@@ -523,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
                               fence=lease)
     if result is None:
         print("nothing new to decode")
+    elif isinstance(result, Waiting):
+        print(result.reason)
     else:
         print(f"batch {result.batch}: {len(result.segments)} segments, {result.commits} "
               f"commits, {format_lsn(result.start_lsn)}..{format_lsn(result.end_lsn)}")

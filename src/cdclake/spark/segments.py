@@ -8,7 +8,9 @@ route records, whether consecutive tasks join up (prev-links), where WAL ended, 
 first full dictionary ``cdclake source install`` wrote lies (a new stream without a start LSN
 starts there). Then (:func:`segment_records`) for the records decoding uses, classified for
 the shuffle by the rmgr table (:func:`cdclake.decoding.rmgrs.route`, see
-:mod:`cdclake.spark.routing`).
+:mod:`cdclake.spark.routing`). Every segment read is checked against the sha256 the manifest
+recorded (:class:`~cdclake.archive.source.StoreSegmentSource`); the scan returns a mismatch
+to the driver, which raises it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from cdclake.catalog.signing import DDL_PREFIX, open_signed
 from cdclake.decoding.rmgrs import CATALOG, TXN, is_truncate, memberships, plain_change, route
 from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.decoding.walclass import PG_CLASS_OID
+from cdclake.errors import SegmentDigestError
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.record import (
@@ -134,6 +137,9 @@ class ParsedSegment:
     dictionary_lsn: int | None = None
     records: int = 0  #: records kept for decoding (what the second read sends the shuffle)
     facts: SegmentFacts = field(default_factory=lambda: SegmentFacts({}, frozenset()))
+    #: a segment the task read is not the one archived (its sha256): the error's message,
+    #: which the driver raises (the scan stops there)
+    damaged: str | None = None
 
 
 def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
@@ -189,16 +195,20 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     out = ParsedSegment(task.segment.segno)
     facts = FactCollector(db_oid)
     first = True
-    for rec in reader:
-        if first:
-            out.first_lsn, out.first_prev = rec.lsn, rec.prev
-        out.last_lsn = rec.lsn
-        if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
-            out.dictionary_lsn = rec.lsn
-        for kind, kept in route(rec, db_oid, first=first and task.keep_first):
-            facts.add(kind, kept, reader.version)
-            out.records += 1
-        first = False
+    try:
+        for rec in reader:
+            if first:
+                out.first_lsn, out.first_prev = rec.lsn, rec.prev
+            out.last_lsn = rec.lsn
+            if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
+                out.dictionary_lsn = rec.lsn
+            for kind, kept in route(rec, db_oid, first=first and task.keep_first):
+                facts.add(kind, kept, reader.version)
+                out.records += 1
+            first = False
+    except SegmentDigestError as exc:
+        out.damaged = str(exc)
+        return out
     out.version = reader.version
     out.end_of_wal = reader.end_of_wal
     out.end_reason = reader.end_reason

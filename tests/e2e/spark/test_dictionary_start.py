@@ -8,7 +8,9 @@ commits after it. The install here is a re-install: a first install waits for ev
 transaction writing a table it adds its TRUNCATE trigger to, so no transaction that wrote a
 followed table can be open across a first install at all. Decoding on Spark without a start
 LSN must start at the install's message, keep only what was recorded after it, and save that
-start; a first batch that holds no install is refused, with nothing saved.
+start. The segment wholly before the install (the open transaction's first row) is in no batch;
+where the source has no record of the install's position (an install older than that record),
+a first batch that holds no install is refused, with nothing saved.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import DecodingError
 from cdclake.local.postgres import LocalPostgres
-from cdclake.spark.job import decode_batch
+from cdclake.spark.job import BatchResult, decode_batch
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import parse_lsn
 from tests.e2e.spark.helpers import rows, ship_to, tables_of
@@ -63,11 +65,12 @@ def run_workload(pg: LocalPostgres, database: str, directory: Path) -> Workload:
         pg.sql("CHECKPOINT", database)  # its running-xacts record names the long transaction
         other.execute("INSERT INTO acct SELECT i, 'early', i FROM generate_series(1, 5) i")
         other.execute("UPDATE acct SET balance = 100 WHERE id = 1")
+        pg.sql("SELECT pg_switch_wal()", database)  # the segment before holds no install
         other.execute("INSERT INTO audit VALUES (1, 'before')")
         other.execute("TRUNCATE audit")
         long.execute("INSERT INTO acct VALUES (11, 'long', 11), (12, 'long', 12)")
         long.execute("UPDATE acct SET owner = 'long before' WHERE id = 2")
-        pg.sql("SELECT pg_switch_wal()", database)  # the install in a later segment
+        # the install in this segment: its batch holds changes recorded before it
         before = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", database)[0][0])
         report = install(pg.dsn(database))  # the install: no table lock, triggers exist
         long.execute("INSERT INTO acct VALUES (13, 'long', 13)")
@@ -118,7 +121,8 @@ def test_a_new_stream_starts_at_the_install(pg: LocalPostgres, workload: Workloa
     config = _config(tmp_path, pg.dsn(w.archived.database))
     ship_to(config, w.archived)
     result = decode_batch(config, spark=spark, start_lsn=None)
-    assert result is not None and result.segments == w.archived.segments
+    # the first segment is wholly before the install: in no batch
+    assert isinstance(result, BatchResult) and result.segments == w.archived.segments[1:]
     assert result.stats["cut_before_start"] > 0
 
     progress = load_progress(open_store(config), Layout())
@@ -149,6 +153,9 @@ def test_a_first_batch_before_any_install_is_refused(pg: LocalPostgres, workload
     ship_to(config, w.archived)
     store = open_store(config)
     first = w.archived.segments[0]
+    # the source says where the install wrote: its segment is after the one to decode
+    assert decode_batch(config, spark=spark, until_segment=first) is None
+    pg.sql("DROP FUNCTION cdclake.install_message()", w.archived.database)  # an older install
     with pytest.raises(DecodingError, match=f"segments {first} hold no full dictionary") as err:
         decode_batch(config, spark=spark, until_segment=first)
     assert "cdclake source install" in str(err.value) and "--start-lsn" in str(err.value)

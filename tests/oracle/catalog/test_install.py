@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from cdclake.catalog.capture import capture, database_oid
 from cdclake.catalog.connection import connect
-from cdclake.catalog.install import install, uninstall
+from cdclake.catalog.install import InstallReport, install, uninstall
 from cdclake.catalog.signing import load_key, pads
 from cdclake.catalog.snapshot import export_snapshot, followed_tables
 from cdclake.cli import main
@@ -294,3 +296,46 @@ def test_a_temporary_table_cannot_shadow_a_catalog(pg: LocalPostgres, database: 
         pg.sql("DROP TABLE IF EXISTS public.shadowed", database)
         pg.sql(f"REVOKE CREATE ON SCHEMA public FROM {role}", database)
         pg.sql(f"DROP ROLE {role}")
+
+
+def test_a_first_install_aborted_by_a_deadlock_starts_again(pg: LocalPostgres,
+                                                            database: str) -> None:
+    """A first install locks the followed tables one after the other to add their TRUNCATE
+    triggers; a writer holding the later one that then writes the earlier one closes a cycle.
+    PostgreSQL breaks it by aborting the install (whose wait began first): the install starts
+    again, waits for the writer's commit, and succeeds — with writers running, as on any
+    database that is in use."""
+    for name in ("a", "b"):
+        pg.sql(f"CREATE TABLE {name} (id int PRIMARY KEY)", database)
+    # the install's deadlock check runs once, this long after its wait began: by then the
+    # writer waits too, and never checks first
+    pg.sql(f'ALTER DATABASE "{database}" SET deadlock_timeout = \'5s\'')
+    # the order the install's scan of pg_class adds the triggers in
+    first, second = (r[0] for r in pg.sql(
+        "SELECT relname FROM pg_class WHERE relname IN ('a', 'b') ORDER BY ctid", database))
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["report"] = install(pg.dsn(database))
+        except Exception as exc:  # reported below
+            outcome["error"] = exc
+
+    with pg.connect(database, autocommit=False) as writer:
+        writer.execute("SET deadlock_timeout = '1min'")
+        writer.execute(f"INSERT INTO {second} VALUES (1)")
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not pg.sql("SELECT 1 FROM pg_locks WHERE relation = %s::regclass AND NOT granted "
+                         "AND mode = 'ShareRowExclusiveLock'", database, (second,)):
+            assert time.monotonic() < deadline and thread.is_alive(), outcome
+            time.sleep(0.02)
+        writer.execute(f"INSERT INTO {first} VALUES (1)")  # the cycle: the install is aborted
+        writer.commit()
+    thread.join(60)
+    assert "error" not in outcome, repr(outcome["error"])
+    assert isinstance(outcome["report"], InstallReport)
+    assert sorted(r[0] for r in pg.sql(
+        "SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = 'cdclake_truncate'",
+        database)) == ["a", "b"]

@@ -98,6 +98,7 @@ ARGUMENTS = {
     "jsonb": """'{"kind": "relations", "relations": [], "types": [], "changed_types": []}'"""
              "::jsonb",
     "bytea": "'\\x" + "00" * 64 + "'::bytea",
+    "pg_lsn": "'0/0'::pg_lsn",
 }
 
 #: what Mallory tries that PostgreSQL must refuse her ({role}: her name)
@@ -113,6 +114,7 @@ DENIED = (
     "DROP EVENT TRIGGER cdclake_drop",
     "SELECT cdclake.emit('{{}}')",
     "SELECT cdclake.record_install_horizon()",
+    "SELECT cdclake.record_install_message('0/0', '0/0')",
     "SELECT cdclake.add_truncate_trigger('acct'::regclass)",
     "SELECT pg_catalog.pg_read_file('cdclake_ddl.key')",
     "SET session_replication_role = replica",

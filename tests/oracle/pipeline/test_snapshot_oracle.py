@@ -9,11 +9,19 @@ wrote its commit record before the snapshot but was still running in its eyes (i
 waits for a synchronous standby that does not exist: PostgreSQL leaves the proc array only
 after that wait). After a catch-up run, every mirror read by DuckDB equals its source table
 row for row; one more run changes nothing.
+
+The first run right after the install, on a database that archived before cdclake came (the
+archive holds segments from before the install but not yet the install's own), writers running
+before, during and after the install: it takes the snapshot and decodes nothing, reporting that
+it waits for the install's segment (no error); the segments wholly before the install's message
+belong to no batch. Once that segment is archived the next run decodes from the message on, and
+after a catch-up run every mirror equals its source table.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -22,12 +30,16 @@ from typing import Any
 import pytest
 from psycopg.errors import DeadlockDetected, SerializationFailure
 
+from cdclake.archive import Layout, open_store
 from cdclake.catalog.install import install
 from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
 from cdclake.pipeline import steps
+from cdclake.pipeline.status import status
+from cdclake.spark.progress import load_progress
+from cdclake.wal.lsn import format_lsn, parse_lsn
 from tests.oracle.decoding.harness import archive_all
 from tests.oracle.pipeline.harness import (
     WORK_MEM,
@@ -186,6 +198,14 @@ def _release_ghost(pg: LocalPostgres, thread: threading.Thread) -> None:
     assert not thread.is_alive(), "the ghost transaction did not finish"
 
 
+def _config(pg: LocalPostgres, database: str, tmp_path: Path) -> Config:
+    """A stream of ``database`` under ``tmp_path``, its archive directory ``archive``."""
+    return Config(home=tmp_path / "home", source_dsn=pg.dsn(database),
+                  archive_dir=tmp_path / "archive", store_url=(tmp_path / "store").as_uri(),
+                  work_mem=WORK_MEM, spill_dir=tmp_path / "spill", spark_master="local[2]",
+                  spark_partitions=2, snapshot_chunk_size=CHUNK)
+
+
 def test_initial_snapshot_hands_over_exactly(pg: LocalPostgres, database: str, tmp_path: Path,
                                              spark: Any) -> None:
     pg.sql("SELECT pg_switch_wal()", database)
@@ -200,10 +220,7 @@ def test_initial_snapshot_hands_over_exactly(pg: LocalPostgres, database: str, t
     pg.sql("ALTER TABLE other.items ADD COLUMN note text DEFAULT 'added'", database)
     pg.sql("ALTER TABLE nokey DROP COLUMN b", database)
     archive = tmp_path / "archive"
-    config = Config(home=tmp_path / "home", source_dsn=pg.dsn(database), archive_dir=archive,
-                    store_url=(tmp_path / "store").as_uri(), work_mem=WORK_MEM,
-                    spill_dir=tmp_path / "spill", spark_master="local[2]", spark_partitions=2,
-                    snapshot_chunk_size=CHUNK)
+    config = _config(pg, database, tmp_path)
     ghost: threading.Thread | None = None
     with pg.connect(database, autocommit=False) as open_txn, \
             pg.connect(database, autocommit=False) as prepared:
@@ -276,3 +293,67 @@ def test_initial_snapshot_hands_over_exactly(pg: LocalPostgres, database: str, t
              for t in copied}
     assert {t: s.snapshot_id if s else None for t, s in after.items()} == \
         {t: s.snapshot_id if s else None for t, s in before.items()}, "a further run changed"
+
+
+def test_the_first_run_waits_for_the_install_segment(pg: LocalPostgres, database: str,
+                                                     tmp_path: Path, spark: Any) -> None:
+    """Found by a new user on PostgreSQL 15 and 18: this run used to fail (exit 2, "segments …
+    hold no full dictionary")."""
+    pg.sql("SELECT pg_switch_wal()", database)
+    first = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", database)[0][0]
+    with pg.connect(database) as conn:
+        for sql in BEFORE_INSTALL:
+            conn.execute(sql)
+    archive_all(pg, database)  # the database archived before cdclake came
+    archive = tmp_path / "archive"
+    config = _config(pg, database, tmp_path)
+    with Writers(pg, database) as writers:
+        time.sleep(1)
+        start, start_segment = pg.sql("SELECT pg_current_wal_insert_lsn()::text, "
+                                      "pg_walfile_name(pg_current_wal_insert_lsn())",
+                                      database)[0]
+        report = install(pg.dsn(database))
+        time.sleep(0.5)
+        # the segment where the install's message ends: the stream starts there
+        wait_for = pg.sql("SELECT pg_walfile_name(%s::pg_lsn)", database,
+                          (format_lsn(report.dictionary_lsn),))[0][0]
+        # what archive_command has shipped by now: every segment before the install's
+        before = []
+        for name in copy_segments(pg.archive_dir, archive, first):
+            if name[8:] < wait_for[8:]:
+                before.append(name)
+            else:
+                (archive / name).unlink()
+        assert before, "no segment was archived before the install: the test proves less"
+        run1 = steps.run_once(config, spark=spark)
+        checked = status(config)
+        archive_all(pg, database)
+        copy_segments(pg.archive_dir, archive, first)
+        run2 = steps.run_once(config, spark=spark)
+        time.sleep(0.5)
+    archive_all(pg, database)
+    copy_segments(pg.archive_dir, archive, first)
+    run3 = steps.run_once(config, spark=spark)
+
+    decode1 = run1["steps"]["decode"]
+    assert decode1["batch"] is None
+    assert decode1["waiting"].startswith(f"waiting for the install's segment {wait_for}: ")
+    skipped = re.search(r"the (\d+) segment\(s\) archived before it", decode1["waiting"])
+    # those archived before the install began (the install's own, if the message ends in the
+    # next one, is not skipped)
+    assert skipped and int(skipped[1]) in (len(before), len(before) - 1), decode1["waiting"]
+    assert run1["steps"]["snapshot"]["tables"], "the first run took no snapshot"
+    assert checked["decode"] == {"waiting": decode1["waiting"]}  # not stalled
+
+    decode2 = run2["steps"]["decode"]
+    # from the install's segment (where the message begins), none before the install
+    assert start_segment[8:] <= decode2["segments"][0][8:] <= wait_for[8:], decode2["segments"]
+    progress = load_progress(open_store(config), Layout())
+    assert progress is not None
+    assert parse_lsn(start) <= progress.start_lsn < report.dictionary_lsn
+    assert writers.commits > 20, "the writers barely ran: the test proves less"
+    merges = [run["steps"]["merge"] for run in (run1, run2, run3)]
+    run = PipelineRun(database, "", report.dictionary_lsn, config, merges=merges)
+    diffs, _ = compare_mirrors(pg, run)
+    wrong = [d for d in diffs if not d.accepted]
+    assert not wrong, describe(wrong)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from cdclake.archive.segment import XLP_LONG_HEADER
 from cdclake.wal.lsn import segment_name
+from cdclake.wal.reader import PAGE_SIZE, XLogReader
+from cdclake.wal.source import DirectorySource
 
 MB = 1 << 20
 SEGSIZE = MB
@@ -50,3 +52,16 @@ def history_text(*switches: tuple[int, int]) -> str:
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def padding_offset(path: Path) -> int:
+    """Where in the real segment file ``path`` a byte lies that no record's CRC covers: the
+    alignment padding after a record ending inside a page (records start 8-byte aligned).
+    PostgreSQL's reader skips it, and so does cdclake's."""
+    reader = XLogReader(DirectorySource(path))
+    for rec in reader:
+        end = rec.lsn + rec.tot_len
+        start = rec.lsn - rec.lsn % reader.segment_size
+        if end % 8 and end % PAGE_SIZE and end - start < reader.segment_size:
+            return end - start
+    raise AssertionError(f"no record of {path} ends short of an 8-byte boundary")

@@ -1,6 +1,7 @@
 """The pipeline's steps over a local store and a SQLite catalog, with batches written in the
 decoder's layout (no Spark, no PostgreSQL): what is pending, partial and dry-run merges,
-reports, and the CLI wiring of ``cdclake run`` / ``cdclake status``."""
+reports, and the CLI wiring of ``cdclake run`` / ``cdclake status`` (with synthetic segments:
+what the next decode takes)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,12 @@ from cdclake.pipeline import (
 )
 from cdclake.pipeline.cli import describe
 from cdclake.pipeline.steps import safe_run_id
-from cdclake.wal.lsn import format_lsn
+from cdclake.spark.progress import save_progress
+from cdclake.wal.lsn import format_lsn, segment_name
+from tests.unit.archive.walfiles import SEGSIZE
 from tests.unit.lake.streamgen import Stream
 from tests.unit.lake.test_batches import items, two_batches
+from tests.unit.spark.test_plan import _progress, _push
 
 
 @pytest.fixture
@@ -363,3 +367,27 @@ def test_a_first_run_with_no_configuration_says_where_it_puts_everything(
     monkeypatch.setenv("CDCLAKE_HOME", str(nowhere / "chosen"))
     assert main(["run", "--dry-run"]) == 0
     assert not capsys.readouterr().err.startswith("cdclake run: using")
+
+
+def test_status_says_what_the_next_decode_takes_and_exits_1_when_it_cannot(
+        config: Config, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The planner's own answer: the next batch's segments, nothing new, or the hole that
+    stops decoding (segment 5 under an archived 6), which makes `cdclake status` exit 1."""
+    store = open_store(config)
+    for segno in (3, 4, 6):
+        _push(store, 1, segno)
+    monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
+    assert main(["status"]) == 0
+    first, last = (segment_name(1, s, SEGSIZE) for s in (3, 4))
+    assert f"decode: next batch {first}..{last} (2 segments)" in capsys.readouterr().out
+    save_progress(store, Layout(), _progress(5 * SEGSIZE, 4))
+    assert main(["status"]) == 1
+    out = capsys.readouterr().out
+    hole = segment_name(1, 5, SEGSIZE)
+    assert f"decode: STALLED: WAL segment {hole} is missing from the archive" in out
+    assert f"GAPS: {hole} missing between archived segments" in out
+    store.delete(Layout().manifest_key(segment_name(1, 6, SEGSIZE)))
+    assert main(["status"]) == 0
+    assert "decode: nothing new to decode" in capsys.readouterr().out

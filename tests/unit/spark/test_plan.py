@@ -1,4 +1,5 @@
-"""Which segments a batch takes: from the progress position, contiguous, up to until."""
+"""Which segments a batch takes: from the progress position, contiguous, up to until; a new
+stream from the install's message; never past a hole below archived segments."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
+from cdclake.archive.push import push_wal_file
+from cdclake.catalog.install import InstallMessage
 from cdclake.decoding.startup import Startup
-from cdclake.errors import DecodingError
-from cdclake.spark.plan import plan_batch
+from cdclake.errors import ArchiveGapError, DecodingError
+from cdclake.spark.plan import BatchPlan, Waiting, plan_batch
 from cdclake.spark.progress import Progress
 from cdclake.wal.lsn import SegmentName, format_lsn, segment_name
 from tests.unit.archive.walfiles import SEGSIZE, history_text, segment_bytes
@@ -22,9 +25,14 @@ SWITCH = 4 * SEGSIZE + 0xA0
 def _store(tmp_path: Path, segnos: list[int], timeline: int = 1) -> LocalStore:
     store = LocalStore(tmp_path / "store")
     for s in segnos:
-        store.put(Layout().wal_key(segment_name(timeline, s, SEGSIZE)),
-                  segment_bytes(timeline, s))
+        _push(store, timeline, s)
     return store
+
+
+def _push(store: LocalStore, timeline: int, segno: int) -> None:
+    """Archive a segment as wal-push does: the object, then its manifest entry."""
+    push_wal_file(store, Layout(), segment_name(timeline, segno, SEGSIZE),
+                  segment_bytes(timeline, segno))
 
 
 def _failover(tmp_path: Path, switch: int = SWITCH) -> LocalStore:
@@ -79,7 +87,7 @@ def test_nothing_new(tmp_path: Path) -> None:
     # stopped inside its own last segment (the last record continues in a missing one)
     assert plan_batch(store, Layout(), _progress(4 * SEGSIZE + 500, 4), None) is None
     # ... but once that segment arrives, the batch re-reads from the record's start
-    store.put(Layout().wal_key(segment_name(1, 5, SEGSIZE)), segment_bytes(1, 5))
+    _push(store, 1, 5)
     plan = plan_batch(store, Layout(), _progress(4 * SEGSIZE + 500, 4), None)
     assert plan is not None and plan.tasks[0].read_from == 4 * SEGSIZE + 500
 
@@ -109,7 +117,7 @@ def test_segments_are_planned_along_the_newest_timelines_history(tmp_path: Path)
     assert plan.tasks[-1].window == (SegmentName(1, 3),)  # not timeline 1's segment 4
     assert plan_batch(store, Layout(), _progress(4 * SEGSIZE, 3), None) is None
     for s in (4, 5):
-        store.put(Layout().wal_key(segment_name(2, s, SEGSIZE)), segment_bytes(2, s))
+        _push(store, 2, s)
     plan = plan_batch(store, Layout(), None, None)
     assert plan is not None and plan.segments == _names((1, 2), (1, 3), (2, 4), (2, 5))
     assert plan.tasks[1].window == (SegmentName(1, 3), SegmentName(2, 4), SegmentName(2, 5))
@@ -143,7 +151,7 @@ def test_a_switch_on_a_segment_boundary(tmp_path: Path) -> None:
     the archive is promoted there). The batch that read segment 3 also read the long page
     header of the next segment, and stopped past it: not past the switch."""
     store = _failover(tmp_path, 4 * SEGSIZE)
-    store.put(Layout().wal_key(segment_name(2, 4, SEGSIZE)), segment_bytes(2, 4))
+    _push(store, 2, 4)
     nxt = plan_batch(store, Layout(), _progress(4 * SEGSIZE + 40, 3), None)
     assert nxt is not None and nxt.segments == _names((2, 4))
     with pytest.raises(DecodingError, match="past 0/400000"):
@@ -154,6 +162,141 @@ def test_a_new_timeline_without_its_history_is_not_planned(tmp_path: Path) -> No
     """Where timeline 2 branched off is unknown: which of timeline 1's segments are on the
     path is too."""
     store = _store(tmp_path, [2, 3, 4, 5])
-    store.put(Layout().wal_key(segment_name(2, 4, SEGSIZE)), segment_bytes(2, 4))
+    _push(store, 2, 4)
     with pytest.raises(DecodingError, match=r"timeline 2 are archived but not 00000002\.history"):
         plan_batch(store, Layout(), None, None)
+
+
+# -- a new stream starts at the install's message ---------------------------------------------
+
+
+def _install(from_lsn: int, end_lsn: int | None = None) -> InstallMessage:
+    return InstallMessage(from_lsn, end_lsn if end_lsn is not None else from_lsn + 15_000)
+
+
+def test_a_new_stream_skips_the_segments_wholly_before_the_install(tmp_path: Path) -> None:
+    """The database archived before cdclake came: segments 2 and 3 hold nothing the stream
+    decodes, and are in no batch."""
+    store = _store(tmp_path, [2, 3, 4, 5, 6])
+    plan = plan_batch(store, Layout(), None, None, install=_install(4 * SEGSIZE + 0x2B50))
+    assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 4), (1, 5), (1, 6))
+    assert plan.read_from == 4 * SEGSIZE and plan.tasks[0].read_from == 4 * SEGSIZE
+    assert plan.tasks[0].keep_first and plan.name == f"000001-{segment_name(1, 4, SEGSIZE)}"
+    # a message that starts on a segment boundary
+    at = plan_batch(store, Layout(), None, None, install=_install(5 * SEGSIZE))
+    assert isinstance(at, BatchPlan) and at.segments == _names((1, 5), (1, 6))
+    # an archive that begins after the install's position but before its message ended
+    late = _store(tmp_path / "late", [5, 6])
+    plan = plan_batch(late, Layout(), None, None,
+                      install=_install(4 * SEGSIZE + 8, 5 * SEGSIZE + 8))
+    assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 5), (1, 6))
+    # a hole among the segments before the install stops nothing
+    holed = _store(tmp_path / "holed", [1, 3, 5, 6])
+    plan = plan_batch(holed, Layout(), None, None, install=_install(5 * SEGSIZE + 100))
+    assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 5), (1, 6))
+
+
+def test_a_new_stream_waits_for_the_install_segment(tmp_path: Path) -> None:
+    store = _store(tmp_path, [2, 3])
+    install = _install(5 * SEGSIZE + 0x2B50)
+    waiting = plan_batch(store, Layout(), None, None, install=install)
+    assert isinstance(waiting, Waiting)
+    name = segment_name(1, 5, SEGSIZE)
+    assert "\n" not in waiting.reason
+    assert waiting.reason.startswith(f"waiting for the install's segment {name}: ")
+    for part in (format_lsn(install.from_lsn), format_lsn(install.end_lsn),
+                 "the 2 segment(s) archived before it", "pg_switch_wal()"):
+        assert part in waiting.reason, part
+    # segment 4 comes (before the install), then the install's
+    _push(store, 1, 4)
+    assert isinstance(plan_batch(store, Layout(), None, None, install=install), Waiting)
+    _push(store, 1, 5)
+    plan = plan_batch(store, Layout(), None, None, install=install)
+    assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 5))
+
+
+def test_the_first_batch_reads_the_install_message_whole(tmp_path: Path) -> None:
+    """Writers filled segment 3 between the install's position and its message, which ends in
+    segment 4: the first batch waits for 4 and takes it, whatever its bounds say."""
+    store = _store(tmp_path, [2, 3])
+    install = _install(3 * SEGSIZE + SEGSIZE - 200, 4 * SEGSIZE + 900)
+    waiting = plan_batch(store, Layout(), None, None, install=install)
+    assert isinstance(waiting, Waiting)
+    assert waiting.reason.startswith(f"waiting for the install's segment "
+                                     f"{segment_name(1, 4, SEGSIZE)}: ")
+    _push(store, 1, 4)
+    _push(store, 1, 5)
+    plan = plan_batch(store, Layout(), None, None, max_segments=1, install=install)
+    assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 3), (1, 4))
+    # decoding no further than segment 3 leaves nothing to decode: the message is not whole
+    assert plan_batch(store, Layout(), None, segment_name(1, 3, SEGSIZE), install=install) is None
+
+
+def test_an_archive_that_begins_after_the_install_message_is_refused(tmp_path: Path) -> None:
+    store = _store(tmp_path, [6, 7])
+    with pytest.raises(DecodingError) as err:
+        plan_batch(store, Layout(), None, None, install=_install(4 * SEGSIZE + 16))
+    msg = str(err.value)
+    assert "\n" not in msg
+    for part in ("begins at LSN 0/600000", f"{format_lsn(4 * SEGSIZE + 16)}..",
+                 "run `cdclake source install` again"):
+        assert part in msg, part
+
+
+# -- a hole below archived segments ------------------------------------------------------------
+
+
+def test_a_hole_below_archived_segments_stops_the_plan(tmp_path: Path) -> None:
+    """Segment 6 never comes by itself once 7 is archived (PostgreSQL archives in order):
+    waiting for it would stall the stream silently. The batch before the hole is planned; the
+    plan that must read the hole stops, naming it."""
+    store = _store(tmp_path, [3, 4, 5, 7, 8])
+    before = plan_batch(store, Layout(), _progress(3 * SEGSIZE, 2), None)
+    assert isinstance(before, BatchPlan) and before.segments == _names((1, 3), (1, 4), (1, 5))
+    with pytest.raises(ArchiveGapError) as err:
+        plan_batch(store, Layout(), _progress(6 * SEGSIZE, 5), None)
+    msg = str(err.value)
+    name = segment_name(1, 6, SEGSIZE)
+    assert "\n" not in msg
+    for part in (f"WAL segment {name} is missing from the archive at {store.url()}",
+                 f"{name} missing between archived segments", "past LSN 0/600000",
+                 f"cdclake wal-push pg_wal/{name}"):
+        assert part in msg, part
+    # the last batch stopped inside segment 5 (its last record continues in 6)
+    with pytest.raises(ArchiveGapError, match=f"WAL segment {name} is missing"):
+        plan_batch(store, Layout(), _progress(5 * SEGSIZE + 500, 5), None)
+    # two missing: both named
+    store.delete(Layout().manifest_key(segment_name(1, 7, SEGSIZE)))
+    with pytest.raises(ArchiveGapError, match=rf"{name}\.\.{segment_name(1, 7, SEGSIZE)} "
+                                              r"\(2 segments\) missing"):
+        plan_batch(store, Layout(), _progress(6 * SEGSIZE, 5), None)
+    # a new stream whose install's segment is missing under an archived one
+    with pytest.raises(ArchiveGapError, match=f"WAL segment {name} is missing"):
+        plan_batch(store, Layout(), None, None, install=_install(6 * SEGSIZE + 100))
+
+
+def test_the_head_is_waited_for_not_a_hole(tmp_path: Path) -> None:
+    """Past the newest archived segment nothing is missing yet: the source is still writing
+    it, or archiving it. A segment whose push died before its manifest entry was written is
+    not archived yet either (the push's retry completes it) — until a later one is."""
+    store = _store(tmp_path, [3, 4, 5])
+    assert plan_batch(store, Layout(), _progress(6 * SEGSIZE, 5), None) is None
+    store.put(Layout().wal_key(segment_name(1, 6, SEGSIZE)), segment_bytes(1, 6))
+    assert plan_batch(store, Layout(), _progress(6 * SEGSIZE, 5), None) is None
+    _push(store, 1, 7)
+    with pytest.raises(ArchiveGapError, match=f"{segment_name(1, 6, SEGSIZE)} is missing"):
+        plan_batch(store, Layout(), _progress(6 * SEGSIZE, 5), None)
+    _push(store, 1, 6)  # the retry: the same bytes, now with their entry
+    plan = plan_batch(store, Layout(), _progress(6 * SEGSIZE, 5), None)
+    assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 6), (1, 7))
+
+
+def test_a_hole_across_a_timeline_switch_names_each_timeline(tmp_path: Path) -> None:
+    """Timeline 2's copies of segments 4 and 5 are missing under its segment 6: a hole on the
+    path, named on timeline 2 (timeline 1's segments 4-6 are an abandoned branch)."""
+    store = _failover(tmp_path)
+    _push(store, 2, 6)
+    with pytest.raises(ArchiveGapError) as err:
+        plan_batch(store, Layout(), _progress(4 * SEGSIZE, 3), None)
+    assert (f"{segment_name(2, 4, SEGSIZE)}..{segment_name(2, 5, SEGSIZE)} (2 segments) "
+            "missing between archived segments") in str(err.value)

@@ -14,8 +14,9 @@ import pytest
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
+from cdclake.archive.push import push_wal_file
 from cdclake.decoding.startup import Startup
-from cdclake.errors import WalCorruptError
+from cdclake.errors import SegmentDigestError, WalCorruptError
 from cdclake.spark.job import _check_joins
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress
@@ -25,6 +26,7 @@ from cdclake.wal.reader import PAGE_SIZE, XLP_LONG_HEADER, XLogReader
 from cdclake.wal.source import DirectorySource
 from tests.oracle.wal.pgwaldump import row_of
 from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
+from tests.unit.archive.walfiles import padding_offset, sha
 from tests.unit.decoding.fixture import DecodingFixture
 from tests.unit.wal.conftest import WalFixture
 
@@ -35,7 +37,7 @@ XLOG_SWITCH = 0x40
 def _store(segments: Path, tmp_path: Path) -> LocalStore:
     store = LocalStore(tmp_path / "store")
     for path in sorted(segments.iterdir()):
-        store.put(Layout().wal_key(path.name), path.read_bytes())
+        push_wal_file(store, Layout(), path.name, path.read_bytes())
     return store
 
 
@@ -162,7 +164,7 @@ def test_a_batch_links_back_to_the_last_record_the_previous_one_read(wal15: WalF
     size = wal15.segment_size
     path = next(p for p in wal15.segments
                 if wal15.segment_start(p) // size == progress.next_lsn // size)
-    store.put(Layout().wal_key("00000002" + path.name[8:]), path.read_bytes())
+    push_wal_file(store, Layout(), "00000002" + path.name[8:], path.read_bytes())
     on_two = plan_batch(store, Layout(), progress, None)
     assert on_two is not None and {t.segment.timeline for t in on_two.tasks} == {2}
     scanned = _scan(on_two, store)
@@ -170,3 +172,36 @@ def test_a_batch_links_back_to_the_last_record_the_previous_one_read(wal15: WalF
     with pytest.raises(WalCorruptError, match="timeline 2's WAL does not continue timeline "
                                               "1's here"):
         _check_joins(on_two, scanned, wrong)
+
+
+def test_a_flipped_padding_byte_is_read_back_as_damage(wal15: WalFixture, tmp_path: Path) -> None:
+    """A byte of a record's alignment padding flipped in the stored copy: the WAL reads the
+    same (no CRC covers it), but the scan reports the segment as damaged — its sha256 is not
+    the archived one — for the driver to stop the batch on; the second read refuses it too."""
+    store = _store(wal15.dir, tmp_path)
+    path = wal15.segments[1]
+    offset = padding_offset(path)
+    flipped = bytearray(path.read_bytes())
+    flipped[offset] ^= 0xFF
+    copy = tmp_path / "flipped" / path.name
+    copy.parent.mkdir()
+    copy.write_bytes(bytes(flipped))
+    assert [row_of(r) for r in XLogReader(DirectorySource(copy))] == [
+        row_of(r) for r in XLogReader(DirectorySource(path))]
+    plan = plan_batch(store, Layout(), None, None)
+    assert isinstance(plan, BatchPlan)
+    assert [s.damaged for s in _scan(plan, store)] == [None] * len(plan.tasks)
+    key = Layout().wal_key(path.name)
+    store.delete(key)
+    store.put(key, bytes(flipped))
+    scanned = _scan(plan, store)
+    damaged = [s.damaged for s in scanned]
+    # the task of the segment before it reads its head too, for a record straddling into it
+    assert damaged[2:] == [None] * (len(plan.tasks) - 2) and None not in damaged[:2]
+    for msg in damaged[:2]:
+        assert msg is not None and "\n" not in msg
+        for part in (f"has sha256 {sha(bytes(flipped))}", f"not the {sha(path.read_bytes())}",
+                     f"(segment {path.name})"):
+            assert part in msg, part
+    with pytest.raises(SegmentDigestError):
+        list(segment_records(plan.tasks[1], store, Layout(), plan.segment_size, 0))
