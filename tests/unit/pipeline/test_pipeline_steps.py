@@ -377,6 +377,7 @@ def test_status_says_what_the_next_decode_takes_and_exits_1_when_it_cannot(
     store = open_store(config)
     for segno in (3, 4, 6):
         _push(store, 1, segno)
+    config.home.mkdir()  # a home where a run took place (status refuses one that is not)
     monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
     monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
     assert main(["status"]) == 0
