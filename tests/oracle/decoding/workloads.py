@@ -419,9 +419,10 @@ TYPE_DDL_SETUP = (
 def _type_ddl(version: int) -> Workload:
     """Every type-level DDL, interleaved with rows that use the changed types.
 
-    ``holds_pair`` has a composite column (no codec yet) and no changes after the install: the
-    composite's DDL must not stop anything. ``pairs``/``kvs`` are typed tables, whose columns
-    ALTER TYPE ... CASCADE changes without any relation DDL being reported.
+    ``holds_pair`` has a composite column whose type's DDL comes before its first change;
+    ``dropper`` one whose type is dropped after its rows (issue 33: a composite stopped every
+    table). ``pairs``/``kvs`` are typed tables, whose columns ALTER TYPE ... CASCADE changes
+    without any relation DDL being reported.
     """
     steps: list[Step] = [
         ("a", "INSERT INTO moods VALUES (1, 'happy', '{sad,ok}', 'ok', '{happy}', 1, 'first')"),
@@ -525,6 +526,18 @@ def _type_ddl(version: int) -> Workload:
         ("a", "DROP DOMAIN code CASCADE"),
         ("a", "INSERT INTO bystander VALUES (8, 'code column dropped', 's')"),
         ("a", "DELETE FROM bystander WHERE id = 6"),
+        # a composite type created, used and dropped (CASCADE drops its column): the rows
+        # written with it print it as they did, those after the drop have no such column
+        ("a", "CREATE TYPE gone_t AS (g int, h text)"),
+        ("a", "CREATE TABLE dropper (id int PRIMARY KEY, t gone_t, v text)"),
+        ("a", "INSERT INTO dropper VALUES (1, ROW(1, 'x y'), 'a'), (2, ROW(2, NULL), 'b')"),
+        ("a", "UPDATE dropper SET t = ROW(3, 'w\"q') WHERE id = 1"),
+        ("a", "DROP TYPE gone_t CASCADE"),
+        ("a", "INSERT INTO dropper VALUES (3, 'after the drop')"),
+        ("a", "UPDATE dropper SET v = 'later' WHERE id = 1"),
+        # the composite column of a table that had no changes yet (pair altered above)
+        ("a", "INSERT INTO holds_pair VALUES (1, ROW(1, 'x y')), (2, NULL)"),
+        ("a", "UPDATE holds_pair SET p = ROW(NULL, '') WHERE id = 2"),
     ]
     return Workload("type_ddl", tuple(steps), setup=TYPE_DDL_SETUP)
 
