@@ -4,7 +4,9 @@ The state starts as the mirror rows inside the batch's affected region (see
 :mod:`cdclake.lake.region`) and the changes are applied one by one, as the source applied them:
 an INSERT adds a row, an UPDATE takes the row it names (by key, or for REPLICA IDENTITY FULL by
 its whole old value — one copy of identical rows) and puts the new one, a DELETE takes it, a
-TRUNCATE empties the state, and a table rewrite (``W`` then its ``R`` rows) replaces it.
+TRUNCATE empties the state, and a table rewrite (``W`` then its ``R`` rows) replaces it. A
+version whose column types no longer hold the rows' values converts them as PostgreSQL reads
+them (:mod:`cdclake.lake.retype`); after a rewrite no row is left to convert.
 Because the replay is sequential, "last change per key wins", a key-changing UPDATE removing
 the old key, and unchanged-TOAST columns taking the value of the row they replace (whether
 that row came from the mirror or from earlier in the batch) all fall out of one rule instead
@@ -24,9 +26,12 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pyiceberg.types import IcebergType
+
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
-from cdclake.lake.changes import FULL, KEY, NOTHING, Change, Identity, VersionInfo
+from cdclake.lake import retype
+from cdclake.lake.changes import CLEARING_OPS, FULL, KEY, NOTHING, Change, Identity, VersionInfo
 from cdclake.lake.defaults import Unparsed
 from cdclake.wal.lsn import format_lsn
 
@@ -90,21 +95,31 @@ def column_value(values: Mapping[int, Any], attnum: int, defaults: Mapping[int, 
 
 
 class MirrorState:
-    """Rows of the affected region, indexed by the current version's identity."""
+    """Rows of the affected region, indexed by the current version's identity, their values
+    held in the Iceberg types ``types`` says (attnum -> type: the mirror's, to begin with)."""
 
-    def __init__(self, rows: Iterable[Row], table: str) -> None:
+    def __init__(self, rows: Iterable[Row], table: str,
+                 types: Mapping[int, IcebergType] | None = None) -> None:
         self.table = table
         self._rows: list[Row | None] = list(rows)
         self._index: dict[Hashable, list[int]] = {}
         self._identity: Identity | None = None
         self._defaults: Mapping[int, Any] = {}
+        self._version: VersionInfo | None = None
+        self.types: dict[int, IcebergType] = dict(types or {})
 
     def rows(self) -> list[Row]:
         return [r for r in self._rows if r is not None]
 
     def use(self, version: VersionInfo) -> None:
-        """Index by this version's identity (a batch may change the key or the columns)."""
-        if version.identity == self._identity and version.defaults == self._defaults:
+        """Hold the rows as this version types them and index them by its identity (a batch
+        may change the key, the columns or their types)."""
+        if version is self._version:
+            return
+        self._version = version
+        converted = self._retype(version)
+        if (not converted and version.identity == self._identity
+                and version.defaults == self._defaults):
             return
         self._identity = version.identity
         self._defaults = version.defaults
@@ -113,6 +128,24 @@ class MirrorState:
             for i, row in enumerate(self._rows):
                 if row is not None:
                     self._index[self.key(row.values)].append(i)
+
+    def _retype(self, version: VersionInfo) -> bool:
+        """Convert the rows' values of the columns whose type changed where no promotion
+        holds them (:mod:`cdclake.lake.retype`); whether any did."""
+        steps = retype.step(self.types, version.columns)
+        for st in steps:
+            held = [r for r in self._rows
+                    if r is not None and r.values.get(st.attnum) is not None]
+            if held and st.convert is None:
+                raise LakeError(
+                    f"table {self.table}: {st.describe()} (relation version at LSN "
+                    f"{format_lsn(version.relation.valid_from)}), and {len(held)} row(s) of the "
+                    "mirror hold the old type, but the stream has no table rewrite giving them "
+                    "values of the new one; take the table's snapshot again: cdclake snapshot "
+                    f"--tables {self.table}")
+            for r in held:
+                r.values[st.attnum] = st.convert(r.values[st.attnum])  # type: ignore[misc]
+        return bool(steps)
 
     def key(self, values: Mapping[int, Any]) -> Hashable:
         assert self._identity is not None
@@ -147,20 +180,24 @@ class MirrorState:
         return row
 
     def clear(self) -> None:
+        """No row any more: what comes next is held as its own version types it."""
         self._rows = []
         self._index = defaultdict(list)
+        self._version = None
+        self.types = {}
 
 
 def apply_changes(state: MirrorState, changes: Iterable[Change], counts: Counts) -> None:
     """Replay ``changes`` (in source order) on ``state``, counting into ``counts``."""
     for ch in changes:
+        if ch.op in CLEARING_OPS:  # before use: the rows it removes are not retyped
+            state.clear()
         state.use(ch.version)
         kind = ch.version.identity.kind
         if ch.op == stream.OP_TRUNCATE:
-            state.clear()
             counts.truncated += 1
         elif ch.op == stream.OP_REWRITE_BEGIN:
-            state.clear()
+            continue  # the rewrite's rows follow
         elif ch.op == stream.OP_REWRITE:
             assert ch.new is not None
             state.insert(Row(dict(ch.new), ch.commit_lsn, ch.commit_ts))

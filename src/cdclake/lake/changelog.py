@@ -1,11 +1,12 @@
 """The optional append-only changelog table: every change row of the stream, as history.
 
 It lives next to the mirror as ``<mirror>__changelog`` with the same data columns (evolved the
-same way, by attnum) and the stream's system columns as ``_cdc_*``; the old identity is kept as
-JSON because its shape changes with the relation version. It has its own summary LSN, so it is
-exactly-once on its own: a crash between the mirror's commit and the changelog's is repaired by
-the re-run like any other. A value without a typed representation is null in its column and in
-``_cdc_pg_text`` as for the mirror; in the old-key JSON it is its text.
+same way, by attnum; a column replaced for a new type keeps the rows logged before under the
+old field, :func:`typed_runs`) and the stream's system columns as ``_cdc_*``; the old identity
+is kept as JSON because its shape changes with the relation version. It has its own summary
+LSN, so it is exactly-once on its own: a crash between the mirror's commit and the changelog's
+is repaired by the re-run like any other. A value without a typed representation is null in
+its column and in ``_cdc_pg_text`` as for the mirror; in the old-key JSON it is its text.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ import base64
 import datetime as dt
 import json
 import struct
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from cdclake.config import Config
 from cdclake.lake.batch import TableChanges
-from cdclake.lake.changes import Change, prepare
+from cdclake.lake.changes import Change, prepare, versions_of
 from cdclake.lake.metrics import guard_metrics
+from cdclake.lake.retype import evolved_columns, step
 from cdclake.lake.rows import table_of
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
@@ -38,6 +42,7 @@ from cdclake.lake.schema import (
     apply_evolution,
     changelog_schema,
     changelog_system_fields,
+    field_types,
     plan_evolution,
 )
 from cdclake.lake.tables import (
@@ -73,13 +78,16 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
         report["commit_lsn"] = stored
         if pending:
             tx = table.transaction()
-            apply_evolution(tx, plan_evolution(table.schema(),
-                                               [v.columns for v in prepared.versions],
-                                               source.table, changelog_system_fields()))
-            data = changelog_rows(pending, tx.table_metadata.schema(), source.table)
-            guard_metrics(tx, data)
-            tx.append(data, snapshot_properties=summary_properties(config.stream, batch,
-                                                                   prepared.last_lsn))
+            for run in typed_runs(pending, table.schema(), source.table):
+                schema = tx.table_metadata.schema()
+                columns, _ = evolved_columns(schema, source.table,
+                                             [v.columns for v in versions_of(run)])
+                apply_evolution(tx, plan_evolution(schema, columns, source.table,
+                                                   changelog_system_fields()))
+                data = changelog_rows(run, tx.table_metadata.schema(), source.table)
+                guard_metrics(tx, data)
+                tx.append(data, snapshot_properties=summary_properties(config.stream, batch,
+                                                                       run[-1].commit_lsn))
             table = tx.commit_transaction()
             report["commit_lsn"] = prepared.last_lsn
         report["appended"] = len(pending)
@@ -95,6 +103,25 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
                              attempt, stream=config.stream, target_lsn=prepared.last_lsn,
                              done=landed, what=f"changelog of {source.table}",
                              max_attempts=max_attempts)
+
+
+def typed_runs(changes: Sequence[Change], current: Schema, table: str) -> list[list[Change]]:
+    """``changes`` cut where a column's type changes to one that does not hold the values
+    before it: each run is appended under its own types, in the same commit, so every row
+    keeps the values it was logged with (those before a column was replaced stay under the
+    old field's id, readable in the snapshot their run made, as a dropped column's are)."""
+    held = field_types(current, table)
+    runs: list[list[Change]] = []
+    version = None
+    for c in changes:
+        if c.version is not version:
+            version = c.version
+            if step(held, version.columns) and runs:
+                runs.append([])
+        if not runs:
+            runs.append([])
+        runs[-1].append(c)
+    return runs
 
 
 def changelog_rows(changes: list[Change], schema: Any, table: str) -> pa.Table:

@@ -159,6 +159,11 @@ def ordered_changes(per_version: Sequence[list[Change]]) -> Iterator[Change]:
     return heapq.merge(*per_version, key=lambda c: c.order)
 
 
+def versions_of(changes: Sequence[Change]) -> list[VersionInfo]:
+    """The relation versions of ``changes``, in their order."""
+    return list({id(c.version): c.version for c in changes}.values())
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A table's batch, decoded once and reused by every commit attempt."""

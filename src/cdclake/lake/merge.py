@@ -8,7 +8,9 @@ transaction, remove those files, evolve the schema and append what the replay le
 snapshot of it carrying the batch's last commit LSN in its summary. A TRUNCATE or table
 rewrite in the batch replaces every file instead; an enum label renamed in the source
 (:mod:`cdclake.lake.labels`) makes the replay read every file, and the labels the rows now
-have are kept in the table's properties.
+have are kept in the table's properties, as does a column type change that leaves stored
+values to convert (:mod:`cdclake.lake.retype`). The schema is evolved to the types the
+replayed rows end up in: a field whose type cannot hold them is replaced in that commit.
 
 pyiceberg's ``Table.upsert`` is not used: it needs one row per key in its input (so the net
 effect must be computed first anyway), cannot delete, cannot match REPLICA IDENTITY FULL rows
@@ -36,7 +38,7 @@ from cdclake.lake import labels, quarantine, sparkmerge
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry, selected
 from cdclake.lake.changelog import append_changelog
-from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare
+from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare, versions_of
 from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import (
     MAX_FILTER_KEYS,
@@ -46,9 +48,11 @@ from cdclake.lake.region import (
     affected_region,
 )
 from cdclake.lake.reports import MergeReport, TableReport
+from cdclake.lake.retype import held_through, typed
 from cdclake.lake.rows import row_texts, rows_from_arrow, rows_to_arrow
 from cdclake.lake.schema import (
     apply_evolution,
+    field_types,
     iceberg_schema,
     mirror_fields,
     mirror_system_fields,
@@ -235,8 +239,7 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
         quarantine.mark(table, report.quarantined, batch, blocked[0])
         return report
 
-    evolution = plan_evolution(table.schema(), [v.columns for v in prepared.versions], name,
-                               mirror_system_fields())
+    stored_types = field_types(table.schema(), name)
     counts = Counts()
     stored_enums = labels.stored_labels(table.metadata.properties)
     enums = labels.combine([stored_enums, prepared.labels])
@@ -253,14 +256,19 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
         region = NOTHING_TO_READ if snap is None else affected_region(
             to_apply, mirror_fields(table.schema(), name), table=name,
             table_rows=_row_count(table), max_keys=max_filter_keys)
-        if relabelled and snap is not None:
-            region = WHOLE_TABLE
+        _, retyped = held_through(stored_types, [v.columns for v in versions_of(to_apply)])
+        if snap is not None and (relabelled or retyped):
+            region = WHOLE_TABLE  # every stored row shows new labels, or a new type's values
         files, base = read_touched(table, region, name)
         for row in base if relabelled else ():
             labels.relabel(row.values, relabelled)
         report.strategy = region.strategy
-    state = MirrorState(base, name)
+    state = MirrorState(base, name, stored_types)
     apply_changes(state, to_apply, counts)
+    last = prepared.versions[-1]
+    state.use(last)  # the rows' values under the types the commit ends at
+    evolution = plan_evolution(table.schema(), typed(last.columns, state.types), name,
+                               mirror_system_fields())
 
     props = summary_properties(config.stream, batch, prepared.last_lsn)
     tx = table.transaction()
@@ -272,7 +280,7 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     if enums != stored_enums:
         tx.set_properties({labels.PROPERTY: labels.property_value(enums)})
     rows = state.rows()
-    data = rows_to_arrow(rows, tx.table_metadata.schema(), prepared.versions[-1].defaults, name)
+    data = rows_to_arrow(rows, tx.table_metadata.schema(), last.defaults, name)
     guard_metrics(tx, data)
     tx.append(data, snapshot_properties=props)  # always: the last snapshot carries the LSN
     # filled before the commit: an unknown outcome that did land reports the same

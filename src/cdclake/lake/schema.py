@@ -6,9 +6,11 @@ to the ``_cdc_pg_text`` system column as exact text (map<string, string> keyed b
 Every data field carries its PostgreSQL attnum in its doc (``cdclake:attnum=N``): attnums are
 what survives a RENAME and is never reused after a DROP, so the evolution is decided by attnum,
 not by name — a renamed column becomes an Iceberg rename (same field id, history intact), a
-dropped one an Iceberg delete, a new attnum an add. A type change is applied only when Iceberg
-can promote it (int->long, float->double, wider decimal) or when the mirror's type already holds
-every value of the new one; anything else stops the merge before a commit, naming the column.
+dropped one an Iceberg delete, a new attnum an add. A type change is a promotion when Iceberg
+can make it (int->long, float->double, wider decimal), nothing when the mirror's type already
+holds every value of the new one, and otherwise a replacement: the field is deleted and a new one
+(a new field id, same name and attnum) added in the commit that writes the column's values
+under the new type (:mod:`cdclake.lake.retype` says which values those are).
 """
 
 from __future__ import annotations
@@ -273,6 +275,11 @@ def mirror_fields(schema: Schema, table: str) -> dict[int, NestedField]:
     return out
 
 
+def field_types(schema: Schema, table: str) -> dict[int, IcebergType]:
+    """attnum -> the type of each data field of a mirror (or changelog) schema."""
+    return {attnum: f.field_type for attnum, f in mirror_fields(schema, table).items()}
+
+
 # -- evolution ------------------------------------------------------------------------------
 
 
@@ -280,7 +287,7 @@ def mirror_fields(schema: Schema, table: str) -> dict[int, NestedField]:
 class SchemaChange:
     """One step of the evolution, by attnum; ``describe`` goes into the merge report."""
 
-    kind: str  #: add, delete, rename, promote, add-system (attnum 0)
+    kind: str  #: add, delete, rename, promote, replace, add-system (attnum 0)
     attnum: int
     name: str  #: the current Iceberg name (for add: the new name)
     new_name: str = ""
@@ -295,44 +302,40 @@ class SchemaChange:
             return f"drop column {self.name} (attnum {self.attnum})"
         if self.kind == "rename":
             return f"rename column {self.name} to {self.new_name} (attnum {self.attnum})"
+        if self.kind == "replace":
+            return (f"replace column {self.name} by a new field {self.new_name} {self.type} "
+                    f"(attnum {self.attnum})")
         return f"promote column {self.name} to {self.type} (attnum {self.attnum})"
 
 
-def plan_evolution(current: Schema, versions: Sequence[Sequence[DataColumn]],
-                   table: str, system: Sequence[tuple[str, IcebergType, str]] = ()
+def plan_evolution(current: Schema, columns: Sequence[DataColumn], table: str,
+                   system: Sequence[tuple[str, IcebergType, str]] = ()
                    ) -> list[SchemaChange]:
-    """Steps that take the mirror from ``current`` to the last of ``versions`` (each a version's
-    data columns, oldest first). Types are checked along the whole chain, so a column that goes
-    int -> text -> int inside one batch is refused rather than silently mangled. System columns
-    of ``system`` the table lacks (a mirror created by an older cdclake) are added."""
+    """Steps that take the mirror from ``current`` to ``columns``: the data columns of the
+    relation version the commit ends at, each typed as the values the commit leaves in it
+    hold it (:func:`cdclake.lake.retype.held_through`). A field keeps its id when its type
+    holds those values or Iceberg can promote it to one that does; otherwise it is replaced,
+    which only a commit that writes every row's value of the column may do. System columns of
+    ``system`` the table lacks (a mirror created by an older cdclake) are added."""
     fields = mirror_fields(current, table)
-    types = {a: f.field_type for a, f in fields.items()}
-    for cols in versions:
-        for c in cols:
-            if c.attnum in types:
-                t = promoted(types[c.attnum], c.type)
-                if t is None:
-                    raise LakeError(
-                        f"table {table}: column {c.name} (attnum {c.attnum}) changed type from "
-                        f"{types[c.attnum]} to {c.type}, which Iceberg cannot promote; rebuild "
-                        "the mirror (drop it and take a new snapshot) or exclude the table")
-                types[c.attnum] = t
-            else:
-                types[c.attnum] = c.type
-    final = {c.attnum: c for c in versions[-1]}
+    final = {c.attnum: c for c in columns}
     changes: list[SchemaChange] = []
     for attnum, f in fields.items():
         if attnum not in final:
             changes.append(SchemaChange("delete", attnum, f.name))
             continue
         c = final[attnum]
+        kept = promoted(f.field_type, c.type)
+        if kept is None:
+            changes.append(SchemaChange("replace", attnum, f.name, new_name=c.name, type=c.type))
+            continue
         if c.name != f.name:
             changes.append(SchemaChange("rename", attnum, f.name, new_name=c.name))
-        if types[attnum] != f.field_type:
-            changes.append(SchemaChange("promote", attnum, f.name, type=types[attnum]))
+        if kept != f.field_type:
+            changes.append(SchemaChange("promote", attnum, f.name, type=kept))
     for attnum, c in final.items():
         if attnum not in fields:
-            changes.append(SchemaChange("add", attnum, c.name, type=types[attnum]))
+            changes.append(SchemaChange("add", attnum, c.name, type=c.type))
     names = {f.name for f in current.fields}
     changes += [SchemaChange("add-system", 0, name, type=t) for name, t, _ in system
                 if name not in names]
@@ -341,15 +344,19 @@ def plan_evolution(current: Schema, versions: Sequence[Sequence[DataColumn]],
 
 def apply_evolution(tx: Transaction, changes: Sequence[SchemaChange]) -> None:
     """Stage the steps in ``tx``. Deletes and renames go through temporary names first, so a
-    swap (a<->b) or a drop-then-re-add of the same name never collides half-way."""
+    swap (a<->b) or a drop-then-re-add of the same name never collides half-way; a replaced
+    field is deleted there too, and its new field takes the old one's place."""
     if not changes:
         return
     renames = [c for c in changes if c.kind == "rename"]
     promotes = [c for c in changes if c.kind == "promote"]
     temp = {c.attnum: f"_cdc_tmp_{c.attnum}" for c in renames}
+    order = [f.name for f in tx.table_metadata.schema().fields]
+    gone = {c.name for c in changes if c.kind in ("delete", "replace")}
+    named = {c.name: temp[c.attnum] for c in renames}  # the names after the first update
     with tx.update_schema() as us:
         for c in changes:
-            if c.kind == "delete":
+            if c.kind in ("delete", "replace"):
                 us.delete_column(c.name)
         for c in renames:
             us.rename_column(c.name, temp[c.attnum])
@@ -361,9 +368,15 @@ def apply_evolution(tx: Transaction, changes: Sequence[SchemaChange]) -> None:
         for c in renames:
             us.rename_column(temp[c.attnum], c.new_name)
         for c in changes:
-            if c.kind == "add":
+            if c.kind in ("add", "replace"):
                 assert c.type is not None
-                us.add_column(c.name, c.type, doc=attnum_doc(c.attnum))
+                name = c.new_name if c.kind == "replace" else c.name
+                us.add_column(name, c.type, doc=attnum_doc(c.attnum))
+            if c.kind == "replace":
+                after = order[order.index(c.name) + 1:]
+                following = next((n for n in after if n not in gone), None)
+                if following is not None:
+                    us.move_before(name, named.get(following, following))
         docs = {name: doc for name, _, doc in (*mirror_system_fields(),
                                                 *changelog_system_fields())}
         for c in changes:

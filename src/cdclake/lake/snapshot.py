@@ -166,7 +166,8 @@ def open_mirror(catalog: Catalog, config: Config, rel: RelationVersion,
     table = ensure_table(catalog, ident, iceberg_schema(rel, arrow_schema), stream=config.stream,
                          source_table=source, source_oid=rel.oid, kind=MIRROR)
     tx = table.transaction()
-    apply_evolution(tx, plan_evolution(table.schema(), [data_columns(rel, arrow_schema)],
+    # every stored row is replaced: a column of another type is replaced with them
+    apply_evolution(tx, plan_evolution(table.schema(), data_columns(rel, arrow_schema),
                                        source, mirror_system_fields()))
     base = table.current_snapshot()
     return MirrorSnapshot(table, tx, tx.table_metadata.schema(), source, run,

@@ -30,9 +30,11 @@ why (:func:`static_reason`, :func:`data_reason`): UPDATEs or DELETEs of a table 
 identity FULL or NOTHING (rows matched as a multiset; its INSERTs are appended here, and a
 TRUNCATE overwrites), a key that changes columns inside the batch, ADD COLUMN ... DEFAULT
 (older rows read the default), ``time`` columns (Spark 3.5 cannot read them), renamed enum
-labels, a table rewrite, values kept as exact text, and an UPDATE with unchanged TOAST that
-changes the key or leaves it unlogged. The changes of transactions a mirror's initial
-snapshot saw are dropped here as in the pyiceberg merge (:mod:`cdclake.lake.visibility`).
+labels, a column type change no Iceberg promotion holds (the schema evolves in a commit of
+its own here: a replaced column would be empty until the MERGE), a table rewrite, values kept
+as exact text, and an UPDATE with unchanged TOAST that changes the key or leaves it unlogged.
+The changes of transactions a mirror's initial snapshot saw are dropped here as in the
+pyiceberg merge (:mod:`cdclake.lake.visibility`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from cdclake.lake import labels
 from cdclake.lake.batch import Batch, TableEntry, VersionEntry
 from cdclake.lake.changes import FULL, KEY, VersionInfo
 from cdclake.lake.reports import TableReport
+from cdclake.lake.retype import Retype, evolved_columns
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
     CDC_COMMIT_TS,
@@ -132,15 +135,16 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
                          stream=config.stream, source_table=f"{latest.schema}.{latest.name}",
                          source_oid=entry.oid, kind=MIRROR)
     stored_labels = labels.stored_labels(table.properties)
-    reason = static_reason([v.info for v in versions], table, stored_labels)
+    columns, retyped = evolved_columns(table.schema(), entry.table,
+                                       [v.info.columns for v in versions])
+    reason = static_reason([v.info for v in versions], table, stored_labels, retyped)
     if reason:
         return reason
     stored = committed_lsn(table, config.stream)
     report.previous_lsn = report.commit_lsn = stored
     planned = report.snapshot_id = snapshot_id(table)  # what the merge plans from
 
-    evolution = plan_evolution(table.schema(), [v.info.columns for v in versions],
-                               entry.table, mirror_system_fields())
+    evolution = plan_evolution(table.schema(), columns, entry.table, mirror_system_fields())
     enums = labels.combine([stored_labels, *(v.info.labels for v in versions)])
     props = {k: v for k, v in MERGE_ON_READ.items() if table.properties.get(k) != v}
     if enums != stored_labels:
@@ -241,10 +245,10 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
 # -- what this path takes --------------------------------------------------------------------
 
 
-def static_reason(infos: Sequence[VersionInfo], table: Table,
-                  stored_labels: labels.Labels) -> str:
+def static_reason(infos: Sequence[VersionInfo], table: Table, stored_labels: labels.Labels,
+                  retyped: Sequence[Retype] = ()) -> str:
     """Why the batch's relation versions and the mirror cannot go through a Spark MERGE ('':
-    they can)."""
+    they can); ``retyped``: the batch's column type changes no promotion holds."""
     if len({i.identity.attnums for i in infos if i.identity.kind == KEY}) > 1:
         return "the replica identity changes inside the batch"
     if any(i.defaults for i in infos):
@@ -254,6 +258,9 @@ def static_reason(infos: Sequence[VersionInfo], table: Table,
     unreadable = spark_unreadable(table)
     if unreadable:
         return unreadable
+    if retyped:  # replaced, or stored values converted: both in the commit of the new values
+        return (f"{retyped[0].describe()}, which Iceberg cannot promote (replaced in the "
+                "commit that writes its new values)")
     combined = labels.combine([stored_labels, *(i.labels for i in infos)])
     if labels.translation(stored_labels, combined) or any(
             labels.translation(i.labels, combined) for i in infos):

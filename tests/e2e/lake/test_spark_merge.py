@@ -55,6 +55,7 @@ SETUP = [
     "CREATE TABLE plain (a int, b text)",
     "ALTER TABLE plain REPLICA IDENTITY FULL",
     "CREATE TABLE log (at int, msg text)",  # no key: replica identity NOTHING
+    "CREATE TABLE retyped (id int PRIMARY KEY, n text, at timestamp)",
     # a row from before the stream: no mirror holds it
     "CREATE TABLE orphan (id int PRIMARY KEY, n int, body text)",
     f"INSERT INTO orphan VALUES (1, 0, {BIG.format(seed=99)})",
@@ -73,6 +74,8 @@ BATCHES = [
         "ALTER TABLE bulk ADD PRIMARY KEY (id)",
         "UPDATE bulk SET v = 'changed' WHERE id <= 10",
         "DELETE FROM bulk WHERE id > 490",
+        "INSERT INTO retyped SELECT g, (g * 10)::text, timestamp '2024-01-01' "
+        "+ g * interval '1 hour' FROM generate_series(1, 20) g",
     ],
     [
         "UPDATE items SET price = price + 1 WHERE id % 10 = 0",
@@ -104,6 +107,9 @@ BATCHES = [
         "INSERT INTO tokens SELECT md5((g * 7)::text)::uuid, 'after ' || g "
         "FROM generate_series(1, 5) g",
         "UPDATE tokens SET label = 'after, updated' WHERE label = 'after 1'",
+        # TimeZone is UTC: no rewrite, the stored microseconds are read as instants
+        "ALTER TABLE retyped ALTER at TYPE timestamptz",
+        "UPDATE retyped SET at = at + interval '1 day' WHERE id = 1",
     ],
     [
         "UPDATE items SET price = 0 WHERE id = 1",
@@ -115,6 +121,9 @@ BATCHES = [
         "UPDATE docs SET n = 100 WHERE id = 2",
         "INSERT INTO plain VALUES (3, 'z')",
         "INSERT INTO log VALUES (4, 'c')",
+        "ALTER TABLE retyped ALTER n TYPE int USING n::int",  # a rewrite
+        "UPDATE retyped SET n = n + 1 WHERE id <= 3",
+        "INSERT INTO retyped VALUES (21, 210, now())",
     ],
 ]
 #: source table -> the columns compared, after the last batch
@@ -125,6 +134,7 @@ COLUMNS = {
     "public.plain": ["a", "b"],
     "public.bulk": ["id", "v"],
     "public.log": ["at", "msg"],
+    "public.retyped": ["id", "n", "at"],
 }
 #: every change of these goes through the Spark merge (MERGE INTO, or for log, which has no
 #: key, INSERT INTO and a TRUNCATE's INSERT OVERWRITE)
@@ -245,6 +255,26 @@ def test_tables_take_the_spark_path_or_say_why_not(lake: Lake) -> None:
     assert "FULL or NOTHING with UPDATEs or DELETEs" in plain[1].fallback
     log = [next(t for t in r.tables if t.table == "public.log").strategy for r in lake.reports]
     assert log == ["append", "truncate", "append"]
+
+
+def test_a_column_type_change_is_left_to_pyiceberg_which_replaces_the_field(lake: Lake) -> None:
+    """A type change no Iceberg promotion holds (timestamp -> timestamptz without a rewrite:
+    the stored values converted; text -> int by a rewrite) is not for a MERGE, which Spark
+    commits apart from the schema: the Spark path leaves the table to the pyiceberg merge,
+    which replaces the field (a new field id) in the commit that writes the values. DuckDB
+    and Spark SQL read the result as the source holds it (above)."""
+    tables = [next(t for t in r.tables if t.table == "public.retyped") for r in lake.reports]
+    assert [(t.engine, t.strategy) for t in tables] == [
+        ("spark", "merge-on-read"), ("pyiceberg", "full-rewrite"), ("pyiceberg", "rewrite")]
+    assert tables[1].fallback == ("column at (attnum 3) changed type from timestamp to "
+                                  "timestamptz, which Iceberg cannot promote (replaced in the "
+                                  "commit that writes its new values)")
+    assert tables[2].fallback.startswith("column n (attnum 2) changed type from string to int")
+    assert tables[2].schema_changes == ["replace column n by a new field n int (attnum 2)"]
+    table = _table(lake, "public.retyped")
+    first = table.schemas()[0]
+    for name in ("n", "at"):
+        assert table.schema().find_field(name).field_id != first.find_field(name).field_id
 
 
 def test_the_stream_left_toasted_values_unchanged(lake: Lake) -> None:

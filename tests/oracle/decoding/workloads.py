@@ -395,6 +395,7 @@ def workloads(version: int) -> list[Workload]:
             REFRESH MATERIALIZED VIEW CONCURRENTLY mv;""")),
     ]
     w += type_workloads(version)
+    w.append(column_type_changes())
     return [x for x in w if version >= x.min_version]
 
 
@@ -561,6 +562,109 @@ def _type_rename_mid_transaction() -> Workload:
         ("a", "COMMIT"),
         ("a", "INSERT INTO tones VALUES (3, 'bass', NULL, 'high')"),
     ), setup=("CREATE SCHEMA other",))
+
+
+# -- column type changes: ALTER COLUMN ... TYPE, rewriting the table or not ------------------
+
+RETYPE_SETUP = (
+    """CREATE TYPE light AS ENUM ('red', 'amber', 'green');
+    CREATE DOMAIN positive AS int CHECK (VALUE > 0);
+    CREATE DOMAIN label AS text;
+    CREATE TABLE rw (id int PRIMARY KEY, n text, m int, q int, big int, r real, e light,
+                     w varchar(5), s text, tm time, ai int[], flip text);
+    CREATE TABLE money_t (id int PRIMARY KEY, rate numeric(10,2), wide numeric(12,2),
+                          narrow numeric(12,2));
+    CREATE TABLE loose (id int PRIMARY KEY, amount numeric(10,2), at timestamp,
+                        back timestamptz, w varchar(5));
+    CREATE TABLE loose_key (k numeric(6,2) PRIMARY KEY, v text);
+    CREATE TABLE stamps (id int PRIMARY KEY, at timestamp);
+    CREATE TABLE keyed (code text PRIMARY KEY, v int);
+    CREATE TABLE emptied (id int PRIMARY KEY, n text);""",
+)
+
+
+def column_type_changes() -> Workload:
+    """Every kind of column type change PostgreSQL makes: with a table rewrite (``USING``,
+    a new representation: text->int, int->text, int->numeric, a numeric's scale, narrowing,
+    an array, a domain with a CHECK, enum<->text, timestamp->timestamptz in a zone other than
+    UTC, a key column) and without one (binary-coercible or typmod-only: numeric(p,s)->numeric,
+    varchar(n)->varchar(m), timestamp<->timestamptz with TimeZone UTC, a domain without a
+    constraint), on rows written before it, with changes before and after it in its
+    transaction, twice in one transaction, and on a table emptied just before (a rewrite of
+    no row writes nothing). Values without a typed representation (NaN in a numeric(p,s),
+    24:00:00, a 2-D array) ride through. Everything up to the first ALTER fills the tables."""
+    a = "a"
+    return Workload("column_type_changes", (
+        (a, "INSERT INTO rw SELECT g, g::text, g, g, g, g / 3.0, 'amber', 'w' || g, 's' || g, "
+            "'12:00', ARRAY[g, g + 1], 'f' || g FROM generate_series(1, 6) g"),
+        (a, "UPDATE rw SET tm = '24:00:00', ai = '{{1,2},{3,4}}' WHERE id = 2"),
+        (a, "INSERT INTO money_t VALUES (1, 1.25, 10.5, 99.99), (2, 'NaN', 'NaN', -1), "
+            "(3, -0.01, 0, 1234567.89)"),
+        (a, "INSERT INTO loose VALUES (1, 1.5, '2024-01-01 10:00', '2024-01-01 10:00+00', 'a'), "
+            "(2, 'NaN', '294270-01-01 00:00', '294270-01-01 00:00+00', 'b'), "
+            "(3, 0, '1999-12-31 23:59:59.999999', 'infinity', 'c'), (4, -2.25, NULL, NULL, NULL)"),
+        (a, "INSERT INTO loose_key VALUES (1.5, 'one and a half'), (2, 'two'), (-3.25, 'neg')"),
+        (a, "INSERT INTO stamps VALUES (1, '2024-06-01 12:00'), (2, '-infinity')"),
+        (a, "INSERT INTO keyed VALUES ('1', 1), ('2', 2), ('3', 3)"),
+        (a, "INSERT INTO emptied VALUES (1, 'x'), (2, 'y')"),
+        # the issue's case: text -> int, the rows rewritten; then changes under the new type
+        (a, "ALTER TABLE rw ALTER COLUMN n TYPE int USING n::int"),
+        (a, "UPDATE rw SET n = n * 100 WHERE id = 1"),
+        (a, "INSERT INTO rw (id, n) VALUES (7, 7)"),
+        # one ALTER, one rewrite, many columns; changes before and after it in its transaction
+        (a, "BEGIN"),
+        (a, "UPDATE rw SET m = 50 WHERE id = 2"),
+        (a, "ALTER TABLE rw ALTER m TYPE text, ALTER q TYPE numeric(12,2), ALTER big TYPE bigint, "
+            "ALTER r TYPE double precision, ALTER e TYPE text, ALTER w TYPE text, "
+            "ALTER s TYPE label, ALTER tm TYPE text, ALTER ai TYPE bigint[]"),
+        (a, "INSERT INTO rw (id, m, q, big, e, tm, ai) VALUES (8, 'eight', 8.5, 8000000000, "
+            "'not a light', '24:00:00', '{{5,6}}')"),
+        (a, "UPDATE rw SET q = q + 0.25 WHERE id = 3"),
+        (a, "COMMIT"),
+        # text -> enum, int -> a domain with a CHECK, int[] -> an array of another type,
+        # and a column that changes type twice in one transaction
+        (a, "ALTER TABLE rw ALTER e TYPE light USING (CASE WHEN e = 'not a light' THEN 'red' "
+            "ELSE e END)::light"),
+        (a, "ALTER TABLE rw ALTER big TYPE bigint[] USING ARRAY[big]"),
+        (a, "BEGIN"),
+        (a, "ALTER TABLE rw ALTER flip TYPE int USING length(flip)"),
+        (a, "INSERT INTO rw (id, flip) VALUES (9, 9)"),
+        (a, "ALTER TABLE rw ALTER flip TYPE text USING flip::text || '!'"),
+        (a, "UPDATE rw SET flip = 'flipped' WHERE id = 1"),
+        (a, "COMMIT"),
+        (a, "ALTER TABLE rw ALTER m TYPE positive USING length(m)"),
+        # numeric: wider precision (no rewrite), another scale (NaN stays exact text),
+        # narrower (the rewrite checks every value)
+        (a, "ALTER TABLE money_t ALTER wide TYPE numeric(14,2)"),
+        (a, "UPDATE money_t SET wide = 123456789012.34 WHERE id = 1"),
+        (a, "ALTER TABLE money_t ALTER rate TYPE numeric(10,3)"),
+        (a, "ALTER TABLE money_t ALTER narrow TYPE numeric(9,2)"),
+        (a, "INSERT INTO money_t VALUES (4, 0.125, 1, 1)"),
+        # no rewrite: the stored values are what PostgreSQL reads under the new type
+        (a, "SET TimeZone = 'UTC'"),
+        (a, "ALTER TABLE loose ALTER amount TYPE numeric, ALTER at TYPE timestamptz, "
+            "ALTER back TYPE timestamp, ALTER w TYPE varchar(10)"),
+        (a, "UPDATE loose SET amount = amount * 2 WHERE id = 1"),
+        (a, "INSERT INTO loose VALUES (5, 1e-20, '2024-01-01 00:00+00', '2024-01-01', "
+            "'0123456789')"),
+        (a, "ALTER TABLE loose_key ALTER k TYPE numeric"),
+        (a, "UPDATE loose_key SET v = 'updated under numeric' WHERE k = 1.5"),
+        (a, "DELETE FROM loose_key WHERE k = 2"),
+        # timestamp -> timestamptz in another zone: the rewrite shifts every value
+        (a, "SET TimeZone = 'Asia/Kolkata'"),
+        (a, "ALTER TABLE stamps ALTER at TYPE timestamptz"),
+        (a, "SET TimeZone = 'UTC'"),
+        (a, "INSERT INTO stamps VALUES (3, '2024-06-01 12:00+00')"),
+        # the key column: its rows found by the new type's values afterwards
+        (a, "ALTER TABLE keyed ALTER code TYPE int USING code::int"),
+        (a, "UPDATE keyed SET v = 20 WHERE code = 2"),
+        (a, "UPDATE keyed SET code = 10 WHERE code = 1"),
+        (a, "DELETE FROM keyed WHERE code = 3"),
+        # a table emptied, then retyped: a rewrite of no row sends nothing
+        (a, "DELETE FROM emptied"),
+        (a, "ALTER TABLE emptied ALTER n TYPE int USING n::int"),
+        (a, "INSERT INTO emptied VALUES (3, 3)"),
+    ), setup=RETYPE_SETUP)
 
 
 def type_workloads(version: int) -> list[Workload]:

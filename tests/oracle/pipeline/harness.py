@@ -6,12 +6,18 @@ The workload's setup runs after the slot is created (unlike the decoding oracle,
 runs before): a mirror holds what the stream brought, so every row a table has must have
 been written while the stream was watching. The WAL is switched to a new segment after every
 step, and batches end at several of those segment boundaries, so transactions stay open
-across batch cuts; a tiny ``work_mem`` makes every partition spill.
+across batch cuts; a tiny ``work_mem`` makes every partition spill. Run in one go, a workload
+creates each mirror in the batch that first changes its table, with the table's schema as of
+that batch's end; run in phases (:func:`run_phases`, ``mirrors_first``), its tables are made
+and filled, and merged, before its DDL runs on them, as in production.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import re
 import shutil
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -74,24 +80,76 @@ class PipelineRun:
 
 def run_workload(pg: LocalPostgres, database: str, steps_: Sequence[Step], spark: Any,
                  work: Path, *, setup: Sequence[str] = (), batches: int = BATCHES,
-                 roles: Mapping[str, str] | None = None) -> PipelineRun:
+                 roles: Mapping[str, str] | None = None, mirrors_first: bool = False,
+                 merge_engine: str = "pyiceberg") -> PipelineRun:
     """A workload of the decoding oracle (its setup too, after the slot) through the pipeline,
     with a WAL switch after every step; ``roles``: the role each session runs as (else the
-    superuser)."""
+    superuser). With ``mirrors_first`` what comes before the workload's first DDL
+    (:func:`split_at_ddl`) is merged before the DDL runs: it meets mirrors that exist.
+    ``merge_engine``: as :func:`run_phases` says."""
     all_steps = [("setup", sql) for sql in setup] + list(steps_)
 
-    def act() -> None:
+    def act(part: Sequence[Step]) -> None:
         with pg.connect(database) as switcher:
-            run_steps(pg, database, all_steps, roles=roles,
+            run_steps(pg, database, part, roles=roles,
                       after=lambda: switcher.execute("SELECT pg_switch_wal()"))
 
-    return run_action(pg, database, act, spark, work, batches=batches)
+    parts = split_at_ddl(all_steps) if mirrors_first else [all_steps]
+    return run_phases(pg, database, [functools.partial(act, p) for p in parts], spark, work,
+                      batches=batches, merge_engine=merge_engine)
+
+
+#: the statements that change a table's definition or storage
+DDL = frozenset({"ALTER", "VACUUM", "CLUSTER", "REFRESH", "DROP"})
+#: a statement's end in a step of several (the workloads end each one at a line's end)
+STATEMENT_END = re.compile(r";[ \t]*(?:\n|$)")
+
+
+def split_at_ddl(steps_: Sequence[Step]) -> list[list[Step]]:
+    """``[before, rest]``: the steps before the first statement in :data:`DDL`, and the
+    others. A step of several statements is cut between two of them; a cut that would fall
+    inside a session's transaction block moves back to its BEGIN."""
+    statements = [(i, session, sql) for i, (session, text) in enumerate(steps_)
+                  for sql in (s.strip() for s in STATEMENT_END.split(text)) if sql]
+    open_at: dict[str, int] = {}  # session -> where its open transaction block began
+    cut = None
+    for k, (_, session, sql) in enumerate(statements):
+        word = sql.split(None, 1)[0].upper()
+        if word in DDL:
+            cut = min([k, *open_at.values()])
+            break
+        if word in ("BEGIN", "START"):
+            open_at[session] = k
+        elif word in ("COMMIT", "END") or (word == "ROLLBACK" and " TO " not in sql.upper()):
+            open_at.pop(session, None)
+    assert cut, "the workload writes nothing before its first DDL: no mirror would meet it"
+
+    def steps_of(part: list[tuple[int, str, str]]) -> list[Step]:
+        out: list[Step] = []
+        for _, group in itertools.groupby(part, key=lambda s: s[0]):
+            rows = list(group)
+            out.append((rows[0][1], ";\n".join(sql for _, _, sql in rows)))
+        return out
+
+    return [steps_of(statements[:cut]), steps_of(statements[cut:])]
 
 
 def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spark: Any,
                work: Path, *, batches: int = BATCHES) -> PipelineRun:
     """Everything up to the comparisons: ``action`` writes to the source while a slot
     watches; then ship, decode in ``batches`` Spark batches, merge."""
+    return run_phases(pg, database, [action], spark, work, batches=batches)
+
+
+def run_phases(pg: LocalPostgres, database: str, phases: Sequence[Callable[[], None]],
+               spark: Any, work: Path, *, batches: int = BATCHES,
+               merge_engine: str = "pyiceberg") -> PipelineRun:
+    """:func:`run_action` for ``phases`` run one after the other, the WAL of each shipped,
+    decoded (in up to ``batches`` batches), validated and merged before the next begins: what
+    a phase writes meets mirrors the earlier phases made. The stream alone fills them
+    (``snapshot_mode = "never"``, and the steps never snapshot). With ``merge_engine`` spark,
+    ``spark`` must be the session :func:`cdclake.lake.sparksql.spark_session` made for a
+    configuration whose home is ``work / "home"`` (the merge's session is the same one)."""
     pg.sql("SELECT pg_switch_wal()", database)
     pg.sql("CHECKPOINT", database)  # a running-xacts record early in the first segment
     first, read_from = pg.sql(
@@ -101,35 +159,51 @@ def run_action(pg: LocalPostgres, database: str, action: Callable[[], None], spa
     start = parse_lsn(pg.sql(
         "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'test_decoding')",
         database, (slot,))[0][0])
-    archive = work / "archive"
-    config = Config(home=work / "home", source_dsn=pg.dsn(database), archive_dir=archive,
-                    store_url=(work / "store").as_uri(), work_mem=WORK_MEM,
-                    spill_dir=work / "spill", spark_master="local[2]", spark_partitions=2)
+    config = Config(home=work / "home", source_dsn=pg.dsn(database),
+                    archive_dir=work / "archive", store_url=(work / "store").as_uri(),
+                    work_mem=WORK_MEM, spill_dir=work / "spill", spark_master="local[2]",
+                    spark_partitions=2, snapshot_mode="never", merge_engine=merge_engine)
     run = PipelineRun(database, slot, start, config, parse_lsn(read_from), key)
+    decoded: list[str] = []  # the segments decoded so far
     try:
-        action()
-        # WAL after the last switch, so that archive_all's switch finishes a segment (a switch
-        # right after another is a no-op); the stream carries no messages, the slot's are
-        # projected away
-        pg.sql("SELECT pg_logical_emit_message(false, 'cdclake.oracle', 'end')", database)
-        run.end_lsn = archive_all(pg, database)
+        for i, action in enumerate(phases):
+            action()
+            # WAL after the last switch, so that archive_all's switch finishes a segment (a
+            # switch right after another is a no-op); the stream carries no messages, the
+            # slot's are projected away
+            pg.sql("SELECT pg_logical_emit_message(false, 'cdclake.oracle', %s)", database,
+                   (f"end of phase {i}",))
+            run.end_lsn = archive_all(pg, database)
+            if i < len(phases) - 1:
+                _ship_to_merge(pg, run, first, decoded, spark, batches)
         run.slot_lines = oracle(pg, _Cap(database, slot))
         parents = frozenset(name for (name,) in pg.sql(PARENTS, database))
         run.expected = project_slot(run.slot_lines, parents)
     finally:
         pg.sql("SELECT pg_drop_replication_slot(%s)", database, (slot,))
-    segments = copy_segments(pg.archive_dir, archive, first)
+    _ship_to_merge(pg, run, first, decoded, spark, batches)
+    run.actual = stream_text(config)
+    return run
+
+
+def _ship_to_merge(pg: LocalPostgres, run: PipelineRun, first: str, decoded: list[str],
+                   spark: Any, batches: int) -> None:
+    """Ship what the cluster archived from ``first`` on, decode the segments not in
+    ``decoded`` (appended to it) in ``batches`` Spark batches, validate them, merge."""
+    config = run.config
+    assert config.archive_dir is not None
+    segments = [s for s in copy_segments(pg.archive_dir, config.archive_dir, first)
+                if s not in decoded]
     steps.ship(config)
     store = open_store(config)
     for until in _cuts(segments, batches):
-        result = steps.decode(config, RunParams(until_segment=until, start_lsn=start),
+        result = steps.decode(config, RunParams(until_segment=until, start_lsn=run.start_lsn),
                               spark=spark)
         progress = load_progress(store, Layout())
         run.decodes.append((result, len(progress.open_txns) if progress else 0))
+    decoded += segments
     steps.validate_stream(config)  # the merge takes validated batches only
     run.merges.append(steps.merge(config))
-    run.actual = stream_text(config)
-    return run
 
 
 @dataclass

@@ -17,7 +17,12 @@ import pytest
 
 from cdclake.local.postgres import LocalPostgres
 from tests.oracle.decoding.harness import diff, login_role
-from tests.oracle.decoding.workloads import OWNER, owner_truncates, workloads
+from tests.oracle.decoding.workloads import (
+    OWNER,
+    column_type_changes,
+    owner_truncates,
+    workloads,
+)
 from tests.oracle.features import skip_unless_built_with
 from tests.oracle.pipeline import render
 from tests.oracle.pipeline.harness import (
@@ -52,6 +57,47 @@ def test_pipeline_matches_postgres(pg: LocalPostgres, database: str, name: str,
     skip_unless_built_with(pg, w.requires)
     run = run_workload(pg, database, w.steps, spark, tmp_path, setup=w.setup)
     check(pg, run, changes=name not in NO_TABLE_CHANGES)
+
+
+#: workloads whose DDL (ALTER, rewrites, type changes, VACUUM FULL, partitions attached and
+#: detached) also runs on mirrors an earlier run made
+DDL_WORKLOADS = ["alter_table", "add_serial_key_rewrite", "vacuum_full_cluster", "partitions",
+                 "type_ddl"]
+
+
+@pytest.mark.parametrize("name", DDL_WORKLOADS)
+def test_pipeline_matches_postgres_with_mirrors_before_the_ddl(
+        pg: LocalPostgres, database: str, name: str, tmp_path: Path, spark: Any) -> None:
+    """The tables are created and filled, and that batch merged, before the workload's
+    first DDL runs: the DDL meets mirrors that exist, as in production (a workload run in
+    one go creates each mirror with its table's last schema)."""
+    w = {x.name: x for x in workloads(pg.version)}[name]
+    run = run_workload(pg, database, w.steps, spark, tmp_path, setup=w.setup,
+                       mirrors_first=True)
+    assert run.merges[0]["tables"], "the first run made no mirror: the test would prove less"
+    check(pg, run)
+
+
+def test_column_type_changes_on_mirrors_that_exist(pg: LocalPostgres, database: str,
+                                                   tmp_path: Path, spark: Any) -> None:
+    """Issue 33: ``ALTER COLUMN n TYPE int USING n::int`` on a table whose mirror exists, and
+    every other kind of type change (workloads.column_type_changes). Each column whose type
+    Iceberg cannot promote is replaced by a new field in the commit that writes its values of
+    the new type — the rewrite's rows, or, where PostgreSQL keeps the stored bytes, the
+    stored values as it reads them now — and every mirror equals its table."""
+    w = column_type_changes()
+    run = run_workload(pg, database, w.steps, spark, tmp_path, setup=w.setup,
+                       mirrors_first=True)
+    check(pg, run)
+    later = [t for m in run.merges[1:] for b in m["batches"] for t in b["tables"]]
+    replaced = {(t["table"], c) for t in later for c in t["schema_changes"]}
+    assert ("public.rw", "replace column n by a new field n int (attnum 2)") in replaced
+    assert ("public.keyed", "replace column code by a new field code int (attnum 1)") in replaced
+    # no rewrite: the stored values were converted, every row written again
+    loose = next(t for t in later if t["table"] == "public.loose")
+    assert loose["strategy"] == "full-rewrite"
+    assert "replace column amount by a new field amount string (attnum 2)" in \
+        loose["schema_changes"]
 
 
 #: the user's report: small transactions with savepoints (rolled back and released, updates

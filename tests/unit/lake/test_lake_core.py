@@ -180,7 +180,7 @@ def test_plan_evolution_by_attnum() -> None:
     current = iceberg_schema(rel.version, rel.arrow_schema())
     final = [DataColumn(1, "id", LongType()), DataColumn(3, "a", IntegerType()),
              DataColumn(4, "c", StringType())]
-    plan = plan_evolution(current, [final], "public.t")
+    plan = plan_evolution(current, final, "public.t")
     assert [c.describe() for c in plan] == [
         "promote column id to long (attnum 1)", "drop column a (attnum 2)",
         "rename column b to a (attnum 3)", "add column c string (attnum 4)"]

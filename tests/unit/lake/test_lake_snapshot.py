@@ -4,6 +4,7 @@ and the merge after it skipping exactly what the snapshot saw."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,30 @@ def test_snapshot_replaces_the_mirror_in_one_commit(catalog: Catalog, config: Co
     history = [s.summary.operation.value for s in table.snapshots()]
     assert history[-1] == "overwrite" and len(history) == 2, history  # one commit each
     assert facts_of(table.properties, "public.acct") == facts("run2", ())
+
+
+def test_a_snapshot_taken_again_after_a_type_change_replaces_the_column(
+        catalog: Catalog, config: Config) -> None:
+    """``cdclake snapshot --tables`` after ALTER owner TYPE int: every stored row goes, so
+    the column of the old type is replaced by one of the new type (a new field id), in the
+    snapshot's commit."""
+    first = _open(catalog, config, "run1")
+    first.commit([_copy(first, 0, [("1", "a")])], [], facts("run1"), config.stream)
+    owner = catalog.load_table(first.table.name()).schema().find_field("owner")
+    int_owner = dataclasses.replace(REL, columns=(REL.columns[0], dataclasses.replace(
+        REL.columns[1], type_oid=23, attlen=4, attalign="i", attbyval=True)))
+    fields = column_fields(LayoutCache(BUILTIN).get(int_owner), BUILTIN)
+    again = open_mirror(catalog, config, int_owner, fields, "run2")
+    conv = CopyRows(int_owner, BUILTIN, again.schema, commit_lsn=0x3000, commit_ts_us=0)
+    path = again.file_location(0)
+    Path(path.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(conv.to_arrow([("1", "42")]), path.removeprefix("file://"))
+    again.commit([path], [], facts("run2"), config.stream)
+    table = catalog.load_table(first.table.name())
+    replaced = table.schema().find_field("owner")
+    assert (str(replaced.field_type), replaced.doc) == ("int", owner.doc)
+    assert replaced.field_id != owner.field_id
+    assert table.scan().to_arrow().column("owner").to_pylist() == [42]
 
 
 def _data(m: MirrorSnapshot) -> str:
@@ -154,3 +179,37 @@ def test_the_merge_skips_exactly_what_the_snapshot_saw(catalog: Catalog, config:
     assert duck_rows(table, ["id", "name"], duck) == [{"id": 1, "name": "a"},
                                                     {"id": 2, "name": "b2"},
                                                     {"id": 3, "name": "c"}]
+
+
+def test_the_merge_after_a_snapshot_taken_past_a_type_change(catalog: Catalog, config: Config,
+                                                              stream: Stream, duck: Any) -> None:
+    """The first run's snapshot was taken after ALTER name TYPE int: the mirror has the int
+    column, and the batch still holds the text rows and the rewrite the snapshot saw. Those
+    are skipped, and what comes after applies on the int column."""
+    rel = relation("items", [("id", pa.int32()), ("name", pa.string())], key=["id"])
+    retyped = rel.evolve(0x0100_0100, retype={"name": pa.int32()})
+    m = open_mirror(catalog, config, retyped.version,
+                    [pa.field(n, t) for n, t in retyped.types.items()], "run")
+    epoch = 5 << 32
+    # 701 and 702 (the ALTER) committed before the snapshot, 703 after
+    seen = SnapshotFacts("id", 0x0100_0000, 0x0100_0200, epoch + 703, epoch + 703, (), 0, "run")
+    path = m.file_location(0)
+    Path(path.removeprefix("file://")).parent.mkdir(parents=True)
+    schema = schema_to_pyarrow(m.schema, include_field_ids=True)
+    pq.write_table(pa.table({"id": [1], "name": [7], "_cdc_commit_lsn": [0],
+                             "_cdc_commit_ts": [0], "_cdc_pg_text": [None]}
+                            ).cast(schema), path.removeprefix("file://"))
+    m.commit([path], [], seen, config.stream)
+    b = stream.batch("b1")
+    with b.txn() as t:
+        t.insert(rel, {"id": 1, "name": "7"})
+    with b.txn() as t:
+        t.rewrite(retyped, [{"id": 1, "name": 7}])
+    with b.txn() as t:
+        t.insert(retyped, {"id": 2, "name": 8})
+    b.write()
+    report = merge_batch(catalog, config, read_batch(stream.root, "b1"))
+    (r,) = report.tables
+    assert (r.skipped_snapshot, r.inserted, r.schema_changes) == (3, 1, [])
+    table = catalog.load_table(m.table.name())
+    assert duck_rows(table, ["id", "name"], duck) == [{"id": 1, "name": 7}, {"id": 2, "name": 8}]

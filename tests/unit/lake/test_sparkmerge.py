@@ -8,8 +8,12 @@ from __future__ import annotations
 import uuid
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog
 
+from cdclake.config import Config
 from cdclake.decoding import stream
+from cdclake.lake import sparkmerge
+from cdclake.lake.batch import read_batch
 from cdclake.lake.sparkmerge import (
     BatchStats,
     _ready_column,
@@ -18,6 +22,8 @@ from cdclake.lake.sparkmerge import (
     rows_sql,
     spark_ready,
 )
+from tests.unit.lake.streamgen import Stream, relation
+from tests.unit.lake.test_lake_merge import mirror, run
 
 
 def stats(**kw: object) -> BatchStats:
@@ -39,6 +45,30 @@ def test_rewrites_texts_and_toast_moves_are_left_to_pyiceberg() -> None:
     assert "exact text" in data_reason(stats(texts=2))
     assert "TOAST" in data_reason(stats(toast_moves=1))
     assert "without a replica identity" in data_reason(stats(keyless=2))
+
+
+def test_a_type_change_no_promotion_holds_is_left_to_pyiceberg_before_any_commit(
+        catalog: Catalog, config: Config, stream: Stream) -> None:
+    """The Spark path commits a schema change apart from its MERGE: a column replaced there
+    would be empty (or hold the old type's values) for a commit. It names the change and
+    commits nothing, before it needs Spark at all; pyiceberg merges the table."""
+    v1 = relation("t", [("id", pa.int32()), ("n", pa.string())], key=["id"])
+    b1 = stream.batch("b1")
+    with b1.txn() as t:
+        t.insert(v1, {"id": 1, "n": "7"})
+    run(catalog, config, b1)
+    metadata = mirror(catalog, config, "t").metadata_location
+    v2 = v1.evolve(0x2000000, retype={"n": pa.int32()})
+    b2 = stream.batch("b2")
+    with b2.txn() as t:
+        t.rewrite(v2, [{"id": 1, "n": 7}])
+    b2.write()
+    batch = read_batch(stream.root, "b2")
+    reason = sparkmerge.merge_table(None, catalog, config, batch,  # type: ignore[arg-type]
+                                    batch.entries[0])
+    assert reason == ("column n (attnum 2) changed type from string to int, which Iceberg "
+                      "cannot promote (replaced in the commit that writes its new values)")
+    assert mirror(catalog, config, "t").metadata_location == metadata
 
 
 def test_merge_sql_deletes_updates_and_inserts_by_key() -> None:
