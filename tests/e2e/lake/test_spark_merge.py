@@ -29,7 +29,6 @@ import pytest
 from cdclake.catalog.install import install
 from cdclake.config import Config
 from cdclake.decoding.session import DecodeOptions
-from cdclake.errors import LakeError
 from cdclake.lake.batch import Batch, read_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import MergeReport, merge_batch
@@ -229,6 +228,9 @@ def test_duckdb_reads_what_the_source_holds(lake: Lake, table: str) -> None:
 
 @pytest.mark.parametrize("table", sorted(COLUMNS))
 def test_spark_sql_reads_what_the_source_holds(lake: Lake, table: str) -> None:
+    # the session's catalog caches a table it read (for 30 s): the merge read public.retyped
+    # on Spark before leaving it to pyiceberg, whose commit the cached metadata predates
+    lake.spark.catalog.refreshTable(_spark_name(lake, table))
     df = lake.spark.table(_spark_name(lake, table)).select(*COLUMNS[table])
     mirror = Counter(tuple(r) for r in df.collect())
     # Spark shows a timestamptz as a naive time in the session's zone (UTC)
@@ -373,11 +375,13 @@ def test_of_two_overlapping_merges_of_a_table_without_a_key_one_appends(
 
 def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -> None:
     """The UPDATE does not log the TOASTed body and the mirror never had the row: nothing to
-    take the value from. The merge stops, naming table, column and the fix; nothing commits."""
+    take the value from. The table's merge fails, naming table, column and the fix; nothing
+    commits, and the batch stays pending."""
     batch = lake.decode("b-orphan", ["UPDATE orphan SET n = 1 WHERE id = 1"])
-    with pytest.raises(LakeError) as caught:
-        merge_batch(open_catalog(lake.config), lake.config, batch, spark=lake.spark)
-    message = str(caught.value)
+    report = merge_batch(open_catalog(lake.config), lake.config, batch, spark=lake.spark)
+    assert [f["table"] for f in report.failed] == ["public.orphan"]
+    assert report.end_lsn == report.previous_end_lsn
+    message = report.failed[0]["error"]
     assert message.startswith("table public.orphan: an UPDATE left the TOASTed column body "
                               "unchanged"), message
     assert message.endswith("cdclake snapshot --tables public.orphan")

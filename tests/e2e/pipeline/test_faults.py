@@ -11,6 +11,7 @@ starts from there.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -240,18 +241,28 @@ def test_a_run_while_another_holds_the_stream_waits_or_refuses(stream: Stream) -
 
 def test_an_error_inside_a_spark_task_is_one_line_and_the_report_is_written(
         stream: Stream, tmp_path: Path) -> None:
-    """A byte of a stored segment damaged (a stream of its own, in a new store): the Spark task
-    that reads the record fails in a Python worker. ``cdclake run`` says what and where in one
-    line, exits 2 and writes its report with that error; the traces are in Spark's log."""
+    """A byte of a segment damaged before it was archived (a stream of its own, in a new
+    store; its manifest entry records the damaged copy's sha256, so the check on read passes
+    it): the Spark task that reads the record fails in a Python worker. ``cdclake run`` says
+    what and where in one line, exits 2 and writes its report with that error; the traces are
+    in Spark's log."""
+    # bytes of the round's first records, which the first batch reads (it starts at the
+    # install's dictionary message): eight of them, more than a record's padding can be
+    at = parse_lsn(stream.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0]) + 256
     stream.changes()
     env = env_for(stream.pg, tmp_path, dsn(stream.pg, stream.database))
     ok(cdclake(env, "ship"))
-    segments = sorted(p for p in (tmp_path / "store" / "wal").iterdir() if len(p.name) == 24)
-    damaged = segments[-1]
+    damaged = next(p for p in (tmp_path / "store" / "wal").iterdir()
+                   if len(p.name) == 24 and parse_segment_name(p.name, MB).segno == at // MB)
     data = bytearray(damaged.read_bytes())
-    data[256] ^= 0xFF  # in the first page's records
+    for i in range(at % MB, at % MB + 8):
+        data[i] ^= 0xFF
     damaged.chmod(0o600)
     damaged.write_bytes(bytes(data))
+    entry = tmp_path / "store" / "manifest" / "wal" / f"{damaged.name}.json"
+    recorded = json.loads(entry.read_text())
+    entry.chmod(0o600)
+    entry.write_text(json.dumps({**recorded, "sha256": hashlib.sha256(data).hexdigest()}))
     del env["CDCLAKE_ARCHIVE_DIR"]  # the run must not ship (or compare) the good copy
 
     out = cdclake(env, "run", "--run-id", "damaged")
@@ -263,8 +274,7 @@ def test_an_error_inside_a_spark_task_is_one_line_and_the_report_is_written(
     where = re.search(r"\(segment file://\S+/wal/([0-9A-F]{24}), LSN ([0-9A-F]+/[0-9A-F]+)\)$",
                       errors[0])
     assert where, errors[0]
-    at = parse_segment_name(damaged.name, MB).segno * MB + 256
-    assert at - MB <= parse_lsn(where[2]) <= at, errors[0]
+    assert at - MB <= parse_lsn(where[2]) <= at + 8, errors[0]
     assert "Traceback" not in out.stderr and "py4j" not in out.stderr.lower(), out.stderr[-4000:]
     assert not [x for x in lines if x.startswith(("\t", " ", "org.apache", "java."))], \
         out.stderr[-4000:]

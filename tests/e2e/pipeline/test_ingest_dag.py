@@ -181,7 +181,7 @@ def test_a_run_with_nothing_new_commits_nothing(airflow_home: Path, source: Sour
     assert_mirrors_equal(source, config)
 
 
-def test_a_merge_killed_between_two_table_commits_is_healed_by_the_next_run(
+def test_tables_whose_merge_failed_after_another_committed_are_healed_by_the_next_run(
         airflow_home: Path, source: Source, cdclake_env: Config,
         monkeypatch: pytest.MonkeyPatch) -> None:
     import cdclake.lake.merge as lake_merge
@@ -200,20 +200,23 @@ def test_a_merge_killed_between_two_table_commits_is_healed_by_the_next_run(
     real = lake_merge.merge_table
     committed: list[str] = []
 
-    def crash_after_first_commit(*args: Any, **kwargs: Any) -> Any:
+    def fail_after_first_commit(*args: Any, **kwargs: Any) -> Any:
         if committed:
-            raise LakeError("simulated crash: the worker died between two table commits")
+            raise LakeError("this table's merge failed after another table committed")
         result = real(*args, **kwargs)
         committed.append(result.table)
         return result
 
-    monkeypatch.setattr(lake_merge, "merge_table", crash_after_first_commit)
-    with pytest.raises(LakeError, match="simulated crash"):
-        pipeline.merge(config)
+    monkeypatch.setattr(lake_merge, "merge_table", fail_after_first_commit)
+    merged = pipeline.merge(config)  # one table never stops the others: each is reported
     monkeypatch.setattr(lake_merge, "merge_table", real)
 
     first = committed[0]
     others = [t for t in TABLES if t != first and t in decoded["tables"]]
+    assert sorted({f["table"] for f in merged["failed"]}) == sorted(others)
+    with pytest.raises(LakeError, match=r"the merge of \d table\(s\) failed: .*the other "
+                                        r"tables committed, and the next run retries them"):
+        pipeline.raise_for_failed_tables({"merge": merged})
     assert mirror_rows(config, first) == source_rows(source, first)
     assert any(mirror_rows(config, t) != source_rows(source, t) for t in others)
     end = parse_lsn(decoded["end_lsn"])

@@ -28,7 +28,7 @@ def lake_spark(pg: LocalPostgres, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     """A session reading and writing the catalog of the run in ``tmp_path`` (its catalog is
     fixed when the session starts, so it is one per test), and that directory."""
     session = spark_session(Config(home=tmp_path / "home", spark_master="local[2]",
-                                   spark_partitions=2), quiet=True)
+                                   spark_partitions=2))
     yield session, tmp_path
     session.stop()
 
