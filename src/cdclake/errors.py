@@ -93,7 +93,8 @@ class UnknownRelationError(CdclakeError):
 
 
 class UnsupportedTypeError(CdclakeError):
-    """A column's type has no codec."""
+    """A value of a column's type cannot be printed
+    (:class:`cdclake.tuples.untypeable.NoTextOutput`)."""
 
     def __init__(self, type_name: str, column: str, relation: str | None = None):
         self.type_name = type_name
@@ -166,6 +167,17 @@ class LakeError(CdclakeError):
 
 class QualityError(CdclakeError):
     """A data-quality expectation failed; the message summarises which and where."""
+
+
+class TableMergeBug(Exception):
+    """A table's merge failed in a way cdclake did not foresee (a bug), raised once the run's
+    report is written and the other tables committed; its message ends with that table's
+    traceback, which the CLI keeps in the home's log."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when it has none), redacted."""
+    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def unforeseen(exc: BaseException) -> str:

@@ -20,7 +20,8 @@ as a multiset (two identical rows, one deleted), and knows nothing of unchanged-
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from traceback import format_exc
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,7 +34,14 @@ from pyiceberg.types import NestedField
 
 from cdclake.config import Config
 from cdclake.decoding import stream
-from cdclake.errors import CdclakeError, ConcurrentRunError, LakeError, redact
+from cdclake.errors import (
+    CdclakeError,
+    ConcurrentRunError,
+    LakeError,
+    first_line,
+    redact,
+    unforeseen,
+)
 from cdclake.lake import labels, quarantine, sparkmerge
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry, selected
@@ -87,7 +95,7 @@ log = logging.getLogger(__name__)
 def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequence[str] = (),
                 changelog: bool = False, max_filter_keys: int = MAX_FILTER_KEYS,
                 max_attempts: int = 5, spark: SparkSession | None = None,
-                held_back: Mapping[int, str] | None = None,
+                held_back: Collection[int] = (),
                 follows: int | None = None) -> MergeReport:
     """Apply ``batch`` to every mirror (and, with ``changelog``, append it to the changelogs).
 
@@ -99,9 +107,10 @@ def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequenc
     table whose merge fails — any error but a lost lease — is reported in ``failed`` and keeps
     its commit LSN, and the next table goes on; a quarantined table
     (:mod:`cdclake.lake.quarantine`) is left alone and reported in ``quarantined``. The
-    stream's merged end LSN advances only when no table failed: the batch stays pending, and
+    stream's merged end LSN advances only when no table failed or is held back: the batch
+    stays pending, and
     the next run merges it again, each table skipping what it already has. ``held_back``
-    (oid -> table) names the tables that failed on an earlier batch of this run: their
+    (their oids) names the tables that failed on an earlier batch of this run: their
     changes must go in order, so they are not merged now either; ``follows`` is the end LSN of
     that earlier batch, where this one may start although the merged end LSN stayed behind.
     With ``only``, just those tables are merged and the merged end LSN stays where it is.
@@ -116,7 +125,6 @@ def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequenc
             f"{config.stream!r} is merged only up to {format_lsn(merged)} in namespace "
             f"{config.namespace}: a batch in between is missing; merge it first (nothing of "
             f"{batch.name} was applied)")
-    held_back = held_back or {}
     for entry in batch.entries:
         relations = [v.relation for v in entry.versions]
         if ((config.tables and not selected(config.tables, entry.table, relations))
@@ -134,14 +142,14 @@ def merge_batch(catalog: Catalog, config: Config, batch: Batch, *, only: Sequenc
         except ConcurrentRunError:
             raise
         except Exception as exc:  # this table only: the others go on
-            error = redact(str(exc) if isinstance(exc, CdclakeError)
-                           else f"{type(exc).__name__}: {exc}").strip().splitlines()
-            report.failed.append({"table": entry.table, "oid": entry.oid,
-                                  "error": error[0] if error else type(exc).__name__})
+            failure = {"table": entry.table, "oid": entry.oid, "error": first_line(exc)}
+            if not isinstance(exc, CdclakeError):  # a bug: its traceback goes with it
+                failure.update(error=unforeseen(exc), traceback=redact(format_exc()))
+            report.failed.append(failure)
             log.warning("merge of batch %s: table %s failed, left for the next run: %s",
-                        batch.name, entry.table, report.failed[-1]["error"])
-            log.debug("merge of %s failed", entry.table, exc_info=True)
-    report.end_lsn = merged if only or report.failed or report.held_back else record_merged(
+                        batch.name, entry.table, failure["error"])
+    # a table held back has not got this batch even when the batch has no change of it
+    report.end_lsn = merged if only or report.failed or held_back else record_merged(
         catalog, config.namespace, config.stream, batch.end_lsn)
     return report
 

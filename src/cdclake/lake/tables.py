@@ -4,7 +4,8 @@ A table is tied to its source by stream and relation oid (table properties), not
 when the source table is renamed, the next batch names a mirror that does not exist yet, and
 the mirror under the old name is found by oid and renamed instead of a new, empty one being
 started. A name whose table belongs to another oid means the source table was dropped and
-created again; that stops the merge rather than mixing two tables' rows.
+created again; that fails the table's merge (the others go on) rather than mixing two
+tables' rows.
 
 Commits follow Iceberg core's rule: retry only when the catalog says the commit conflicted
 (``CommitFailedException``) — and then recompute from the refreshed table, never re-send the old

@@ -5,7 +5,8 @@
 ``CDCLAKE_*`` environment (or ``CDCLAKE_CONFIG``), as in every task. Exit 0 with a result,
 2 with an error: a traceback never stands in for the error line. The error's class goes with
 it, so the task raises the very error ``cdclake run`` would; one cdclake did not foresee is
-answered as an internal error, its traceback printed to stderr (the task's log).
+answered as an internal error (exit 1, as the CLI's), its traceback printed to stderr (the
+task's log).
 """
 
 from __future__ import annotations
@@ -43,10 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         answer = {"error": unforeseen(exc)}
     open_store(config).put(args.result, json.dumps(answer).encode())
-    if "error" in answer:
-        print(f"cdclake {args.step}: error: {answer['error']}", file=sys.stderr)
-        return 2
-    return 0
+    if "error" not in answer:
+        return 0
+    if "type" not in answer:  # a bug
+        print(f"cdclake {args.step}: {answer['error']} (a bug: its traceback is above)",
+              file=sys.stderr)
+        return 1
+    print(f"cdclake {args.step}: error: {answer['error']}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from cdclake.archive.lease import DECODE, LAKE, holder_of
 from cdclake.archive.manifest import Manifest
 from cdclake.catalog.connection import connect
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, ConfigError, StoreError
+from cdclake.errors import CdclakeError, ConfigError, SourceError, StoreError
 from cdclake.lake.batches import list_batches, pending
 from cdclake.spark.plan import Waiting, next_plan
 from cdclake.spark.progress import Progress, load_progress
@@ -88,6 +88,8 @@ def _next_batch(config: Config, store: ObjectStore, layout: Layout,
     """What the next decode would do: its segments, what it waits for, or why it cannot."""
     try:
         plan = next_plan(config, store, layout, progress)
+    except SourceError as exc:  # where the install's message is: the source did not say
+        return {"unknown": str(exc)}
     except CdclakeError as exc:
         return {"error": str(exc)}
     if isinstance(plan, Waiting):
@@ -132,6 +134,8 @@ def format_status(data: dict[str, Any]) -> str:
         lines.append(f"decode: STALLED: {d['error']}")
     elif "waiting" in d:
         lines.append(f"decode: {d['waiting']}")
+    elif "unknown" in d:
+        lines.append(f"decode: next batch unknown: {d['unknown']}")
     elif "next" in d:
         n = d["next"]
         lines.append("decode: nothing new to decode" if not n else f"decode: next batch {n[0]}"

@@ -36,7 +36,14 @@ from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, LAKE, Lease, Unfenced
 from cdclake.archive.manifest import Manifest
 from cdclake.config import Config
-from cdclake.errors import CdclakeError, ConcurrentRunError, ConfigError, LakeError, redact
+from cdclake.errors import (
+    CdclakeError,
+    ConcurrentRunError,
+    ConfigError,
+    LakeError,
+    TableMergeBug,
+    redact,
+)
 from cdclake.lake.batch import manifest_rows, selected, unselectable
 from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_chunks
 from cdclake.pipeline.params import RunParams
@@ -252,7 +259,7 @@ def merge(config: Config, params: RunParams | None = None, *,
         spark = None
         if todo and not params.dry_run and config.merge_engine == "spark":
             spark = _merge_session(config)
-        held: dict[int, str] = {}  # oid -> table: failed on a batch, so not merged past it
+        held: set[int] = set()  # the oids of tables that failed on a batch: not merged past it
         follows: int | None = None
         for decoded, recorded in zip(todo, validated, strict=False):
             if params.dry_run:
@@ -267,14 +274,15 @@ def merge(config: Config, params: RunParams | None = None, *,
             lease.check()
             report = merge_batch(catalog, config, batch, only=params.tables, spark=spark,
                                  held_back=held, follows=follows)
-            held.update((f["oid"], f["table"]) for f in report.failed)
+            held.update(f["oid"] for f in report.failed)
             follows = decoded.end_lsn
             reports.append(_merge_json(report))
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),
             "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
             "batches": reports, "not_validated": waiting, "tables": touched,
-            "failed": [{"batch": r["batch"], "table": f["table"], "error": f["error"]}
+            "failed": [{"batch": r["batch"], "table": f["table"], "error": f["error"],
+                        **({"traceback": f["traceback"]} if "traceback" in f else {})}
                        for r in reports for f in r.get("failed", ())],
             "quarantined": _quarantined(reports), "dry_run": params.dry_run}
 
@@ -290,7 +298,9 @@ def _quarantined(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def raise_for_failed_tables(results: Mapping[str, Any]) -> None:
     """After the report: a run in which a table's merge failed fails too (one line naming
-    the tables), although the other tables committed and the report has everything."""
+    the tables), although the other tables committed and the report has everything. A
+    failure nobody foresaw (a bug) is a :class:`TableMergeBug` carrying its traceback, which
+    the CLI keeps in the home's log (exit 1), not a LakeError."""
     failed = (results.get("merge") or {}).get("failed") or []
     if not failed:
         return
@@ -298,9 +308,13 @@ def raise_for_failed_tables(results: Mapping[str, Any]) -> None:
     for f in failed:
         first.setdefault(f["table"], f"{f['table']} (batch {f['batch']}: {f['error']})")
     names = list(first)
-    raise LakeError(f"the merge of {len(names)} table(s) failed: {'; '.join(first.values())}; "
-                    f"the other tables committed, and the next run retries "
-                    f"{'it' if len(names) == 1 else 'them'}")
+    line = (f"the merge of {len(names)} table(s) failed: {'; '.join(first.values())}; the "
+            f"other tables committed, and the next run retries "
+            f"{'it' if len(names) == 1 else 'them'}")
+    bug = next((f["traceback"] for f in failed if f.get("traceback")), None)
+    if bug is not None:
+        raise TableMergeBug(f"{line}\n{bug}")
+    raise LakeError(line)
 
 
 def _merge_session(config: Config) -> Any:

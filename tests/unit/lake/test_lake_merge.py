@@ -344,7 +344,7 @@ def test_a_table_failing_after_another_committed_then_rerun(
 
     monkeypatch.setattr(merge_module, "merge_table", crash_on_second)
     failed = merge_batch(catalog, config, read_batch(stream.root, "b2"))
-    assert failure(failed, "public.docs") == "RuntimeError: simulated crash"
+    assert failure(failed, "public.docs") == "internal error: RuntimeError: simulated crash"
     assert [t.table for t in failed.tables] == ["public.items"]  # committed
     monkeypatch.setattr(merge_module, "merge_table", real)
     assert calls == ["public.items", "public.docs"]

@@ -17,6 +17,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
+import cdclake.lake.merge as lake_merge
 from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import LAKE, Lease
 from cdclake.cli import main
@@ -40,7 +41,7 @@ from cdclake.spark.progress import save_progress
 from cdclake.wal.lsn import format_lsn, segment_name
 from tests.unit.archive.walfiles import SEGSIZE
 from tests.unit.lake.streamgen import Stream
-from tests.unit.lake.test_batches import items, two_batches
+from tests.unit.lake.test_batches import items, owners, two_batches
 from tests.unit.spark.test_plan import _progress, _push
 
 
@@ -164,6 +165,60 @@ def test_a_table_failing_on_a_batch_is_held_back_while_the_others_commit(
         ["b000001", "b000002"]
     assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
     assert again["end_lsn"] == format_lsn(list_batches(open_store(config), Layout())[-1].end_lsn)
+
+
+def test_a_table_that_failed_keeps_the_stream_behind_though_no_later_batch_has_it(
+        config: Config, stream: Stream) -> None:
+    """items fails on the first batch and the second has no change of it: the second batch
+    must not move the merged end LSN past the first (items would never get it)."""
+    i, o = items(), owners()
+    for name, rows in (("b000001", [(i, 1), (o, 10)]), ("b000002", [(o, 11)])):
+        b = stream.batch(name)
+        with b.txn() as t:
+            for rel, key in rows:
+                t.insert(rel, {"id": key, "name": "a"} if rel is i else
+                         {"id": key, "email": f"{key}@example.com"})
+        b.write()
+    validate_stream(config)
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists(config.namespace)
+    catalog.create_table((config.namespace, "public__items"),
+                         Schema(NestedField(1, "id", LongType())))
+    result = merge(config)
+    assert [(f["table"], f["batch"]) for f in result["failed"]] == [("public.items", "b000001")]
+    assert result["end_lsn"] is None and len(mirror(config, "owners")) == 2
+    catalog.drop_table((config.namespace, "public__items"))
+    again = merge(config)
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}] and again["failed"] == []
+
+
+def test_a_bug_in_one_tables_merge_is_a_bug_once_the_others_committed(
+        config: Config, stream: Stream, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An error nobody foresaw in items' merge: owners still commits, and the run then ends
+    as a bug does (exit 1, one line, the traceback in the home's log), not as a LakeError."""
+    two_batches(stream)
+    real = lake_merge.merge_table
+
+    def merge_table(catalog: Any, config: Config, batch: str, source: Any,
+                    **kwargs: Any) -> Any:
+        if source.table == "public.items":
+            raise KeyError("_cdc_lsn")
+        return real(catalog, config, batch, source, **kwargs)
+
+    monkeypatch.setattr(lake_merge, "merge_table", merge_table)
+    monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
+    monkeypatch.setenv("CDCLAKE_SNAPSHOT_MODE", "never")
+    assert main(["run", "--run-id", "bug"]) == 1
+    assert mirror(config, "owners") == [{"id": 11, "email": "y@example.com"}]
+    log = config.home / "logs" / "cdclake.log"
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == ("cdclake run: internal error: TableMergeBug: the merge of 1 table(s) "
+                       "failed: public.items (batch b000001: internal error: KeyError: "
+                       "'_cdc_lsn'); the other tables committed, and the next run retries it "
+                       f"(a bug: its traceback is in {log})")
+    assert 'raise KeyError("_cdc_lsn")' in log.read_text()
 
 
 def test_a_dry_run_merge_reports_and_commits_nothing(config: Config, stream: Stream) -> None:
@@ -367,6 +422,24 @@ def test_a_first_run_with_no_configuration_says_where_it_puts_everything(
     monkeypatch.setenv("CDCLAKE_HOME", str(nowhere / "chosen"))
     assert main(["run", "--dry-run"]) == 0
     assert not capsys.readouterr().err.startswith("cdclake run: using")
+
+
+def test_status_of_a_new_stream_whose_source_is_unreachable_is_not_stalled(
+        config: Config, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the install's message lies is asked of the source: a source that does not
+    answer leaves the next batch unknown (said on the source's line too), not STALLED."""
+    store = open_store(config)
+    _push(store, 1, 3)
+    config.home.mkdir()
+    monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
+    monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
+    monkeypatch.setenv("CDCLAKE_SOURCE_DSN", "host=127.0.0.1 port=1 dbname=none "
+                                             "connect_timeout=2")
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "decode: next batch unknown: cannot read where `cdclake source install`" in out
+    assert "STALLED" not in out and "source: cannot reach the source" in out
 
 
 def test_status_says_what_the_next_decode_takes_and_exits_1_when_it_cannot(

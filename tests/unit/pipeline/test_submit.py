@@ -69,10 +69,11 @@ def test_the_application_answers_a_bug_in_one_line_and_prints_its_traceback(
 
     monkeypatch.setattr(steps, "decode", decode)
     key = Layout().submitted_key("t2")
-    assert sparkapp.main(["decode", "--result", key]) == 2
+    assert sparkapp.main(["decode", "--result", key]) == 1  # as the CLI answers a bug
     answer = json.loads(open_store(Config.load()).get(key))
     assert answer == {"error": "internal error: KeyError: 'missing'"}
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err
-    assert err.splitlines()[-1] == "cdclake decode: error: internal error: KeyError: 'missing'"
+    assert err.splitlines()[-1] == ("cdclake decode: internal error: KeyError: 'missing' (a "
+                                    "bug: its traceback is above)")
 
