@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
@@ -134,13 +135,9 @@ def test_merging_some_tables_leaves_the_batches_pending_for_the_others(
         list_batches(open_store(config), Layout())[-1].end_lsn
 
 
-def test_a_table_failing_on_a_batch_is_held_back_while_the_others_commit(
-        config: Config, stream: Stream) -> None:
-    """A table cdclake did not create stands where items' mirror goes: items' merge fails on
-    the first batch and is held back on the second (its changes go in order), owners takes
-    both, the stream's merged end LSN stays, the step and the console name items, and the
-    run fails once its report is written. With the table gone, the next merge catches up."""
-    two_batches(stream)
+def merge_beside_a_foreign_items_table(config: Config) -> tuple[Catalog, dict[str, Any]]:
+    """Validate and merge the stream with a table cdclake did not create where items'
+    mirror goes: items' merge fails on the first batch (the others go on)."""
     validate_stream(config)
     catalog = open_catalog(config)
     catalog.create_namespace_if_not_exists(config.namespace)
@@ -148,6 +145,17 @@ def test_a_table_failing_on_a_batch_is_held_back_while_the_others_commit(
                          Schema(NestedField(1, "id", LongType())))
     result = merge(config)
     assert [(f["table"], f["batch"]) for f in result["failed"]] == [("public.items", "b000001")]
+    return catalog, result
+
+
+def test_a_table_failing_on_a_batch_is_held_back_while_the_others_commit(
+        config: Config, stream: Stream) -> None:
+    """A table cdclake did not create stands where items' mirror goes: items' merge fails on
+    the first batch and is held back on the second (its changes go in order), owners takes
+    both, the stream's merged end LSN stays, the step and the console name items, and the
+    run fails once its report is written. With the table gone, the next merge catches up."""
+    two_batches(stream)
+    catalog, result = merge_beside_a_foreign_items_table(config)
     assert [b["held_back"] for b in result["batches"]] == [[], ["public.items"]]
     assert result["end_lsn"] is None and result["tables"] == ["public.owners"]
     assert mirror(config, "owners") == [{"id": 11, "email": "y@example.com"}]
@@ -179,13 +187,7 @@ def test_a_table_that_failed_keeps_the_stream_behind_though_no_later_batch_has_i
                 t.insert(rel, {"id": key, "name": "a"} if rel is i else
                          {"id": key, "email": f"{key}@example.com"})
         b.write()
-    validate_stream(config)
-    catalog = open_catalog(config)
-    catalog.create_namespace_if_not_exists(config.namespace)
-    catalog.create_table((config.namespace, "public__items"),
-                         Schema(NestedField(1, "id", LongType())))
-    result = merge(config)
-    assert [(f["table"], f["batch"]) for f in result["failed"]] == [("public.items", "b000001")]
+    catalog, result = merge_beside_a_foreign_items_table(config)
     assert result["end_lsn"] is None and len(mirror(config, "owners")) == 2
     catalog.drop_table((config.namespace, "public__items"))
     again = merge(config)
