@@ -141,6 +141,9 @@ class Config:
     lease_ttl: float = 60.0
     #: CDCLAKE_LEASE_WAIT: seconds a run waits for another run's lease before it refuses.
     lease_wait: float = 120.0
+    #: CDCLAKE_FOLLOW_POLL: seconds ``cdclake run --follow`` waits between two looks at the
+    #: archive (one listing of the segment manifest, and of ``archive_dir`` when it ships one).
+    follow_poll: float = 2.0
     #: CDCLAKE_SCHEDULE: Airflow schedule of the ingest DAG.
     schedule: str = "*/10 * * * *"
     #: CDCLAKE_MAINTENANCE_SCHEDULE: Airflow schedule of the maintenance DAG.
@@ -293,6 +296,11 @@ def _read_file(file: str | Path) -> dict[str, Any]:
     return settings
 
 
+#: the fields given in seconds, and the least each may be
+_LEAST_SECONDS = {"snapshot_wait": 0.0, "lease_ttl": 1.0, "lease_wait": 0.0, "keep_hours": 0.0,
+                  "follow_poll": 0.1}
+
+
 def _coerce(name: str, value: Any) -> Any:
     if name in ("home", "archive_dir", "spill_dir", "ddl_key_file"):
         return Path(value).expanduser().resolve()
@@ -309,16 +317,16 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be one of {', '.join(_CHOICES[name])}, got "
                               f"{value!r}")
         return value
-    if name in ("snapshot_wait", "lease_ttl", "lease_wait", "keep_hours"):
+    if name in _LEAST_SECONDS:
         try:
             seconds = float(value)
         except ValueError as exc:
             raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from exc
         if not math.isfinite(seconds):
             raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
-        if seconds < (1 if name == "lease_ttl" else 0):
-            raise ConfigError(f"{name} must be at least {1 if name == 'lease_ttl' else 0} "
-                              f"seconds, got {value!r}")
+        if seconds < _LEAST_SECONDS[name]:
+            raise ConfigError(f"{name} must be at least {_LEAST_SECONDS[name]:g} seconds, "
+                              f"got {value!r}")
         return seconds
     if name in ("spark_partitions", "max_batch_segments", "keep_snapshots",
                 "quality_chunk_rows"):

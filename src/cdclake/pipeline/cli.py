@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from cdclake.config import Config
+from cdclake.errors import ConfigError
 from cdclake.pipeline.params import RunParams
 from cdclake.wal.lsn import parse_lsn
 
@@ -30,6 +31,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="plan and check only: upload, write and commit nothing")
     p.add_argument("--run-id", help="name of the run's report (default: run-<UTC time>)")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument("--follow", action="store_true",
+                   help="keep running: one process and Spark session run the steps whenever "
+                        "new segments are archived (CDCLAKE_FOLLOW_POLL), until SIGTERM or "
+                        "Ctrl-C")
 
 
 def run_run(args: argparse.Namespace, config: Config) -> int:
@@ -60,8 +65,53 @@ def run_run(args: argparse.Namespace, config: Config) -> int:
         if result.get("report_file"):
             print(f"report: {result['report_file']}")
 
+    if args.follow:
+        return _follow(args, config, params, progress, snapshot_progress)
     run_once(config, params, run_id=args.run_id, on_step=progress,
              on_progress=snapshot_progress, on_report=show)
+    return 0
+
+
+def _follow(args: argparse.Namespace, config: Config, params: RunParams,
+            on_step: Any, on_progress: Any) -> int:
+    """``cdclake run --follow``: a line per step as a single run prints them, a line per run
+    (or its report as one JSON line with ``--json``); a failed run's error in one line, then
+    the follower goes on. Ends 0 on SIGTERM or SIGINT."""
+    import threading
+
+    from cdclake.errors import redact
+    from cdclake.pipeline.follow import check_params, follow, follow_session, stop_signals
+
+    if args.run_id:
+        raise ConfigError("--run-id names one run's report: --follow names each of its own")
+    check_params(params)
+
+    def done(report: dict[str, Any]) -> None:
+        if args.json:
+            print(json.dumps(report, sort_keys=True, default=str), flush=True)
+            return
+        stopped = report["steps"].get("stopped_before")
+        took = report["steps"]["seconds"]
+        steps = ", ".join(f"{k} {v:.1f}" for k, v in took.items())
+        print(f"run {report['run_id']}: stream merged up to {report['merged_end_lsn']} in "
+              f"{sum(took.values()):.1f} s ({steps})"
+              + (f"; stopped before {stopped}" if stopped else ""), flush=True)
+
+    def failed(exc: Exception) -> None:
+        print(f"cdclake run: error: {redact(str(exc))} (--follow tries again)", file=sys.stderr,
+              flush=True)
+
+    spark = follow_session(config)  # first: pyspark puts its own SIGINT handler in place
+    stop = threading.Event()
+    with stop_signals(stop):
+        try:
+            runs = follow(config, params, stop=stop, spark=spark, on_run=done, on_error=failed,
+                          on_step=on_step, on_progress=on_progress)
+        except KeyboardInterrupt:
+            print("cdclake run: stopped; the step under way was abandoned (the next run "
+                  "finishes it)", file=sys.stderr)
+            return 0
+    print(f"cdclake run: stopped after {runs} run(s)", file=sys.stderr)
     return 0
 
 

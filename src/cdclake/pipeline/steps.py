@@ -25,10 +25,12 @@ nothing is merged past a failed stream check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +119,7 @@ def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = No
 
 
 def decode(config: Config, params: RunParams | None = None, *,
-           spark: Any = None) -> dict[str, Any]:
+           spark: Any = None, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Decode what the archive holds on Spark, as one batch or, for a backlog longer than
     ``config.max_batch_segments`` / ``max_batch_bytes``, as several
     (:func:`cdclake.spark.job.decode_batch` until nothing new is left).
@@ -132,7 +134,8 @@ def decode(config: Config, params: RunParams | None = None, *,
     Returns ``{"batch": None}`` when the archive holds nothing new; batches decoded earlier but
     not merged yet are still picked up by the later steps. A segment missing below archived
     ones stops the step (ArchiveGapError), after the batches before it. A dry run plans the
-    next batch only.
+    next batch only. ``stop`` (follow mode's signal) ends a backlog after the batch being
+    decoded: each batch is saved whole, and the next run goes on from it.
     """
     params = params or RunParams()
     from cdclake.spark.job import BatchResult, decode_batch
@@ -157,6 +160,8 @@ def decode(config: Config, params: RunParams | None = None, *,
                 break
             log.info("decode: batch %s: %d commit(s) %s..%s", result.batch, result.commits,
                      format_lsn(result.start_lsn), format_lsn(result.end_lsn))
+            if stop is not None and stop():
+                break
     notes = {"until_segment": until, "dry_run": params.dry_run}
     if params.start_lsn is not None:
         notes["start_lsn_applied"] = first
@@ -483,9 +488,15 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
              spark: Any = None,
              on_step: Callable[[str, dict[str, Any]], None] | None = None,
              on_progress: Callable[[str], None] | None = None,
-             on_report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             on_report: Callable[[dict[str, Any]], None] | None = None,
+             stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """``cdclake run``: the steps in order, in this process, as the DAG runs them
     (``on_progress`` gets the snapshot's progress lines, ``on_report`` the report).
+
+    ``stop`` is asked before each step and between the batches of a backlog (follow mode's
+    SIGTERM): once it says so, the step under way finishes and the others are left to the
+    next run — every step is safe to stop between — and the report names the first step
+    left (``stopped_before``).
 
     A failing step stops the run; the report is still written, with the error — any error,
     cdclake's own or one it did not foresee — so the operator finds what happened where the
@@ -497,8 +508,18 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
     catalog = _catalog(config)
     results: dict[str, Any] = {}
 
+    seconds: dict[str, float] = {}
+    results["seconds"] = seconds  # per step, for people and benchmarks
+
     def step(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        results[name] = fn()
+        if stop is not None and stop():
+            results["stopped_before"] = name
+            raise _Stopped
+        started = time.monotonic()
+        try:
+            results[name] = fn()
+        finally:
+            seconds[name] = round(time.monotonic() - started, 3)
         if on_step is not None:
             on_step(name, results[name])
         return results[name]
@@ -507,11 +528,13 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
         step("ship", lambda: ship(config, params))
         step("snapshot", lambda: snapshot(config, params, spark=spark, catalog=catalog,
                                           progress=on_progress))
-        step("decode", lambda: decode(config, params, spark=spark))
+        step("decode", lambda: decode(config, params, spark=spark, stop=stop))
         step("validate_stream", lambda: validate_stream(config, params, catalog=catalog))
         merged = step("merge", lambda: merge(config, params, catalog=catalog))
         step("validate_tables", lambda: validate_tables(config, params, merged,
                                                         catalog=catalog))
+    except _Stopped:
+        pass
     except Exception as exc:
         results["error"] = redact(f"{type(exc).__name__}: {exc}")
         try:
@@ -530,12 +553,43 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
 # -- helpers -----------------------------------------------------------------------------------
 
 
+class _Stopped(Exception):
+    """``run_once``'s ``stop`` said so before a step: the run ends there, reported."""
+
+
+#: the leases this process holds across runs, by name (:func:`holding`)
+_held: dict[str, Lease] = {}
+
+
+@contextlib.contextmanager
+def holding(config: Config, name: str, purpose: str) -> Iterator[Lease]:
+    """Hold the stream's lease ``name`` across every step run inside (``cdclake run
+    --follow`` holds the decode lease for its whole life): the steps use it instead of taking
+    it each time, so a scheduled run waits for it, then refuses naming ``purpose``."""
+    with Lease(open_store(config), name, purpose=f"{purpose} of stream {config.stream}",
+               ttl=config.lease_ttl, wait=config.lease_wait) as lease:
+        _held[name] = lease
+        try:
+            yield lease
+        finally:
+            del _held[name]
+
+
+@contextlib.contextmanager
+def _borrowed(lease: Lease) -> Iterator[Lease]:
+    lease.check()
+    yield lease
+
+
 def _lease(config: Config, store: ObjectStore, name: str, step: str,
-           dry_run: bool = False) -> Lease | Unfenced:
-    """The stream's lease ``name`` for ``step`` of this run (:mod:`cdclake.archive.lease`);
-    a dry run writes nothing, not even a lease."""
+           dry_run: bool = False) -> contextlib.AbstractContextManager[Lease | Unfenced]:
+    """The stream's lease ``name`` for ``step`` of this run (:mod:`cdclake.archive.lease`),
+    or the one this process holds already (:func:`holding`); a dry run writes nothing, not
+    even a lease."""
     if dry_run:
         return Unfenced()
+    if name in _held:
+        return _borrowed(_held[name])
     return Lease(store, name, purpose=f"the {step} step of stream {config.stream}",
                  ttl=config.lease_ttl, wait=config.lease_wait)
 

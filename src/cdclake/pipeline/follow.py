@@ -1,0 +1,146 @@
+"""``cdclake run --follow``: one process and one warm Spark session run the steps whenever new
+segments are archived.
+
+A scheduled run pays for a Spark start (10–15 s here) and waits for its schedule; a follower
+pays for neither, so a change is queryable about one archive interval
+(``archive_timeout``) plus one run after its commit. It looks at the archive every
+``config.follow_poll`` seconds — one listing of the segment manifest, and of
+``config.archive_dir`` when it ships one (:func:`archive_mark`) — and runs
+:func:`~cdclake.pipeline.steps.run_once` when either changed: a quiet source costs a listing
+per poll.
+
+It holds the stream's decode lease for its whole life (:func:`steps.holding`), so a
+scheduled run's decode waits for it, then refuses naming the follower; the lake lease is
+taken per step as by any run, so the maintenance DAG goes in between two of its runs.
+
+A run that fails with cdclake's error (the store unreachable, a gap, a failed check, a
+table's merge) is reported as any run's and tried again after a pause that doubles up to
+:data:`MAX_RETRY` seconds; a wrong configuration ends the follower (exit 2), and so does a
+bug (exit 1). SIGTERM or SIGINT lets the step under way finish, leaves the others for the
+next run and ends with status 0; a second one abandons the step (each is safe to abandon:
+the next run finishes it) and ends at once, the leases given back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from cdclake.archive import Layout, open_store
+from cdclake.archive.lease import DECODE
+from cdclake.archive.manifest import Manifest
+from cdclake.config import Config
+from cdclake.errors import CdclakeError, ConfigError, redact
+from cdclake.pipeline import steps
+from cdclake.pipeline.params import RunParams
+
+log = logging.getLogger(__name__)
+
+#: the longest pause, in seconds, before a failed run is tried again
+MAX_RETRY = 60.0
+
+
+def archive_mark(config: Config) -> tuple[Any, ...]:
+    """What the archive holds, cheaply: the newest segment the manifest lists and how many
+    it lists, and the same of ``config.archive_dir`` (what a run would ship). A run is due
+    when it changes."""
+    names = Manifest(open_store(config), Layout()).names()
+    mark: tuple[Any, ...] = (names[-1] if names else None, len(names))
+    if config.archive_dir is not None:
+        try:
+            files = sorted(e.name for e in os.scandir(config.archive_dir) if e.is_file())
+        except OSError:
+            files = []  # the ship step says what is wrong with it
+        mark += (files[-1] if files else None, len(files))
+    return mark
+
+
+def check_params(params: RunParams) -> RunParams:
+    """Refuse what is for a single run (before a Spark session is started for nothing)."""
+    if params.dry_run:
+        raise ConfigError("--follow runs the steps for real: it cannot be a dry run")
+    if params.end_lsn is not None or params.until_segment:
+        raise ConfigError("--follow decodes what comes: --end-lsn and --until-segment are "
+                          "for a single run")
+    return params
+
+
+def follow_session(config: Config) -> Any:
+    """The one Spark session every run of the follower uses, started once: Iceberg's runtime
+    on its class path, so the decode, the snapshot, the Spark merge and the mirror check all
+    run on it."""
+    from cdclake.lake.sparksql import spark_session
+    from cdclake.sparkenv import error_line
+
+    try:
+        return spark_session(config)
+    except CdclakeError:
+        raise
+    except Exception as exc:  # the JVM did not start: no Java, a bad spark_conf
+        raise ConfigError(f"--follow: Spark does not start ({error_line(exc)})") from exc
+
+
+@contextmanager
+def stop_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop`` (the step under way finishes); a second one raises
+    KeyboardInterrupt where the process is (the step is abandoned). The handlers before are
+    put back on the way out."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.warning("follow: %s: finishing the step under way, then stopping",
+                    signal.Signals(signum).name)
+        stop.set()
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+def follow(config: Config, params: RunParams | None = None, *, stop: threading.Event,
+           spark: Any = None, clock: Callable[[], float] = time.monotonic,
+           on_run: Callable[[dict[str, Any]], None] | None = None,
+           on_error: Callable[[CdclakeError], None] | None = None,
+           **run_kwargs: Any) -> int:
+    """Run :func:`steps.run_once` whenever :func:`archive_mark` changes, until ``stop`` is
+    set; returns how many runs it made. ``on_run`` gets each run's report, ``on_error`` each
+    failed run's error (then tried again later); ``run_kwargs`` go to ``run_once``."""
+    params = check_params(params or RunParams())
+    runs, failures, retry_at, seen = 0, 0, 0.0, None
+    with steps.holding(config, DECODE, "cdclake run --follow"):
+        spark = spark if spark is not None else follow_session(config)
+        while not stop.is_set():
+            try:
+                mark = archive_mark(config)
+                if clock() >= retry_at if failures else mark != seen:
+                    runs += 1
+                    out = steps.run_once(config, params, spark=spark, stop=stop.is_set,
+                                         run_id=f"{steps.safe_run_id(None)}-follow",
+                                         **run_kwargs)
+                    seen, failures = mark, 0
+                    # a start LSN and a snapshot again are for the first run only
+                    params = RunParams(tables=params.tables)
+                    if on_run is not None:
+                        on_run(out)
+            except ConfigError:
+                raise
+            except CdclakeError as exc:
+                failures += 1
+                pause = min(MAX_RETRY, config.follow_poll * 2 ** failures)
+                retry_at = clock() + pause
+                log.warning("follow: run failed (%s); trying again in %.0f s",
+                            redact(str(exc)), pause)
+                if on_error is not None:
+                    on_error(exc)
+            stop.wait(config.follow_poll)
+    return runs
