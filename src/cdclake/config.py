@@ -144,6 +144,10 @@ class Config:
     #: CDCLAKE_FOLLOW_POLL: seconds ``cdclake run --follow`` waits between two looks at the
     #: archive (one listing of the segment manifest, and of ``archive_dir`` when it ships one).
     follow_poll: float = 2.0
+    #: CDCLAKE_FOLLOW_FOR: seconds one Spark application of the ``cdclake_follow`` DAG follows
+    #: the archive before it ends and the continuous DAG starts the next (its log rolls over,
+    #: its JVM starts afresh); ``cdclake run --follow`` follows until it is stopped.
+    follow_for: float = 3600.0
     #: CDCLAKE_SCHEDULE: Airflow schedule of the ingest DAG.
     schedule: str = "*/10 * * * *"
     #: CDCLAKE_MAINTENANCE_SCHEDULE: Airflow schedule of the maintenance DAG.
@@ -298,7 +302,7 @@ def _read_file(file: str | Path) -> dict[str, Any]:
 
 #: the fields given in seconds, and the least each may be
 _LEAST_SECONDS = {"snapshot_wait": 0.0, "lease_ttl": 1.0, "lease_wait": 0.0, "keep_hours": 0.0,
-                  "follow_poll": 0.1}
+                  "follow_poll": 0.1, "follow_for": 1.0}
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -23,13 +23,13 @@ the next run finishes it) and ends at once, the leases given back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from cdclake.archive import Layout, open_store
@@ -46,19 +46,15 @@ log = logging.getLogger(__name__)
 MAX_RETRY = 60.0
 
 
-def archive_mark(config: Config) -> tuple[Any, ...]:
-    """What the archive holds, cheaply: the newest segment the manifest lists and how many
-    it lists, and the same of ``config.archive_dir`` (what a run would ship). A run is due
-    when it changes."""
-    names = Manifest(open_store(config), Layout()).names()
-    mark: tuple[Any, ...] = (names[-1] if names else None, len(names))
+def archive_mark(config: Config) -> tuple[str | None, int]:
+    """What the archive holds, cheaply: the newest name and the number of names in the
+    segment manifest and ``config.archive_dir`` together (what a run would ship is in the
+    directory first, then in both). A run is due when it changes."""
+    names = set(Manifest(open_store(config), Layout()).names())
     if config.archive_dir is not None:
-        try:
-            files = sorted(e.name for e in os.scandir(config.archive_dir) if e.is_file())
-        except OSError:
-            files = []  # the ship step says what is wrong with it
-        mark += (files[-1] if files else None, len(files))
-    return mark
+        with contextlib.suppress(OSError):  # the ship step says what is wrong with it
+            names.update(e.name for e in os.scandir(config.archive_dir) if e.is_file())
+    return max(names, default=None), len(names)
 
 
 def check_params(params: RunParams) -> RunParams:
@@ -86,7 +82,7 @@ def follow_session(config: Config) -> Any:
         raise ConfigError(f"--follow: Spark does not start ({error_line(exc)})") from exc
 
 
-@contextmanager
+@contextlib.contextmanager
 def stop_signals(stop: threading.Event) -> Iterator[None]:
     """SIGTERM and SIGINT set ``stop`` (the step under way finishes); a second one raises
     KeyboardInterrupt where the process is (the step is abandoned). The handlers before are
@@ -108,26 +104,34 @@ def stop_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def follow(config: Config, params: RunParams | None = None, *, stop: threading.Event,
-           spark: Any = None, clock: Callable[[], float] = time.monotonic,
+           spark: Any = None, until: float | None = None,
+           clock: Callable[[], float] = time.monotonic,
            on_run: Callable[[dict[str, Any]], None] | None = None,
            on_error: Callable[[CdclakeError], None] | None = None,
            **run_kwargs: Any) -> int:
     """Run :func:`steps.run_once` whenever :func:`archive_mark` changes, until ``stop`` is
-    set; returns how many runs it made. ``on_run`` gets each run's report, ``on_error`` each
-    failed run's error (then tried again later); ``run_kwargs`` go to ``run_once``."""
+    set (or ``clock()`` reaches ``until``); returns how many runs it made. ``on_run`` gets
+    each run's report, ``on_error`` each failed run's error (then tried again later);
+    ``run_kwargs`` go to ``run_once``."""
     params = check_params(params or RunParams())
+    from cdclake.quality import QualityContext
+
     runs, failures, retry_at, seen = 0, 0, 0.0, None
     with steps.holding(config, DECODE, "cdclake run --follow"):
         spark = spark if spark is not None else follow_session(config)
-        while not stop.is_set():
+        quality = QualityContext.for_config(config)
+        while not stop.is_set() and (until is None or clock() < until):
             try:
                 mark = archive_mark(config)
                 if clock() >= retry_at if failures else mark != seen:
                     runs += 1
-                    out = steps.run_once(config, params, spark=spark, stop=stop.is_set,
+                    out = steps.run_once(config, params, spark=spark, quality=quality,
+                                         stop=stop.is_set,
                                          run_id=f"{steps.safe_run_id(None)}-follow",
                                          **run_kwargs)
-                    seen, failures = mark, 0
+                    # a file still being copied into archive_dir is shipped by a later run
+                    seen = None if out["steps"].get("ship", {}).get("pending") else mark
+                    failures = 0
                     # a start LSN and a snapshot again are for the first run only
                     params = RunParams(tables=params.tables)
                     if on_run is not None:
@@ -144,3 +148,15 @@ def follow(config: Config, params: RunParams | None = None, *, stop: threading.E
                     on_error(exc)
             stop.wait(config.follow_poll)
     return runs
+
+
+def follow_for(config: Config, params: RunParams | None = None) -> dict[str, Any]:
+    """The ``cdclake_follow`` DAG's Spark application: a follower for ``config.follow_for``
+    seconds (or until SIGTERM), on the session spark-submit started; then the continuous DAG
+    starts the next one. Returns how many runs it made."""
+    stop = threading.Event()
+    spark = follow_session(config)
+    with stop_signals(stop):
+        runs = follow(config, params, stop=stop, spark=spark,
+                      until=time.monotonic() + config.follow_for)
+    return {"runs": runs, "seconds": config.follow_for}

@@ -21,12 +21,14 @@ from cdclake.archive import open_store
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, redact, unforeseen
 from cdclake.pipeline import steps
+from cdclake.pipeline.follow import follow_for
 from cdclake.pipeline.params import RunParams
+from cdclake.pipeline.submit import SPARK_STEPS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cdclake-sparkapp")
-    p.add_argument("step", choices=("snapshot", "decode", "merge"))
+    p.add_argument("step", choices=SPARK_STEPS)
     p.add_argument("--params", default="{}")
     p.add_argument("--result", required=True)
     args = p.parse_args(argv)
@@ -36,8 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cdclake {args.step}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        answer = {"result": getattr(steps, args.step)(config, RunParams.from_mapping(
-            json.loads(args.params)))}
+        step = follow_for if args.step == "follow" else getattr(steps, args.step)
+        answer = {"result": step(config, RunParams.from_mapping(json.loads(args.params)))}
     except CdclakeError as exc:
         answer = {"error": redact(str(exc)), "type": type(exc).__name__}
     except Exception as exc:  # a bug: the line for the task, the traceback for its log

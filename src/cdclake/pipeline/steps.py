@@ -489,14 +489,16 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
              on_step: Callable[[str, dict[str, Any]], None] | None = None,
              on_progress: Callable[[str], None] | None = None,
              on_report: Callable[[dict[str, Any]], None] | None = None,
-             stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+             stop: Callable[[], bool] | None = None,
+             quality: QualityContext | None = None) -> dict[str, Any]:
     """``cdclake run``: the steps in order, in this process, as the DAG runs them
     (``on_progress`` gets the snapshot's progress lines, ``on_report`` the report).
 
     ``stop`` is asked before each step and between the batches of a backlog (follow mode's
     SIGTERM): once it says so, the step under way finishes and the others are left to the
     next run — every step is safe to stop between — and the report names the first step
-    left (``stopped_before``).
+    left (``stopped_before``). ``quality`` is the GX context both checks use (a follower
+    keeps one for all its runs); by default the run opens one.
 
     A failing step stops the run; the report is still written, with the error — any error,
     cdclake's own or one it did not foresee — so the operator finds what happened where the
@@ -529,10 +531,11 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
         step("snapshot", lambda: snapshot(config, params, spark=spark, catalog=catalog,
                                           progress=on_progress))
         step("decode", lambda: decode(config, params, spark=spark, stop=stop))
-        step("validate_stream", lambda: validate_stream(config, params, catalog=catalog))
+        step("validate_stream", lambda: validate_stream(config, params, catalog=catalog,
+                                                        context=quality))
         merged = step("merge", lambda: merge(config, params, catalog=catalog))
         step("validate_tables", lambda: validate_tables(config, params, merged,
-                                                        catalog=catalog))
+                                                        catalog=catalog, context=quality))
     except _Stopped:
         pass
     except Exception as exc:

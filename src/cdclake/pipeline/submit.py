@@ -42,8 +42,9 @@ from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConfigError, ObjectNotFound, rebuild, redact
 from cdclake.pipeline.params import RunParams
 
-#: the steps that run on Spark; the others are plain Python tasks
-SPARK_STEPS = ("snapshot", "decode", "merge")
+#: the steps that run on Spark (and the ``cdclake_follow`` DAG's follower, every step on one
+#: session); the others are plain Python tasks
+SPARK_STEPS = ("snapshot", "decode", "merge", "follow")
 APPLICATION = Path(__file__).with_name("sparkapp.py")
 
 

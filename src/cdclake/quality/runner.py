@@ -107,6 +107,7 @@ class _Run:
         self.gx_context = context or QualityContext.for_config(config)
         self.template = load_template(suite)
         self.results: list[TableResult] = []
+        self.keys: list[Any] = []  #: each result's key in the context's store
         self.nothing: list[IdentityNothingTable] = []
 
     def table(self, table: str, data: pa.Table | Any, relation: RelationVersion, *,
@@ -140,7 +141,7 @@ class _Run:
         name = gx_name(suite, config.stream, table)
         expanded = expand(self.template, params, suite_name=name)
         gx_suite = build_suite(expanded)
-        validation, page = self.gx_context.validate(
+        validation, key = self.gx_context.validate(
             suite=gx_suite, asset=name, frame=frame,
             result_format=_result_format([c for c in locator if c in frame.columns]),
             run_id=run_id,
@@ -149,16 +150,20 @@ class _Run:
         result = outcomes.table_result(
             suite=suite, table=label, gx_suite=name, replica_identity=identity.effective,
             key_columns=params["key_columns"], rows=rows, validation=as_json,
-            data_docs_page=page, check_order=[e["meta"]["cdclake"].get("check", "")
+            data_docs_page=None, check_order=[e["meta"]["cdclake"].get("check", "")
                                               for e in expanded["expectations"]],
         )
         self.results.append(result)
+        self.keys.append(key)
         if suite == CHANGE_STREAM and identity.effective == IDENTITY_NOTHING:
             self.nothing.append(outcomes.identity_nothing(
                 table, identity.declared, identity.reason, as_json))
         return result
 
     def report(self) -> QualityReport:
+        """The run's report, once its Data Docs pages are rendered (all at once)."""
+        for result, page in zip(self.results, self.gx_context.publish(self.keys), strict=True):
+            result.data_docs_page = page
         index = self.gx_context.data_docs_index
         return QualityReport(
             suite=self.suite,

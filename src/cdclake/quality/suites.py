@@ -25,6 +25,8 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +50,11 @@ def suite_file(name: str, directory: Path | None = None) -> Path:
 
 
 def load_template(name: str, directory: Path | None = None) -> dict[str, Any]:
-    """Read a suite file; a missing or malformed one is a deployment error, said plainly."""
-    path = suite_file(name, directory)
+    """Read a suite file; a missing or malformed one is a deployment error, said plainly.
+    The package's own are read as its resources: a driver spark-submit started imports
+    cdclake from a zip (``--py-files``), where they are no files."""
+    path: Path | Traversable = (suite_file(name, directory) if directory is not None else
+                                resources.files(__package__) / "expectations" / f"{name}.json")
     try:
         data = json.loads(path.read_text())
     except OSError as exc:

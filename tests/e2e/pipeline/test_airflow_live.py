@@ -34,7 +34,14 @@ from cdclake.wal.lsn import is_segment_name
 
 from .airflow_live import Chromium, LiveAirflow, find_chromium, install_chromium, port_is_open
 from .conftest import DAGS, REPO, Source
-from .test_ingest_dag import PHASE_1, TABLES, archive_all, assert_mirrors_equal, mirror_rows
+from .test_ingest_dag import (
+    PHASE_1,
+    PHASE_2,
+    TABLES,
+    archive_all,
+    assert_mirrors_equal,
+    mirror_rows,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(360)]
 
@@ -44,6 +51,8 @@ PARAMS = ("start_lsn", "end_lsn", "until_segment", "tables", "snapshot_tables", 
 #: the DAG's default_args (dags/cdclake_ingest.py): a first try plus two retries
 RETRIES = 2
 ARTIFACTS = REPO / ".cdclake" / "test-artifacts" / "airflow-live"
+FOLLOW_DAG = "cdclake_follow"
+FOLLOW_FOR = 45
 
 
 @pytest.fixture(scope="module")
@@ -59,24 +68,26 @@ def chromium() -> str:
     return binary
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def artifacts() -> Path:
     out = ARTIFACTS / f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     out.mkdir(parents=True)
     return out
 
 
-@pytest.fixture
-def airflow(config: Config, tmp_path: Path, artifacts: Path,
+@pytest.fixture(scope="module")
+def airflow(config: Config, tmp_path_factory: pytest.TempPathFactory, artifacts: Path,
             request: pytest.FixtureRequest) -> Iterator[LiveAirflow]:
     """Airflow with the same cdclake settings as the in-process tests, given to its
-    processes as CDCLAKE_* variables (what a deployment does). Its logs join the
-    screenshots if the test failed."""
+    processes as CDCLAKE_* variables (what a deployment does); one for the module. Its logs
+    join the screenshots if a test failed."""
     env = {**store_env(config), "CDCLAKE_HOME": str(config.home),
            "CDCLAKE_ARCHIVE_DIR": str(config.archive_dir),
-           "CDCLAKE_SOURCE_DSN": config.source_dsn}
-    assert Config.load(env=env) == config
-    live = LiveAirflow.start(tmp_path / "airflow", DAGS, env)
+           "CDCLAKE_SOURCE_DSN": config.source_dsn,
+           # the follow DAG's application follows for FOLLOW_FOR seconds, looking every 1 s
+           "CDCLAKE_FOLLOW_FOR": str(FOLLOW_FOR), "CDCLAKE_FOLLOW_POLL": "1"}
+    assert Config.load(env=env) == config.replace(follow_for=FOLLOW_FOR, follow_poll=1.0)
+    live = LiveAirflow.start(tmp_path_factory.mktemp("airflow"), DAGS, env)
     failures = request.session.testsfailed
     try:
         yield live
@@ -178,3 +189,45 @@ def test_a_live_airflow_runs_the_dag_with_params_and_shows_it(
         print(f"\nlive Airflow: run {run_id} succeeded {ran:.0f}s after the first INSERT "
               f"(retried: {retried or 'none'}); screenshots:\n  {grid} {grid_stats}\n"
               f"  {form} {form_stats}")
+
+
+def test_the_follow_dag_takes_changes_as_they_are_archived(
+        source: Source, config: Config, airflow: LiveAirflow,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``cdclake_follow``: one Spark application, submitted by the real scheduler's task,
+    follows the archive for FOLLOW_FOR seconds; changes archived meanwhile reach the mirrors
+    without another run, and the DAG run ends in success."""
+    dag = airflow.wait_for_dag(FOLLOW_DAG, timeout=120)
+    assert dag["is_paused"]
+    airflow.call("PATCH", f"/api/v2/dags/{FOLLOW_DAG}", {"is_paused": False})
+    run_id = f"follow__{uuid.uuid4().hex[:12]}"
+    airflow.call("POST", f"/api/v2/dags/{FOLLOW_DAG}/dagRuns",
+                 {"dag_run_id": run_id, "logical_date": None, "conf": {}})
+    deadline = time.monotonic() + 120
+    while airflow.task_states(FOLLOW_DAG, run_id).get("follow") != "running":
+        assert time.monotonic() < deadline, (f"the follow task did not start: "
+                                             f"{airflow.task_states(FOLLOW_DAG, run_id)}")
+        time.sleep(0.5)
+    # the application's first run starts once its Spark session is up; changes made now
+    # come after the ingest DAG's last run and before this application's end
+    time.sleep(10)
+    changed = time.monotonic()
+    for sql in PHASE_2:
+        source.sql(sql)
+    archive_all(source)
+    while True:
+        try:
+            assert_mirrors_equal(source, config)
+            break
+        except AssertionError:
+            assert airflow.task_states(FOLLOW_DAG, run_id).get("follow") == "running", \
+                f"the follower ended before the changes arrived\n{airflow.diagnostics()}"
+            time.sleep(1)
+    fresh = time.monotonic() - changed
+    ended = airflow.wait_for_run(FOLLOW_DAG, run_id, timeout=FOLLOW_FOR + 120)
+    airflow.call("PATCH", f"/api/v2/dags/{FOLLOW_DAG}", {"is_paused": True})
+    assert ended["state"] == "success", (f"{airflow.task_states(FOLLOW_DAG, run_id)}\n"
+                                         f"{airflow.diagnostics()}")
+    with capsys.disabled():
+        print(f"\nlive Airflow: the follow DAG's application mirrored PHASE_2 {fresh:.1f}s "
+              "after its first statement")
