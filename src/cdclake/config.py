@@ -117,6 +117,10 @@ class Config:
     #: CDCLAKE_QUALITY_CHUNK_ROWS: the most change rows the stream suite validates at once
     #: (a table's batch is checked in chunks of whole Parquet files, order kept across them).
     quality_chunk_rows: int = 100_000
+    #: CDCLAKE_QUALITY_KEEP_RESULTS: the validation results (and their Data Docs pages) kept
+    #: per table and suite; older ones are dropped as new ones come (the Data Docs index is
+    #: rendered from all that are kept, at every check).
+    quality_keep_results: int = 100
     #: CDCLAKE_NAMESPACE: Iceberg namespace for mirror tables.
     namespace: str = "cdc"
     #: CDCLAKE_TABLES: comma-separated ``schema.table`` to mirror; empty = all. The decode
@@ -333,7 +337,7 @@ def _coerce(name: str, value: Any) -> Any:
                               f"got {value!r}")
         return seconds
     if name in ("spark_partitions", "max_batch_segments", "keep_snapshots",
-                "quality_chunk_rows"):
+                "quality_chunk_rows", "quality_keep_results"):
         try:
             n = int(value)
         except ValueError as exc:

@@ -62,9 +62,10 @@ class QualityContext:
     context pays for neither again.
     """
 
-    def __init__(self, reports_dir: Path) -> None:
+    def __init__(self, reports_dir: Path, keep_results: int = 100) -> None:
         import great_expectations as gx
 
+        self.keep_results = keep_results
         self.reports_dir = Path(reports_dir).resolve()
         self.reports_dir.mkdir(parents=True, exist_ok=True)
         self.gx: FileDataContext = gx.get_context(mode="file",
@@ -75,7 +76,7 @@ class QualityContext:
 
     @classmethod
     def for_config(cls, config: Config) -> QualityContext:
-        return cls(config.reports_path())
+        return cls(config.reports_path(), config.quality_keep_results)
 
     @property
     def data_docs_dir(self) -> Path:
@@ -141,10 +142,31 @@ class QualityContext:
 
         if not keys:
             return []
+        self.prune(self.keep_results)
         suites = {ExpectationSuiteIdentifier(name=k.expectation_suite_identifier.name)
                   for k in keys}
         self.gx.build_data_docs(site_names=[SITE], resource_identifiers=[*keys, *suites])
         return [self._page_of(k) for k in keys]
+
+    def prune(self, keep: int) -> int:
+        """Drop the stored results, and their pages, of each suite (a table's) but its newest
+        ``keep``; how many were dropped. The index is rendered from every stored result: a
+        follower adds a table's results every few seconds, and would render an ever longer
+        index, ever more slowly."""
+        store = self.gx.validation_results_store
+        by_suite: dict[str, list[Any]] = {}
+        for key in store.list_keys():
+            by_suite.setdefault(key.expectation_suite_identifier.name, []).append(key)
+        dropped = 0
+        for keys in by_suite.values():
+            keys.sort(key=lambda k: (k.run_id.run_time, k.run_id.run_name or ""))
+            for key in keys[:max(0, len(keys) - keep)]:
+                page = self._page_of(key)
+                store.remove_key(key)
+                if page is not None:
+                    Path(page).unlink(missing_ok=True)
+                dropped += 1
+        return dropped
 
     def _checkpoint(self, suite: ExpectationSuite, asset: str, spark: bool,
                     result_format: dict[str, Any]) -> Any:

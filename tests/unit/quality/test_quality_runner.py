@@ -349,3 +349,26 @@ def test_chunks_of_a_stream_are_checked_as_one_and_where_they_meet(
     (_, second) = validate_stream_chunks(quality_config, later_first,
                                          context=gx_context).tables
     assert second.failures[0].check == "commit_lsn_order"
+
+
+def test_a_context_keeps_each_tables_newest_results_and_stores_its_objects_once(
+        quality_config: Config) -> None:
+    """A follower checks every few seconds: the index must not grow without end, and the
+    suite, definition and checkpoint are written once, not at every check."""
+    ctx = QualityContext(quality_config.reports_path(), keep_results=2)
+    rel = builders.relation("public.kept", oid=16530)
+    reports = [validate_stream(quality_config, {"public.kept": builders.stream(
+        rel, builders.good_changes())}, {"public.kept": rel}, run_name=f"run-{i}",
+        context=ctx) for i in range(4)]
+    assert all(r.success for r in reports)
+    stored = ctx.gx.validation_results_store.list_keys()
+    assert sorted(k.run_id.run_name for k in stored) == ["run-2", "run-3"]
+    pages = [r.tables[0].data_docs_page for r in reports]
+    assert [Path(p).is_file() for p in pages if p] == [False, False, True, True]
+    html = Path(reports[-1].data_docs_index or "").read_text()
+    assert "run-3" in html and "run-0" not in html
+    suite = ctx.gx.root_directory + "/expectations"
+    written = {p: p.stat().st_mtime_ns for p in Path(suite).rglob("*.json")}
+    validate_stream(quality_config, {"public.kept": builders.stream(
+        rel, builders.good_changes())}, {"public.kept": rel}, run_name="run-4", context=ctx)
+    assert written and {p: p.stat().st_mtime_ns for p in written} == written
