@@ -297,6 +297,12 @@ class Lease:
         self.expires = self.clock() + self.ttl
         self.store.put(self._key(self.generation), self._document())
 
+    @property
+    def lost(self) -> bool:
+        """Whether this holder is known to have lost the lease (its renewal found a newer
+        generation, or :meth:`check` did)."""
+        return self._lost is not None
+
     def check(self) -> None:
         """Raise :class:`~cdclake.errors.ConcurrentRunError` unless the lease is still held:
         call it before committing anything a newer holder may have done instead."""

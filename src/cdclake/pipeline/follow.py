@@ -117,36 +117,43 @@ def follow(config: Config, params: RunParams | None = None, *, stop: threading.E
     from cdclake.quality import QualityContext
 
     runs, failures, retry_at, seen = 0, 0, 0.0, None
-    with steps.holding(config, DECODE, "cdclake run --follow"):
-        spark = spark if spark is not None else follow_session(config)
-        quality = QualityContext.for_config(config)
-        while not stop.is_set() and (until is None or clock() < until):
-            try:
-                mark = archive_mark(config)
-                if clock() >= retry_at if failures else mark != seen:
-                    runs += 1
-                    out = steps.run_once(config, params, spark=spark, quality=quality,
-                                         stop=stop.is_set,
-                                         run_id=f"{steps.safe_run_id(None)}-follow",
-                                         **run_kwargs)
-                    # a file still being copied into archive_dir is shipped by a later run
-                    seen = None if out["steps"].get("ship", {}).get("pending") else mark
-                    failures = 0
-                    # a start LSN and a snapshot again are for the first run only
-                    params = RunParams(tables=params.tables)
-                    if on_run is not None:
-                        on_run(out)
-            except ConfigError:
-                raise
-            except CdclakeError as exc:
-                failures += 1
-                pause = min(MAX_RETRY, config.follow_poll * 2 ** failures)
-                retry_at = clock() + pause
-                log.warning("follow: run failed (%s); trying again in %.0f s",
-                            redact(str(exc)), pause)
-                if on_error is not None:
-                    on_error(exc)
-            stop.wait(config.follow_poll)
+
+    def going() -> bool:
+        return not stop.is_set() and (until is None or clock() < until)
+
+    spark = spark if spark is not None else follow_session(config)
+    quality = QualityContext.for_config(config)
+    while going():
+        # held for the follower's life; taken again if it stalled past the lease's expiry
+        # and another run took it meanwhile (whose turn it then waits for)
+        with steps.holding(config, DECODE, "cdclake run --follow") as lease:
+            while going() and not lease.lost:
+                try:
+                    mark = archive_mark(config)
+                    if clock() >= retry_at if failures else mark != seen:
+                        runs += 1
+                        out = steps.run_once(config, params, spark=spark, quality=quality,
+                                             stop=stop.is_set,
+                                             run_id=f"{steps.safe_run_id(None)}-follow",
+                                             **run_kwargs)
+                        # a file still being copied into archive_dir: shipped by a later run
+                        seen = None if out["steps"].get("ship", {}).get("pending") else mark
+                        failures = 0
+                        # a start LSN and a snapshot again are for the first run only
+                        params = RunParams(tables=params.tables)
+                        if on_run is not None:
+                            on_run(out)
+                except ConfigError:
+                    raise
+                except CdclakeError as exc:
+                    failures += 1
+                    pause = min(MAX_RETRY, config.follow_poll * 2 ** failures)
+                    retry_at = clock() + pause
+                    log.warning("follow: run failed (%s); trying again in %.0f s",
+                                redact(str(exc)), pause)
+                    if on_error is not None:
+                        on_error(exc)
+                stop.wait(config.follow_poll)
     return runs
 
 

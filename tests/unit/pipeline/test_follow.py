@@ -15,7 +15,7 @@ import pytest
 
 from cdclake.archive import Layout, open_store
 from cdclake.config import Config
-from cdclake.errors import ConfigError, LakeError
+from cdclake.errors import ConcurrentRunError, ConfigError, LakeError
 from cdclake.pipeline import follow as follow_module
 from cdclake.pipeline import steps
 from cdclake.pipeline.follow import archive_mark, follow, stop_signals
@@ -119,3 +119,26 @@ def test_the_mark_is_the_archive_directory_and_the_manifest_together(config: Con
     assert archive_mark(config) == first
     store.put(layout.manifest_key("000000010000000000000002"), b"{}")  # pushed by wal-push
     assert archive_mark(config) == ("000000010000000000000002", 2)
+
+
+def test_a_lost_lease_is_taken_again(config: Config, script: Any,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower that stalled past its lease's expiry, while another run took the lease,
+    takes it again (waiting for that run) instead of failing every run after."""
+    s = script(["a", "b", "c", "c"])
+    generations: list[int] = []
+    record = s.run_once
+
+    def run_once(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        lease = steps._held["decode"]
+        generations.append(lease.generation)
+        # another run took the next generation (and has finished with it)
+        lease.store.put(lease._key(lease.generation + 1), lease._document(released=True),
+                        if_absent=True)
+        with pytest.raises(ConcurrentRunError):
+            lease.check()
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(steps, "run_once", run_once)
+    assert follow(config, stop=s.stop, spark="session") == 3
+    assert generations == sorted(set(generations)) and len(generations) == 3, generations
