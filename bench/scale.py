@@ -1,22 +1,28 @@
-"""`cdclake run` at two sizes on a small Spark driver: throughput, batches, peak RSS.
+"""`cdclake run` on the stream path at two sizes, beside PostgreSQL's decoder and `cdclake
+decode --jobs 2` on the same WAL: throughput, per-step seconds, peak RSS.
 
-For each pgbench scale: a fresh PostgreSQL 15 runs `cdclake source install`, `pgbench -i`,
-a 20-column table of 10,000 rows per scale (a tenth updated) and pgbench transactions; then
-one process runs the whole pipeline as `cdclake run` does (`steps.run_once`: ship, decode,
-validate the stream, merge with ``merge_engine = "spark"``, validate the mirrors; no initial
-snapshot, the stream from the install carries every row) with
-``spark.driver.memory=1g, spark.driver.maxResultSize=64m`` on ``local[2]``, batches bounded
-by ``--batch-segments``. Reported per size: changes, batches, seconds (in all and per step),
-changes/s end to end and the peak RSS of the Python driver, Spark's JVMs and the largest
-Python worker (each process's own high-water mark, ``VmHWM`` in ``/proc/<pid>/status``,
-sampled over the process tree while it runs). No peak may grow with the size. The mirrors
-are compared with the source through DuckDB (row count and column sums per table), with
-each mirror's data files, delete files and snapshots. bench/merge.py compares the two merge
-engines on one update.
+For each pgbench scale a fresh PostgreSQL 15 gets pgbench's tables and a 20-column table,
+empty, then `cdclake source install` and a `test_decoding` slot; a first `cdclake run` takes
+the initial snapshot (of empty tables). Then the workload: `pgbench -i -I g` (the tables
+filled client-side: a TRUNCATE and a COPY), 10,000 wide rows per scale inserted and a tenth
+of them updated, `pgbench -t 7500*scale -c 2` (the issue's 150,000 at scale 20). One process
+then runs the pipeline as `cdclake run` does (`steps.run_once`: ship, decode, validate the
+stream, merge, validate the mirrors; the stream carries every row) on `local[2]` with
+``spark.driver.memory=1g, spark.driver.maxResultSize=64m``, batches bounded by
+``--batch-segments``, the merge engine of ``--merge-engine`` (default: the configuration's).
 
-    .venv/bin/python bench/scale.py [--scales 5 20 ...] [--batch-segments 16] [--driver-memory 1g]
+Reported per size: changes, batches, seconds in all and per step, changes/s end to end; the
+same WAL decoded by the slot (``pg_logical_slot_peek_changes``, PostgreSQL's decoder, one
+core) and by `cdclake decode --jobs 2` (test_decoding text), their changes/s and the ratios
+of end to end to each; the peak RSS of the Python driver, Spark's JVMs and the largest Python
+worker (each process's own high-water mark, ``VmHWM``, sampled over the process tree). No
+peak may grow with the size. The mirrors are compared with the source through DuckDB (row
+count and column sums per table), with each mirror's data files, delete files and snapshots.
+bench/merge.py compares the two merge engines on one update.
+
+    .venv/bin/python bench/scale.py [--scales 5 20 ...] [--batch-segments 16]
+        [--driver-memory 1g] [--merge-engine pyiceberg|spark]
 """
-
 from __future__ import annotations
 
 import argparse
@@ -31,6 +37,7 @@ from pathlib import Path
 
 from cdclake.catalog.install import install
 from cdclake.local.postgres import LocalPostgres
+from cdclake.wal.lsn import parse_lsn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.e2e.lake.duck
 
@@ -63,21 +70,31 @@ CHECKS = {"pgbench_accounts": "count(*), sum(aid), sum(abalance)",
           "pgbench_history": "count(*), sum(id), sum(delta)",
           "wide": "count(*), sum(id), sum(n), sum(length(c1) + length(c10) + length(c20))"}
 #: a 20-column table of 10,000 rows per scale (200k at scale 20), a tenth of it updated
-WIDE = ["CREATE TABLE wide (id int PRIMARY KEY, n int, "
-        + ", ".join(f"c{i} text" for i in range(1, 21)) + ")",
-        "INSERT INTO wide SELECT g, 0, " + ", ".join(f"md5((g * {i})::text)" for i in range(1, 21))
+WIDE_TABLE = ("CREATE TABLE wide (id int PRIMARY KEY, n int, "
+              + ", ".join(f"c{i} text" for i in range(1, 21)) + ")")
+WIDE = ["INSERT INTO wide SELECT g, 0, "
+        + ", ".join(f"md5((g * {i})::text)" for i in range(1, 21))
         + " FROM generate_series(1, {rows}) g",
         "UPDATE wide SET n = n + 1, c10 = upper(c10) WHERE id % 10 = 0"]
 
 
-def workload(pg: LocalPostgres, db: str, scale: int) -> None:
-    cmd = [pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres"]
-    subprocess.run([*cmd, "-i", "-q", "-s", str(scale), db], check=True, capture_output=True)
+def pgbench(pg: LocalPostgres, db: str, *args: str) -> None:
+    subprocess.run([pg.tool("pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U",
+                    "postgres", *args, db], check=True, capture_output=True)
+
+
+def empty_tables(pg: LocalPostgres, db: str, scale: int) -> None:
+    """pgbench's tables (with their keys) and the wide one, empty, as at the install."""
+    pgbench(pg, db, "-i", "-I", "dtp", "-s", str(scale))
     pg.sql("ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY", db)
+    pg.sql(WIDE_TABLE, db)
+
+
+def workload(pg: LocalPostgres, db: str, scale: int) -> None:
+    pgbench(pg, db, "-i", "-I", "g", "-q", "-s", str(scale))
     for sql in WIDE:
         pg.sql(sql.replace("{rows}", str(10_000 * scale)), db)
-    subprocess.run([*cmd, "-c", "4", "-j", "2", "-t", str(2500 * scale), "-n", db],
-                   check=True, capture_output=True)
+    pgbench(pg, db, "-c", "2", "-j", "2", "-t", str(7500 * scale), "-n")
 
 
 def wait_archived(pg: LocalPostgres, timeout: float = 600) -> None:
@@ -179,37 +196,86 @@ def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
     return True
 
 
-def measure(scale: int, batch_segments: int, spark_conf: str) -> dict[str, object]:
+def measure(scale: int, batch_segments: int, spark_conf: str,
+            engine: str | None) -> dict[str, object]:
     base = Path(tempfile.mkdtemp(prefix="cdclake-scale-"))
     base.chmod(0o755)  # the server runs as postgres and must reach its data directory
     pg = LocalPostgres.create(15, base / "pg").start()
     try:
         db = pg.create_database("bench")
+        empty_tables(pg, db, scale)
+        read_from = parse_lsn(pg.sql("SELECT pg_current_wal_lsn()::text", db)[0][0])
         install(pg.dsn(db))
-        workload(pg, db, scale)
-        pg.sql("SELECT pg_switch_wal()", db)
-        wait_archived(pg)
+        start = parse_lsn(pg.sql("SELECT lsn::text FROM pg_create_logical_replication_slot("
+                                 "'bench', 'test_decoding')", db)[0][0])
         home = base / "home"
         env = {**os.environ, "CDCLAKE_HOME": str(home),
                "CDCLAKE_STORE_URL": (home / "store").as_uri(),
                "CDCLAKE_ARCHIVE_DIR": str(pg.archive_dir), "CDCLAKE_SOURCE_DSN": pg.dsn(db),
                "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": spark_conf,
                "CDCLAKE_MAX_BATCH_SEGMENTS": str(batch_segments),
-               "CDCLAKE_MERGE_ENGINE": "spark",
-               # the stream from the install on carries every row: no initial snapshot
-               "CDCLAKE_SNAPSHOT_MODE": "never",
                "CDCLAKE_SPILL_DIR": str(base / "spill")}
+        if engine:
+            env["CDCLAKE_MERGE_ENGINE"] = engine
+        pg.sql("SELECT pg_switch_wal()", db)
+        wait_archived(pg)
+        run_child(RUN, env, "the first cdclake run (the snapshot of the empty tables)")
+        workload(pg, db, scale)
+        end = parse_lsn(pg.sql("SELECT pg_switch_wal()::text", db)[0][0])
+        wait_archived(pg)
         seconds, peak, out = run_child(RUN, env, f"cdclake run at scale {scale}")
         result = json.loads(out.strip().splitlines()[-1])
         changes = sum(result["tables"].values())
         segments = len(list(Path(pg.archive_dir).glob("0000000*")))
+        decoders = decode_rates(pg, db, base, read_from, start, end)
         return {"scale": scale, "changes": changes, "segments": segments,
                 "batches": result["batches"], "seconds": seconds, "rate": changes / seconds,
-                "steps": result["seconds"], "step_driver": result["driver"],
+                "steps": result["seconds"], "step_driver": result["driver"], **decoders,
                 **{kind: kib / 1024 for kind, kib in peak.items()},
                 "engines": result["engines"], "exact": mirrors_match(pg, db, env)}
     finally:
         pg.destroy()
+
+
+def decode_rates(pg: LocalPostgres, db: str, base: Path, read_from: int, start: int,
+                 end: int) -> dict[str, float]:
+    """Changes/s of PostgreSQL's decoder (the slot made at the install, peeked: one core)
+    and of `cdclake decode --jobs 2` on the same WAL, as test_decoding text; each output's
+    changes must be as many."""
+    from decode import _digest, _Sink, timed
+
+    from cdclake.catalog.dictionary import Dictionary
+    from cdclake.catalog.signing import fetch_key
+    from cdclake.decoding.parallel import decode_lines
+    from cdclake.decoding.plugins.test_decoding import TestDecoding
+    from cdclake.decoding.session import DecodeOptions
+    from cdclake.wal.source import DirectorySource
+
+    def slot() -> tuple[int, int, str]:
+        with pg.connect(db) as conn:
+            conn.execute("SET TimeZone = 'UTC'")
+            return _digest(r[0] for r in conn.execute(
+                "SELECT data FROM pg_logical_slot_peek_changes('bench', NULL, NULL, "
+                "'include-xids', '1', 'skip-empty-xacts', '1')"))
+
+    with pg.connect(db) as conn:
+        key = fetch_key(conn)
+    db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = 'bench'", db)[0][0]
+    options = DecodeOptions(db_oid=db_oid, start_lsn=start, read_from=read_from, end_lsn=end,
+                            spill_dir=base / "spill-decode", ddl_key=key)
+
+    def ours() -> str:
+        sink = _Sink()
+        decode_lines(DirectorySource(pg.archive_dir), Dictionary(), options,
+                     lambda d, v, write: TestDecoding(write, d.types, version=v),
+                     sink, jobs=2)  # type: ignore[arg-type]
+        return sink.h.hexdigest()
+
+    pg_seconds, (_lines, changes, expected) = timed(slot)  # type: ignore[misc]
+    ours_seconds, digest = timed(ours)
+    if digest != expected:
+        raise SystemExit("decode --jobs 2 and the slot differ on the same WAL")
+    return {"pg_rate": changes / pg_seconds, "jobs_rate": changes / ours_seconds}
 
 
 def main() -> None:
@@ -219,23 +285,32 @@ def main() -> None:
     ap.add_argument("--batch-segments", type=int, default=16)
     ap.add_argument("--driver-memory", default="1g",
                     help="spark.driver.memory: the JVM's heap, which a local[2] JVM grows into")
+    ap.add_argument("--merge-engine", choices=("pyiceberg", "spark"),
+                    help="default: the configuration's (CDCLAKE_MERGE_ENGINE, else pyiceberg)")
     args = ap.parse_args()
     spark_conf = DRIVER.format(memory=args.driver_memory)
     print(f"cdclake run (ship, decode, validate stream, merge, validate mirrors), local[2], "
-          f"{spark_conf}, batches of {args.batch_segments} segments, merge_engine spark")
+          f"{spark_conf}, batches of {args.batch_segments} segments, merge engine "
+          f"{args.merge_engine or 'the default'}")
     print("| pgbench scale | changes | WAL segments | batches | run s | changes/s end to end "
+          "| PostgreSQL's decoder changes/s | decode --jobs 2 changes/s "
+          "| end to end / PostgreSQL / --jobs 2 "
           "| s per step: decode / validate stream / merge / validate mirrors "
           "| driver peak RSS per step, same order (MiB) "
           "| peak RSS driver / JVM / largest Python worker (MiB) | mirrors == source |")
-    print("|---:|---:|---:|---:|---:|---:|---|---|---|---|")
-    rows = [measure(scale, args.batch_segments, spark_conf) for scale in args.scales]
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|")
+    rows = [measure(scale, args.batch_segments, spark_conf, args.merge_engine)
+            for scale in args.scales]
     for r in rows:
         names = ("decode", "validate_stream", "merge", "validate_tables")
         per_step = " / ".join(f"{r['steps'].get(k, 0):.0f}" for k in names)  # type: ignore[union-attr]
         step_rss = " / ".join(f"{r['step_driver'].get(k, 0) / 1024:,.0f}"  # type: ignore[union-attr]
                               for k in names)
+        ratios = (f"{r['rate'] / r['pg_rate']:.2f} / "  # type: ignore[operator]
+                  f"{r['rate'] / r['jobs_rate']:.2f}")  # type: ignore[operator]
         print(f"| {r['scale']} | {r['changes']:,} | {r['segments']} | {r['batches']} | "
-              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {per_step} | {step_rss} | "
+              f"{r['seconds']:.0f} | {r['rate']:,.0f} | {r['pg_rate']:,.0f} | "
+              f"{r['jobs_rate']:,.0f} | {ratios} | {per_step} | {step_rss} | "
               f"{r['driver']:,.0f} / "
               f"{r['jvm']:,.0f} / {r['worker']:,.0f} | {r['exact']} |", flush=True)
     for r in rows:
@@ -244,6 +319,7 @@ def main() -> None:
     growth = {k: large[k] / small[k] for k in ("driver", "jvm", "worker")}  # type: ignore[operator]
     print(f"changes x{large['changes'] / small['changes']:.1f} "  # type: ignore[operator]
           "-> peak RSS " + ", ".join(f"{k} x{v:.2f}" for k, v in growth.items()))
+
 
 if __name__ == "__main__":
     main()
