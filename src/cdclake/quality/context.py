@@ -8,8 +8,9 @@ to the batch reports, so publishing ``reports/`` publishes both.
 
 GX's Checkpoint runs all its validation definitions on one set of batch parameters, and a
 dataframe asset takes its dataframe from those parameters, so each (suite, table) gets its own
-asset, validation definition and checkpoint, all kept in the context and updated in place on
-every run: the stored objects always match the suite files of the running version.
+asset, validation definition and checkpoint, all kept in the context and updated in place by
+the first check of each process (and again when they change): the stored objects match the
+suite files of the running version.
 """
 
 from __future__ import annotations
