@@ -149,13 +149,6 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool,
         db_oid = pg.sql("SELECT oid FROM pg_database WHERE datname = 'bench'", db)[0][0]
         _wait_archived(pg, db)
 
-        def slot() -> tuple[int, int, str]:
-            with pg.connect(db) as conn:
-                conn.execute("SET TimeZone = 'UTC'")
-                return _digest(r[0] for r in conn.execute(
-                    "SELECT data FROM pg_logical_slot_peek_changes('bench', NULL, NULL, "
-                    "'include-xids', '1', 'skip-empty-xacts', '1')"))
-
         with pg.connect(db) as conn:
             key = fetch_key(conn)
         options = DecodeOptions(db_oid=db_oid, start_lsn=start, read_from=read_from,
@@ -183,7 +176,7 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool,
         times: dict[str, list[float]] = {"pg": [], **{k: [] for k in runs}}
         digests = set()
         for _ in range(repeat):
-            t, (lines, changes, expected) = timed(slot)  # type: ignore[misc]
+            t, (lines, changes, expected) = timed(lambda: peek_slot(pg, db))  # type: ignore[misc]
             times["pg"].append(t)
             for k, fn in runs.items():
                 t, (actual, result) = timed(fn)  # type: ignore[misc]
@@ -230,6 +223,16 @@ def _digest(lines: object) -> tuple[int, int, str]:
     for line in lines:  # type: ignore[attr-defined]
         d.add(line)
     return d.value()
+
+
+def peek_slot(pg: LocalPostgres, db: str) -> tuple[int, int, str]:
+    """PostgreSQL's decoder on the WAL since slot ``bench`` was made (``test_decoding``,
+    peeked: the slot stays where it is): lines, changes and the digest of the lines."""
+    with pg.connect(db) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        return _digest(r[0] for r in conn.execute(
+            "SELECT data FROM pg_logical_slot_peek_changes('bench', NULL, NULL, "
+            "'include-xids', '1', 'skip-empty-xacts', '1')"))
 
 
 def _wait_archived(pg: LocalPostgres, db: str, timeout: float = 300) -> None:

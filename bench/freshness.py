@@ -51,6 +51,8 @@ CHECKS = {"pgbench_accounts": "count(*), sum(aid), sum(abalance)",
           "pgbench_tellers": "count(*), sum(tbalance)",
           "pgbench_history": "count(*), sum(id), sum(delta)",
           "marker": "count(*), sum(id)"}
+#: set once the writers stopped and every marker was seen (or the drain timed out)
+reader_stop = threading.Event()
 
 
 def main() -> None:
@@ -149,8 +151,6 @@ def main() -> None:
             os.killpg(follower.pid, signal.SIGKILL)
         pg.destroy()
 
-
-reader_stop = threading.Event()
 
 
 def _markers(dsn: str, committed: dict[int, float], done: threading.Event) -> None:

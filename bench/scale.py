@@ -242,7 +242,7 @@ def decode_rates(pg: LocalPostgres, db: str, base: Path, read_from: int, start: 
     """Changes/s of PostgreSQL's decoder (the slot made at the install, peeked: one core)
     and of `cdclake decode --jobs 2` on the same WAL, as test_decoding text; each output's
     changes must be as many."""
-    from decode import _digest, _Sink, timed
+    from decode import _Sink, peek_slot, timed
 
     from cdclake.catalog.dictionary import Dictionary
     from cdclake.catalog.signing import fetch_key
@@ -250,13 +250,6 @@ def decode_rates(pg: LocalPostgres, db: str, base: Path, read_from: int, start: 
     from cdclake.decoding.plugins.test_decoding import TestDecoding
     from cdclake.decoding.session import DecodeOptions
     from cdclake.wal.source import DirectorySource
-
-    def slot() -> tuple[int, int, str]:
-        with pg.connect(db) as conn:
-            conn.execute("SET TimeZone = 'UTC'")
-            return _digest(r[0] for r in conn.execute(
-                "SELECT data FROM pg_logical_slot_peek_changes('bench', NULL, NULL, "
-                "'include-xids', '1', 'skip-empty-xacts', '1')"))
 
     with pg.connect(db) as conn:
         key = fetch_key(conn)
@@ -271,7 +264,8 @@ def decode_rates(pg: LocalPostgres, db: str, base: Path, read_from: int, start: 
                      sink, jobs=2)  # type: ignore[arg-type]
         return sink.h.hexdigest()
 
-    pg_seconds, (_lines, changes, expected) = timed(slot)  # type: ignore[misc]
+    pg_seconds, (_lines, changes, expected) = timed(  # type: ignore[misc]
+        lambda: peek_slot(pg, db))
     ours_seconds, digest = timed(ours)
     if digest != expected:
         raise SystemExit("decode --jobs 2 and the slot differ on the same WAL")
