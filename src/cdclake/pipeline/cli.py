@@ -77,14 +77,11 @@ def _follow(args: argparse.Namespace, config: Config, params: RunParams,
     """``cdclake run --follow``: a line per step as a single run prints them, a line per run
     (or its report as one JSON line with ``--json``); a failed run's error in one line, then
     the follower goes on. Ends 0 on SIGTERM or SIGINT."""
-    import threading
-
     from cdclake.errors import redact
-    from cdclake.pipeline.follow import check_params, follow, follow_session, stop_signals
+    from cdclake.pipeline.follow import follow_until_stopped
 
     if args.run_id:
         raise ConfigError("--run-id names one run's report: --follow names each of its own")
-    check_params(params)
 
     def done(report: dict[str, Any]) -> None:
         if args.json:
@@ -101,16 +98,13 @@ def _follow(args: argparse.Namespace, config: Config, params: RunParams,
         print(f"cdclake run: error: {redact(str(exc))} (--follow tries again)", file=sys.stderr,
               flush=True)
 
-    spark = follow_session(config)  # first: pyspark puts its own SIGINT handler in place
-    stop = threading.Event()
-    with stop_signals(stop):
-        try:
-            runs = follow(config, params, stop=stop, spark=spark, on_run=done, on_error=failed,
-                          on_step=on_step, on_progress=on_progress)
-        except KeyboardInterrupt:
-            print("cdclake run: stopped; the step under way was abandoned (the next run "
-                  "finishes it)", file=sys.stderr)
-            return 0
+    try:
+        runs = follow_until_stopped(config, params, on_run=done, on_error=failed,
+                                    on_step=on_step, on_progress=on_progress)
+    except KeyboardInterrupt:
+        print("cdclake run: stopped; the step under way was abandoned (the next run "
+              "finishes it)", file=sys.stderr)
+        return 0
     print(f"cdclake run: stopped after {runs} run(s)", file=sys.stderr)
     return 0
 

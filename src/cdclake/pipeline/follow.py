@@ -71,15 +71,8 @@ def follow_session(config: Config) -> Any:
     """The one Spark session every run of the follower uses, started once: Iceberg's runtime
     on its class path, so the decode, the snapshot, the Spark merge and the mirror check all
     run on it."""
-    from cdclake.lake.sparksql import spark_session
-    from cdclake.sparkenv import error_line
-
-    try:
-        return spark_session(config)
-    except CdclakeError:
-        raise
-    except Exception as exc:  # the JVM did not start: no Java, a bad spark_conf
-        raise ConfigError(f"--follow: Spark does not start ({error_line(exc)})") from exc
+    return steps.lake_session(
+        config, lambda line: ConfigError(f"--follow: Spark does not start ({line})"))
 
 
 @contextlib.contextmanager
@@ -157,13 +150,23 @@ def follow(config: Config, params: RunParams | None = None, *, stop: threading.E
     return runs
 
 
+def follow_until_stopped(config: Config, params: RunParams | None = None, *,
+                         seconds: float | None = None, **kwargs: Any) -> int:
+    """:func:`follow` as a process runs it: its Spark session started first (pyspark puts its
+    own SIGINT handler in place), then SIGTERM and SIGINT taken (:func:`stop_signals`), for
+    ``seconds`` or until a signal; how many runs it made. A second signal's
+    KeyboardInterrupt goes to the caller."""
+    params = check_params(params or RunParams())
+    spark = follow_session(config)
+    stop = threading.Event()
+    with stop_signals(stop):
+        return follow(config, params, stop=stop, spark=spark,
+                      until=None if seconds is None else time.monotonic() + seconds, **kwargs)
+
+
 def follow_for(config: Config, params: RunParams | None = None) -> dict[str, Any]:
     """The ``cdclake_follow`` DAG's Spark application: a follower for ``config.follow_for``
     seconds (or until SIGTERM), on the session spark-submit started; then the continuous DAG
     starts the next one. Returns how many runs it made."""
-    stop = threading.Event()
-    spark = follow_session(config)
-    with stop_signals(stop):
-        runs = follow(config, params, stop=stop, spark=spark,
-                      until=time.monotonic() + config.follow_for)
+    runs = follow_until_stopped(config, params, seconds=config.follow_for)
     return {"runs": runs, "seconds": config.follow_for}

@@ -322,8 +322,10 @@ def raise_for_failed_tables(results: Mapping[str, Any]) -> None:
     raise LakeError(line)
 
 
-def _merge_session(config: Config) -> Any:
-    """The Spark session of ``merge_engine = "spark"`` (Iceberg's runtime on its class path)."""
+def lake_session(config: Config, refusal: Callable[[str], CdclakeError]) -> Any:
+    """A Spark session with Iceberg's runtime on its class path (the Spark merge, the mirror
+    check on Spark, a follower's every step); when the JVM does not start (no Java, a bad
+    spark_conf), ``refusal`` of Spark's one line is raised."""
     from cdclake.lake.sparksql import spark_session
     from cdclake.sparkenv import error_line
 
@@ -331,9 +333,14 @@ def _merge_session(config: Config) -> Any:
         return spark_session(config)
     except CdclakeError:
         raise
-    except Exception as exc:  # the JVM did not start: no Java, a bad spark_conf
-        raise LakeError(f"merge_engine is spark, but Spark does not start ({error_line(exc)}); "
-                        "nothing was merged") from exc
+    except Exception as exc:
+        raise refusal(error_line(exc)) from exc
+
+
+def _merge_session(config: Config) -> Any:
+    """The Spark session of ``merge_engine = "spark"``."""
+    return lake_session(config, lambda line: LakeError(
+        f"merge_engine is spark, but Spark does not start ({line}); nothing was merged"))
 
 
 def _merge_json(report: MergeReport) -> dict[str, Any]:
