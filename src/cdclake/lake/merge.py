@@ -25,6 +25,7 @@ from traceback import format_exc
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
@@ -42,11 +43,19 @@ from cdclake.errors import (
     redact,
     unforeseen,
 )
-from cdclake.lake import labels, quarantine, sparkmerge
+from cdclake.lake import columnar, labels, quarantine, sparkmerge
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry, selected
 from cdclake.lake.changelog import append_changelog
-from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare, versions_of
+from cdclake.lake.changes import (
+    CLEARING_OPS,
+    NOTHING,
+    Change,
+    Prepared,
+    VersionInfo,
+    prepare,
+    versions_of,
+)
 from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import (
     MAX_FILTER_KEYS,
@@ -197,16 +206,30 @@ def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChang
     """Merge one table's changes of ``batch`` into its mirror in one Iceberg transaction."""
     latest = source.latest
     ident = mirror_identifier(config, latest.schema, latest.name)
-    prepared = prepare(source, batch)
-    report = TableReport(source.table, ".".join(ident), len(prepared.changes))
-    if not prepared.changes:
+    info = columnar.takes(source)
+    prepared: list[Prepared] = [] if info else [prepare(source, batch)]
+    report = TableReport(source.table, ".".join(ident), source.rows)
+    if not source.rows:
         return report
-    last = prepared.versions[-1]
-    schema = iceberg_schema(last.relation, last.arrow_schema)
+    if info is not None:
+        data = next(v.changes for v in source.versions if v.changes.num_rows)
+        last_lsn = pc.max(data.column(stream.COMMIT_LSN)).as_py()
+        schema = iceberg_schema(info.relation, info.arrow_schema)
+    else:
+        last_lsn = prepared[0].last_lsn
+        last = prepared[0].versions[-1]
+        schema = iceberg_schema(last.relation, last.arrow_schema)
 
     def attempt(table: Table) -> TableReport:
         report.attempts += 1
-        return _merge_once(table, config, batch, prepared, report, max_filter_keys)
+        if info is not None:
+            done = _merge_columnar(table, config, batch, info, data, last_lsn, report,
+                                   max_filter_keys)
+            if done is not None:
+                return done
+        if not prepared:  # the mirror needs the replay after all
+            prepared.append(prepare(source, batch))
+        return _merge_once(table, config, batch, prepared[0], report, max_filter_keys)
 
     def landed(table: Table) -> TableReport:
         report.commit_lsn = committed_lsn(table, config.stream)
@@ -219,8 +242,35 @@ def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChang
         return f"the table keeps commit LSN {kept}: re-run the merge when the cause is fixed"
 
     return commit_with_retry(table_loader(catalog, config, ident, schema, source, MIRROR),
-                             attempt, stream=config.stream, target_lsn=prepared.last_lsn,
+                             attempt, stream=config.stream, target_lsn=last_lsn,
                              done=landed, what=what, max_attempts=max_attempts, advice=advice)
+
+
+def _merge_columnar(table: Table, config: Config, batch: str, info: VersionInfo,
+                    data: pa.Table, last_lsn: int, report: TableReport,
+                    max_filter_keys: int) -> TableReport | None:
+    """:func:`cdclake.lake.columnar.merge` into ``report``; None: the replay must take it."""
+    stored = committed_lsn(table, config.stream)
+    _reset(report)
+    report.previous_lsn = report.commit_lsn = stored
+    report.snapshot_id = snapshot_id(table)
+    done = columnar.merge(table, info, data, name=report.table, stored=stored,
+                          facts=facts_of(table.properties, report.table),
+                          properties=summary_properties(config.stream, batch, last_lsn),
+                          max_keys=max_filter_keys)
+    if done is None:
+        return None
+    report.skipped_applied, report.skipped_snapshot = done.skipped_applied, done.skipped_snapshot
+    if not done.pending:
+        return report  # already applied: no commit, no snapshot
+    for k, v in done.counts.to_json().items():
+        setattr(report, k, v)
+    report.rows_written = done.rows_written
+    report.strategy = done.strategy
+    report.schema_changes = done.schema_changes
+    report.commit_lsn = last_lsn
+    report.snapshot_id = done.snapshot_id
+    return report
 
 
 def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
