@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import cdclake
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, rebuild
+from cdclake.zipimports import keep_zip_directories
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -189,10 +190,12 @@ def task(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``mapInArrow``): whatever it raises, also while Spark iterates what it returned, is raised
     again as :class:`TaskFailed` carrying a token of it — its class, message and plain
     attributes, base64 after :data:`MARK` and the nonce of the driver that wrapped it. The
-    worker's traceback (in Spark's log) keeps the original error above it."""
+    worker's traceback (in Spark's log) keeps the original error above it. The worker reads
+    the zip archives on its path once from then on (:mod:`cdclake.zipimports`)."""
     nonce = _NONCE
 
     def run(*args: Any) -> Any:
+        keep_zip_directories()  # before the task's own imports; once per worker
         try:
             out = fn(*args)
         except Exception as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.spark.zipimports import keep_zip_directories
+from cdclake.zipimports import keep_zip_directories
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 has the rule built in")
