@@ -2,11 +2,12 @@
 
 Stages (docs/architecture.md, the data flow): tasks scan segments in parallel (each also reads
 the head of the next segment for a straddling record) and the driver collects what they found,
-among it the subtransaction memberships; tasks read the segments again and classify their
-records with the rmgr table of :mod:`cdclake.decoding.rmgrs`; records are shuffled by
-top-level xid into ``spark_partitions`` partitions (the records every partition needs are
-broadcast), sorted by LSN, and each partition runs the reorder buffer and reassembly of
-:mod:`cdclake.decoding`, writing the rows it emits to the store as sorted runs; one task per
+among it the subtransaction memberships; then each of ``spark_partitions`` partitions reads
+the batch's segments itself, classifies their records with the rmgr table of
+:mod:`cdclake.decoding.rmgrs` and keeps those of the transactions it owns (by top-level xid)
+plus the records every partition needs (:mod:`cdclake.spark.routing`; no record crosses a
+process), and runs the reorder buffer and reassembly of :mod:`cdclake.decoding` on them,
+writing the rows it emits to the store as sorted runs; one task per
 relation version merges the runs by commit LSN into the stream's parts
 (:mod:`cdclake.spark.writer`). The driver sees keys, counts and LSNs, never rows, and writes
 the manifest. A batch is at most ``max_batch_segments`` segments (``max_batch_bytes`` of
@@ -68,13 +69,8 @@ from cdclake.errors import (
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
 from cdclake.spark.plan import BatchPlan, Waiting, next_plan
 from cdclake.spark.progress import Progress, committed, load_progress, save_progress
-from cdclake.spark.routing import RouteMap, partition_of, route
-from cdclake.spark.segments import (
-    ParsedSegment,
-    SegmentTask,
-    scan_segment,
-    segment_records,
-)
+from cdclake.spark.routing import RouteMap, partition_records
+from cdclake.spark.segments import ParsedSegment, scan_segment
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.sparkenv import builder, ship, spark_errors, task
 from cdclake.wal.lsn import format_lsn, parse_segment_name
@@ -280,9 +276,9 @@ class _Inherited:
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
          plan: BatchPlan, progress: Progress | None, state: _Inherited, key: bytes,
          own: _Objects) -> tuple[list[PartitionResult], _Ends, int, _Inherited]:
-    """The Spark part: scan, collect routing facts, read the records again, shuffle, decode
-    per partition; where the batch's WAL ended, and the state with the first batch's start
-    LSN resolved."""
+    """The Spark part: scan, collect routing facts, then each partition reads the batch and
+    decodes its records; where the batch's WAL ended, and the state with the first batch's
+    start LSN resolved."""
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
     tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
@@ -319,20 +315,13 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         spill_dir=str(config.spill_dir) if config.spill_dir else None,
         skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key,
         split=routes.split)
-    # each task streams its piece's records: they reach the shuffle in serialized batches,
-    # never a whole segment's worth of Python objects. The shuffle key is an int (partition,
-    # then LSN): sorted as is; pyspark's stubs reject int as an orderable key type
-    pieces = _pieces(plan, summaries, sc.defaultParallelism)
+    tasks_ = list(plan.tasks)
 
-    def routed_records(piece: SegmentTask) -> Iterator[tuple[int, Any]]:
-        routing = rmap.value
-        for kind, rec in segment_records(piece, store, layout, size, db):
-            yield from route(kind, rec, routing)
+    def decode_partition(index: int, _: Iterator[int]) -> Iterator[PartitionResult]:
+        records = partition_records(index, tasks_, store, layout, size, db, rmap.value)
+        return run_partition(index, records, ctx)
 
-    routed = sc.parallelize(pieces, len(pieces)).flatMap(task(routed_records))
-    results = (routed.repartitionAndSortWithinPartitions(  # type: ignore[call-overload]
-                   n, partitionFunc=partition_of)
-               .mapPartitionsWithIndex(task(lambda i, it: run_partition(i, it, ctx)))
+    results = (sc.parallelize(range(n), n).mapPartitionsWithIndex(task(decode_partition))
                .collect())
     rmap.destroy()
     return sorted(results, key=lambda r: r.index), ends, version, state
@@ -344,19 +333,6 @@ class _Ends:
 
     next_lsn: int  #: where the next record starts
     last_lsn: int | None  #: the last record read (None: no record read yet, ever)
-
-
-def _pieces(plan: BatchPlan, summaries: list[ParsedSegment],
-            parallelism: int) -> list[SegmentTask]:
-    """The second read's tasks: each segment cut into pieces of about the same number of kept
-    records, some ``2 * parallelism`` pieces in all. Segments differ a lot: one of small
-    transactions keeps fifty times the records of one holding a bulk load's large records, and
-    a task per segment would leave the cores waiting for it. A piece rereads its segment from
-    the store, so a segment is cut only as far as its records call for."""
-    total = sum(s.records for s in summaries)
-    per_piece = max(1, -(-total // (2 * parallelism)))
-    return [piece for task, s in zip(plan.tasks, summaries, strict=True)
-            for piece in task.pieces(-(-s.records // per_piece), s.last_lsn)]
 
 
 def _dictionary_start(plan: BatchPlan, summaries: list[ParsedSegment],

@@ -75,9 +75,9 @@ class PartitionResult:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-def run_partition(index: int, records: Iterable[tuple[int, XLogRecord]],
+def run_partition(index: int, records: Iterable[XLogRecord],
                   ctx: PartitionContext) -> Iterator[PartitionResult]:
-    """mapPartitionsWithIndex body: ``records`` are (shuffle key, record) sorted by LSN."""
+    """Partition ``index``'s task body: ``records`` are its records in LSN order."""
     if ctx.spill_dir:
         Path(ctx.spill_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"cdclake-{ctx.batch}-p{index}-",
@@ -85,7 +85,7 @@ def run_partition(index: int, records: Iterable[tuple[int, XLogRecord]],
         yield _decode(index, records, ctx, Path(tmp))
 
 
-def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
+def _decode(index: int, records: Iterable[XLogRecord],
             ctx: PartitionContext, spill_dir: Path) -> PartitionResult:
     dictionary = Dictionary.from_json(ctx.dictionary)
     runs = RunParts(ctx.store, f"{ctx.runs_prefix}p{index}/")
@@ -101,7 +101,7 @@ def _decode(index: int, records: Iterable[tuple[int, XLogRecord]],
     process = decoding.process
     n = 0
     with fewer_collections():
-        for _key, rec in records:
+        for rec in records:
             process(rec)
             n += 1
 

@@ -1,4 +1,4 @@
-"""The shuffle: which reorder-buffer partition a WAL record goes to.
+"""Which reorder-buffer partitions need a WAL record; each reads the batch and keeps those.
 
 Transactions are independent, so a change can be buffered wherever its top-level transaction
 is, as long as every partition sees the records that decide a transaction's fate or shape the
@@ -10,7 +10,7 @@ Each partition emits only the transactions it owns
 
 A change of a subtransaction is routed by its top-level transaction. Only the
 subtransaction's first record names it, so the driver collects every membership fact of the
-batch before the shuffle — first-record top-level xids, XLOG_XACT_ASSIGNMENT records, the
+batch before the partitions read it — first-record top-level xids, XLOG_XACT_ASSIGNMENT records, the
 subtransaction lists of commit, abort and prepare records — plus the memberships of the
 transactions the previous batch left open, and routes every later record of a subtransaction
 to the partition of its top-level transaction.
@@ -35,9 +35,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from cdclake.archive.layout import Layout
+from cdclake.archive.store import ObjectStore
 from cdclake.decoding.rmgrs import TXN, plain_change
 from cdclake.decoding.stripes import stripe_owner
-from cdclake.spark.segments import SegmentFacts
+from cdclake.spark.segments import SegmentFacts, SegmentTask, freeze, segment_records
 from cdclake.wal.record import XLogRecord
 
 
@@ -81,7 +83,7 @@ def resolve(parent_of: Mapping[int, int]) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class RouteMap:
-    """Everything the shuffle's key function needs; broadcast to the tasks."""
+    """Everything :func:`destination` needs; broadcast to the partitions."""
 
     partitions: int
     top_of: dict[int, int]  #: subtransaction xid -> its top-level xid
@@ -115,28 +117,33 @@ class RouteMap:
         return self.top_of.get(xid, xid)
 
 
-def shuffle_key(partition: int, lsn: int) -> int:
-    """One int that partitions by its high bits and sorts by LSN inside a partition."""
-    return (partition << 64) | lsn
+#: :func:`destination` of a record every partition reads
+EVERY = -1
 
 
-def partition_of(key: int) -> int:
-    return key >> 64
-
-
-def route(kind: int, rec: XLogRecord, rmap: RouteMap) -> Iterator[tuple[int, XLogRecord]]:
-    """``(shuffle_key(partition, lsn), record)``: one for the owner, or one per partition."""
-    n = rmap.partitions
+def destination(kind: int, rec: XLogRecord, rmap: RouteMap) -> int:
+    """The partition that needs ``rec`` (of routing class ``kind``): its transaction's
+    owner, its stripe's for a split transaction, or :data:`EVERY`."""
     if kind == TXN and not (rec.blocks and
                             rec.blocks[0].rlocator.rel in rmap.pg_class_filenodes):
         top = rmap.top(rec)
         if top not in rmap.split:
-            yield shuffle_key(owner(top, n), rec.lsn), rec
-        elif plain_change(rec):
-            yield shuffle_key(stripe_owner(top, rec.lsn, n), rec.lsn), rec
-        else:  # a TRUNCATE of a split transaction: every part's decoder queues it, one emits
-            for p in range(n):
-                yield shuffle_key(p, rec.lsn), rec
-    else:  # every partition (a TXN record on pg_class's new relfilenode among them)
-        for p in range(n):
-            yield shuffle_key(p, rec.lsn), rec
+            return owner(top, rmap.partitions)
+        if plain_change(rec):
+            return stripe_owner(top, rec.lsn, rmap.partitions)
+        # a TRUNCATE of a split transaction: every part's decoder queues it, one emits
+    return EVERY  # a TXN record on pg_class's new relfilenode among them
+
+
+def partition_records(index: int, tasks: Iterable[SegmentTask], store: ObjectStore,
+                      layout: Layout, segment_size: int, db_oid: int,
+                      rmap: RouteMap) -> Iterator[XLogRecord]:
+    """The records partition ``index`` decodes, in LSN order: it reads the batch's segments
+    (``tasks``, in order) itself and keeps what :func:`destination` gives it. Every partition
+    reads all of the WAL; no record crosses a process (a shuffle would pickle every record,
+    and unpickling cost more than parsing the WAL again)."""
+    for t in tasks:
+        for kind, rec in segment_records(t, store, layout, segment_size, db_oid):
+            d = destination(kind, rec, rmap)
+            if d in (index, EVERY):
+                yield freeze(rec, drop_images=kind == TXN)

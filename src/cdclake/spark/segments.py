@@ -2,24 +2,24 @@
 
 A record belongs to the segment it starts in. A task reads its segment from the store and, for
 a record that straddles the boundary, the head of the next one (the reader fetches later
-segments lazily, only when a record continues there). A segment is read twice. First
-(:func:`scan_segment`) for the facts the driver needs: the subtransaction memberships that
-route records, whether consecutive tasks join up (prev-links), where WAL ended, and where the
-first full dictionary ``cdclake source install`` wrote lies (a new stream without a start LSN
-starts there). Then (:func:`segment_records`) for the records decoding uses, classified for
-the shuffle by the rmgr table (:func:`cdclake.decoding.rmgrs.route`, see
-:mod:`cdclake.spark.routing`). Every segment read is checked against the sha256 the manifest
-recorded (:class:`~cdclake.archive.source.StoreSegmentSource`); the scan returns a mismatch
-to the driver, which raises it.
+segments lazily, only when a record continues there). A segment is read first
+(:func:`scan_segment`, a task per segment) for the facts the driver needs: the subtransaction
+memberships that route records, whether consecutive tasks join up (prev-links), where WAL
+ended, and where the first full dictionary ``cdclake source install`` wrote lies (a new
+stream without a start LSN starts there). Then every reorder-buffer partition reads it
+(:func:`segment_records`) for the records decoding uses, classified by the rmgr table
+(:func:`cdclake.decoding.rmgrs.route`), and keeps its own (:mod:`cdclake.spark.routing`).
+Every segment read is checked against the sha256 the manifest recorded
+(:class:`~cdclake.archive.source.StoreSegmentSource`); the scan returns a mismatch to the
+driver, which raises it.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
@@ -30,7 +30,7 @@ from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.decoding.walclass import PG_CLASS_OID
 from cdclake.errors import SegmentDigestError
 from cdclake.wal.lsn import SegmentName
-from cdclake.wal.reader import PAGE_SIZE, XLogReader
+from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     RM_HEAP2_ID,
     RM_LOGICALMSG_ID,
@@ -74,30 +74,13 @@ class StoreWindow:
 
 @dataclass(frozen=True)
 class SegmentTask:
-    """A segment, or a piece of one, to read: records starting in ``[read_from, end)``."""
+    """A segment to read: records starting in ``[read_from, end)``."""
 
     segment: SegmentName
     read_from: int  #: the segment's start, or where the previous batch stopped inside it
-    end: int  #: the next segment's start (a piece's: where the next piece starts)
+    end: int  #: the next segment's start
     keep_first: bool  #: keep the first record whatever it is (the decoder's clean-start test)
     window: tuple[SegmentName, ...]  #: this segment and the archived ones after it
-
-    def pieces(self, n: int, last_record: int | None) -> list[SegmentTask]:
-        """The range cut into at most ``n`` tasks at page boundaries up to ``last_record``
-        (where the first read found the range's last record to start; None: it found none).
-        A reader starting on a page finds its first record from the page header, and a
-        record belongs to the piece it starts in; past the last record there may be no WAL
-        to start on (the zeroed rest of a segment after a WAL switch, or its end). Only the
-        first piece keeps ``keep_first``; the last ends where the range does."""
-        if last_record is None or n <= 1:
-            return [self]
-        step = (min(self.end, last_record + 1) - self.read_from) // n // PAGE_SIZE * PAGE_SIZE
-        if step <= 0:
-            return [self]
-        base = self.read_from // PAGE_SIZE * PAGE_SIZE
-        cuts = [self.read_from, *(base + i * step for i in range(1, n)), self.end]
-        return [replace(self, read_from=a, end=b, keep_first=self.keep_first and i == 0)
-                for i, (a, b) in enumerate(itertools.pairwise(cuts)) if b > a]
 
 
 #: a transaction with this many bytes of changes in one segment is large: its changes may
@@ -107,7 +90,7 @@ LARGE_BYTES = 2 << STRIPE_BITS
 
 @dataclass(frozen=True)
 class SegmentFacts:
-    """What routing needs to know from one segment, collected before the shuffle."""
+    """What routing needs to know from one segment, collected before the partitions read."""
 
     parent_of: dict[int, int]  #: subtransaction xid -> parent xid (maybe itself a subxact)
     pg_class_filenodes: frozenset[int]  #: relfilenodes pg_class moved to (VACUUM FULL)
@@ -135,7 +118,7 @@ class ParsedSegment:
     #: the first full-dictionary ``cdclake.ddl`` message of the database starting in the
     #: segment (its record's LSN), if any
     dictionary_lsn: int | None = None
-    records: int = 0  #: records kept for decoding (what the second read sends the shuffle)
+    records: int = 0  #: records kept for decoding (by one partition or all)
     facts: SegmentFacts = field(default_factory=lambda: SegmentFacts({}, frozenset()))
     #: a segment the task read is not the one archived (its sha256): the error's message,
     #: which the driver raises (the scan stops there)
@@ -143,11 +126,12 @@ class ParsedSegment:
 
 
 def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
-    """Make a record picklable: payload memoryviews (slices of the segment) become bytes.
+    """Make a record independent of its segment's buffer, to be kept while the reader
+    moves on: payload memoryviews (slices of the segment) become bytes.
 
     ``drop_images`` removes full-page images, which only the pg_class tracker reads; records
-    of user tables carry their tuples in block data (wal_level=logical), so routing them
-    without the 8 kB images keeps the shuffle small.
+    of user tables carry their tuples in block data (wal_level=logical), so a transaction's
+    records are held without the 8 kB images.
     """
     rec.main_data = bytes(rec.main_data)
     for b in rec.blocks:
@@ -220,11 +204,11 @@ def segment_records(task: SegmentTask, store: ObjectStore, layout: Layout, segme
                     db_oid: int) -> Iterator[tuple[int, XLogRecord]]:
     """The records starting in the task's range that decoding needs, as (routing class,
     record), one at a time: a task holds one record at a time, not its segment's (a segment
-    of small records parses into hundreds of MB of Python objects)."""
+    of small records parses into hundreds of MB of Python objects). Their payloads are views
+    of the segment: :func:`freeze` the ones kept."""
     first = task.keep_first
     for rec in _reader(task, store, layout, segment_size):
-        for kind, kept in route(rec, db_oid, first=first):
-            yield kind, freeze(kept, drop_images=kind == TXN)
+        yield from route(rec, db_oid, first=first)
         first = False
 
 

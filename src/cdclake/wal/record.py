@@ -8,7 +8,7 @@ life (tuples in the reorder buffer) is copied out by the rmgr parsers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 # XLogRecord.xl_info: low nibble is for the record machinery, high nibble for the rmgr.
 XLR_INFO_MASK = 0x0F
@@ -108,10 +108,6 @@ class BlockRef:
         """Bytes the image takes in the record (pg_waldump's fpi_len contribution)."""
         return 0 if self.image is None else len(self.image)
 
-    def __reduce__(self) -> tuple[type[BlockRef], tuple[Any, ...]]:
-        """Pickled as its fields in order (see ``XLogRecord.__reduce__``)."""
-        return BlockRef, (self.id, self.rlocator, self.fork, self.blkno, self.flags, self.data,
-                          self.image, self.bimg_info, self.hole_offset, self.hole_length)
 
 
 @dataclass(slots=True)
@@ -152,15 +148,6 @@ class XLogRecord:
                 return b
         return None
 
-    def __reduce__(self) -> tuple[type[XLogRecord], tuple[Any, ...]]:
-        """Pickled as its fields in order: records cross Spark's shuffle pickled, and the
-        default form of a ``__slots__`` class (its field names with every value, set back one
-        by one) took 46% more bytes, four times as long to dump and twice as long to load
-        (100,000 pgbench records: 17.2 against 11.8 MB, 0.70 against 0.18 s, 1.67 against
-        0.77 s)."""
-        return XLogRecord, (self.lsn, self.end_lsn, self.prev, self.xid, self.rmid, self.info,
-                            self.tot_len, self.blocks, self.main_data, self.origin,
-                            self.toplevel_xid, self.timeline, self.segment)
 
 
 # heap tuple header size on disk (offsetof(HeapTupleHeaderData, t_bits))

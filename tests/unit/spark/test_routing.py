@@ -11,14 +11,7 @@ from cdclake.decoding.decode import Decoder
 from cdclake.decoding.rmgrs import TXN
 from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.spark import routing
-from cdclake.spark.routing import (
-    RouteMap,
-    owner,
-    partition_of,
-    resolve,
-    route,
-    shuffle_key,
-)
+from cdclake.spark.routing import EVERY, RouteMap, destination, owner, resolve
 from cdclake.spark.segments import FactCollector, SegmentFacts, freeze
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, xact
@@ -54,16 +47,20 @@ def _segment(*recs: XLogRecord, version: int = 15) -> Segment:
 
 
 def _routed(seg: Segment, rmap: RouteMap) -> list[tuple[int, XLogRecord]]:
-    return [kr for kind, rec in seg.records for kr in route(kind, rec, rmap)]
+    """(partition, record) for every partition that keeps a record."""
+    out = []
+    for kind, rec in seg.records:
+        d = destination(kind, rec, rmap)
+        out += [(p, rec) for p in (range(rmap.partitions) if d == EVERY else (d,))]
+    return out
 
 
-def _shuffle(segs: list[Segment], rmap: RouteMap) -> dict[int, list[XLogRecord]]:
-    """Every partition's records in LSN order, as repartitionAndSortWithinPartitions does."""
-    keyed = sorted(((k, i, r) for s in segs for i, (k, r) in enumerate(_routed(s, rmap))),
-                   key=lambda t: (t[0], t[1]))
+def _partitions(segs: list[Segment], rmap: RouteMap) -> dict[int, list[XLogRecord]]:
+    """Every partition's records in LSN order, as each reads the batch and keeps its own."""
     out: dict[int, list[XLogRecord]] = {p: [] for p in range(rmap.partitions)}
-    for key, _i, rec in keyed:
-        out[partition_of(key)].append(rec)
+    for seg in segs:
+        for p, rec in _routed(seg, rmap):
+            out[p].append(rec)
     return out
 
 
@@ -103,7 +100,7 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
     seg = _segment(*work)
     rmap = RouteMap.merge(N, [seg.facts], {}, None)
     assert rmap.top_of == {SUB: TOP, NESTED: TOP}
-    decoders = _decode(_shuffle([seg], rmap), tmp_path / "open")
+    decoders = _decode(_partitions([seg], rmap), tmp_path / "open")
     assert _buffered(decoders[owner(TOP, N)]) == {TOP: (0, [10]), SUB: (TOP, [30]),
                                                   NESTED: (TOP, [50])}
     # the other partition learnt the memberships too, and holds no change
@@ -112,7 +109,7 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
     # one batch up to the commit: the owner emits all of it
     seg = _segment(*work, commit_record(60, TOP, (SUB, NESTED)))
     rmap = RouteMap.merge(N, [seg.facts], {}, None)
-    emitted = _emitted(_decode(_shuffle([seg], rmap), tmp_path / "whole"))
+    emitted = _emitted(_decode(_partitions([seg], rmap), tmp_path / "whole"))
     assert emitted[owner(TOP, N)] == {TOP: [10, 30, 50]}
     assert emitted[owner(SUB, N)] == {}
 
@@ -122,7 +119,7 @@ def test_memberships_known_only_from_the_commit_record(tmp_path: Path) -> None:
     seg = _segment(heap_record(10, TOP), heap_record(30, SUB), commit_record(60, TOP, (SUB,)))
     rmap = RouteMap.merge(N, [seg.facts], {}, None)
     assert rmap.top(seg.records[1][1]) == TOP
-    assert _emitted(_decode(_shuffle([seg], rmap), tmp_path))[owner(TOP, N)] == {TOP: [10, 30]}
+    assert _emitted(_decode(_partitions([seg], rmap), tmp_path))[owner(TOP, N)] == {TOP: [10, 30]}
 
 
 def test_nested_parents_resolve_to_the_top_level_transaction() -> None:
@@ -144,25 +141,24 @@ def test_carried_memberships_include_the_subxid_lists() -> None:
     assert carried == {SUB: TOP, NESTED: TOP}
     later = _segment(heap_record(70, NESTED))
     rmap = RouteMap.merge(N, [later.facts], carried, None)
-    assert [partition_of(k) for k, _ in _routed(later, rmap)] == [owner(TOP, N)]
+    assert [p for p, _ in _routed(later, rmap)] == [owner(TOP, N)]
 
 
 def test_broadcasts_and_moved_pg_class() -> None:
     seg = _segment(heap_record(10, SUB, toplevel=TOP), commit_record(30, TOP, (SUB,)))
     rmap = RouteMap.merge(3, [seg.facts], {}, None)
-    out = sorted((rec.lsn, partition_of(key), rec.rmid) for key, rec in _routed(seg, rmap))
+    out = sorted((rec.lsn, p, rec.rmid) for p, rec in _routed(seg, rmap))
     # the change to its owner; the assignment it names and the commit to every partition
     assert [(lsn, p) for lsn, p, rm in out if rm == heap_record(0, 0).rmid] == \
         [(10, owner(TOP, 3))]
     assert sorted((lsn, p) for lsn, p, rm in out if rm != heap_record(0, 0).rmid) == \
         [(10, 0), (10, 1), (10, 2), (30, 0), (30, 1), (30, 2)]
-    assert shuffle_key(0, 2**63) < shuffle_key(1, 5)  # partition first, then LSN
 
     moved = _segment(heap_record(10, SUB, rel=30000))
     rmap = RouteMap.merge(2, [SegmentFacts({}, frozenset())], {SUB: 200}, 30000)
     assert len(_routed(moved, rmap)) == 2  # broadcast: it may be a pg_class row
     rmap = RouteMap.merge(2, [], {SUB: 200}, None)
-    assert [k for k, _ in _routed(moved, rmap)] == [shuffle_key(owner(200, 2), 10)]
+    assert [p for p, _ in _routed(moved, rmap)] == [owner(200, 2)]
 
 
 def _large(xid: int, first_stripe: int, stripes: int) -> list[XLogRecord]:
@@ -191,7 +187,7 @@ def test_a_large_transaction_is_split_by_stripes(tmp_path: Path) -> None:
     owns = [routing.owns(p, N, rmap.split) for p in range(N)]
     assert all(o(split) for o in owns) and [o(small) for o in owns].count(True) == 1
 
-    emitted = _emitted_all(_decode(_shuffle([seg], rmap), tmp_path))
+    emitted = _emitted_all(_decode(_partitions([seg], rmap), tmp_path))
     lsns = [r.lsn for r in _large(split, 1, 4)]
     # every partition has the changes of its stripes, and they are all of them; and the
     # message, which a decoder with a share emits from one (Decoder.share)

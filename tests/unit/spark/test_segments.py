@@ -1,12 +1,10 @@
-"""Reading a batch's segments on Spark: the scan's summary, and the records read again in
-pieces, over the committed decoding fixtures (real WAL, records straddling pages and
+"""Reading a batch's segments on Spark: the scan's summary, and the records each partition
+reads again, over the committed decoding fixtures (real WAL, records straddling pages and
 segments)."""
 
 from __future__ import annotations
 
 import dataclasses
-import pickle
-import struct
 from collections import Counter
 from pathlib import Path
 
@@ -20,9 +18,10 @@ from cdclake.errors import SegmentDigestError, WalCorruptError
 from cdclake.spark.job import _check_joins
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress
+from cdclake.spark.routing import EVERY, RouteMap, destination, partition_records
 from cdclake.spark.segments import ParsedSegment, SegmentTask, scan_segment, segment_records
-from cdclake.wal.lsn import SegmentName, format_lsn, segment_name
-from cdclake.wal.reader import PAGE_SIZE, XLP_LONG_HEADER, XLogReader
+from cdclake.wal.lsn import format_lsn
+from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
 from tests.oracle.wal.pgwaldump import row_of
 from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
@@ -46,87 +45,44 @@ def _read(task: SegmentTask, store: LocalStore, db_oid: int, size: int) -> list[
             for kind, rec in segment_records(task, store, Layout(), size, db_oid)]
 
 
-def _pieces_read_what_their_segment_reads(segments: Path, db_oid: int, key: bytes,
-                                          tmp_path: Path) -> int:
-    """However a segment is cut, its pieces together send the shuffle exactly the records a
-    task reading the whole segment sends, in order; the scan counts them. How many segments
-    were cut."""
-    store = _store(segments, tmp_path)
-    plan = plan_batch(store, Layout(), None, None)
-    assert plan is not None
-    size = plan.segment_size
-    cut = 0
-    for task in plan.tasks:
-        summary = scan_segment(task, store, Layout(), size, db_oid, key)
-        whole = _read(task, store, db_oid, size)
-        assert summary.records == len(whole)
-        for n in (2, 5, 64):
-            pieces = task.pieces(n, summary.last_lsn)
-            assert [p.read_from for p in pieces[1:]] == [p.end for p in pieces[:-1]]
-            assert pieces[0].read_from == task.read_from and pieces[-1].end == task.end
-            assert [p.keep_first for p in pieces] == [task.keep_first] + [False] * (
-                len(pieces) - 1)
-            assert all(p.read_from % PAGE_SIZE == 0 for p in pieces[1:])
-            assert [r for p in pieces for r in _read(p, store, db_oid, size)] == whole
-            cut += len(pieces) > 1
-    return cut
-
-
-def test_pieces_read_what_their_segment_reads(decfix: DecodingFixture, tmp_path: Path) -> None:
-    assert _pieces_read_what_their_segment_reads(decfix.dir, decfix.db_oid, decfix.ddl_key,
-                                                 tmp_path)
-
-
-def test_pieces_of_segments_ending_in_a_switch_or_a_long_record(walfix: WalFixture,
-                                                                tmp_path: Path) -> None:
-    """The WAL fixtures hold records longer than a segment and, in PostgreSQL 15's, a WAL
-    switch, after which the rest of the segment is zeroed: no piece may start there. It is
-    followed here by a segment whose first page is valid, so zeroes there are corruption to
-    a reader that starts in them, not the end of WAL."""
-    wal = tmp_path / "wal"
-    wal.mkdir()
-    for path in walfix.segments:
-        (wal / path.name).write_bytes(path.read_bytes())
-    records = list(XLogReader(DirectorySource(wal)))
-    last = walfix.segments[-1]
-    if records[-1].rmid == 0 and records[-1].info & 0xF0 == XLOG_SWITCH:
-        data = last.read_bytes()
-        size = len(data)
-        nxt = walfix.segment_start(last) + size
-        page = bytearray(size)
-        page[:PAGE_SIZE] = data[:PAGE_SIZE]
-        magic, _info, tli = struct.unpack_from("<HHI", data)
-        struct.pack_into("<HHIQI", page, 0, magic, XLP_LONG_HEADER, tli, nxt, 0)
-        page[40:PAGE_SIZE] = bytes(PAGE_SIZE - 40)
-        (wal / segment_name(tli, nxt // size, size)).write_bytes(bytes(page))
-    db_oid = Counter(b.rlocator.db for r in records for b in r.blocks).most_common(1)[0][0]
-    assert _pieces_read_what_their_segment_reads(wal, db_oid, b"k" * 32, tmp_path)
-
-
-def test_pieces_start_no_later_than_the_last_record() -> None:
-    seg = SegmentName(1, 3)
-    task = SegmentTask(seg, 3 * SIZE + 4000, 4 * SIZE, True, (seg,))
-    pieces = task.pieces(4, 3 * SIZE + 10 * PAGE_SIZE)
-    assert len(pieces) == 4 and pieces[0].read_from == task.read_from
-    assert all(p.read_from <= 3 * SIZE + 10 * PAGE_SIZE for p in pieces)
-    assert pieces[-1].end == task.end
-    assert task.pieces(1, 4 * SIZE - 100) == [task]
-    assert task.pieces(4, None) == [task]  # no record starts in it
-    assert task.pieces(4, task.read_from + PAGE_SIZE) == [task]  # too little to cut
-
-
-def test_routed_records_pickle_to_equal_records(decfix: DecodingFixture,
-                                                tmp_path: Path) -> None:
-    """Records cross the shuffle pickled: compactly (their fields, not their slot dicts), and
-    back equal, block references and images included."""
+def test_a_task_reads_the_records_its_scan_counted(decfix: DecodingFixture,
+                                                    tmp_path: Path) -> None:
     store = _store(decfix.dir, tmp_path)
     plan = plan_batch(store, Layout(), None, None)
     assert plan is not None
-    recs = [rec for _, rec in segment_records(plan.tasks[0], store, Layout(),
-                                             plan.segment_size, decfix.db_oid)]
-    assert any(b.image is not None for r in recs for b in r.blocks)
-    back = pickle.loads(pickle.dumps(recs, 5))
-    assert back == recs and b"main_data" not in pickle.dumps(recs[0], 5)
+    counted = [scan_segment(t, store, Layout(), plan.segment_size, decfix.db_oid,
+                            decfix.ddl_key).records for t in plan.tasks]
+    read = [len(_read(t, store, decfix.db_oid, plan.segment_size)) for t in plan.tasks]
+    assert counted == read and sum(read) > 0
+
+
+def test_each_partition_reads_the_batch_and_keeps_its_records(decfix: DecodingFixture,
+                                                              tmp_path: Path) -> None:
+    """A transaction's records go to one partition, the others' to every partition; each
+    partition's records in WAL order, held as bytes (not views of the segment), the images of
+    user-table records dropped."""
+    store = _store(decfix.dir, tmp_path)
+    plan = plan_batch(store, Layout(), None, None)
+    assert plan is not None
+    size, db = plan.segment_size, decfix.db_oid
+    facts = [scan_segment(t, store, Layout(), size, db, decfix.ddl_key).facts
+             for t in plan.tasks]
+    n = 3
+    rmap = RouteMap.merge(n, facts, {}, None)
+    parts = [list(partition_records(i, plan.tasks, store, Layout(), size, db, rmap))
+             for i in range(n)]
+    expected: Counter[tuple[int, int]] = Counter()
+    for t in plan.tasks:
+        for kind, rec in segment_records(t, store, Layout(), size, db):
+            d = destination(kind, rec, rmap)
+            expected.update((p, rec.lsn) for p in (range(n) if d == EVERY else (d,)))
+    assert Counter((i, r.lsn) for i, p in enumerate(parts) for r in p) == expected
+    # the fixture's transactions: one partition each, not every one
+    assert sum(expected.values()) < n * len({lsn for _, lsn in expected})
+    for p in parts:
+        assert [r.lsn for r in p] == sorted(r.lsn for r in p)
+        assert all(isinstance(r.main_data, bytes) for r in p)
+        assert all(b.data is None or isinstance(b.data, bytes) for r in p for b in r.blocks)
 
 
 def _scan(plan: BatchPlan, store: LocalStore) -> list[ParsedSegment]:
