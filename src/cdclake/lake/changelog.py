@@ -99,7 +99,8 @@ def append_changelog(catalog: Catalog, config: Config, batch: str, source: Table
         report["snapshot_id"] = snapshot_id(table)
         return report
 
-    return commit_with_retry(table_loader(catalog, config, ident, schema, source, CHANGELOG),
+    return commit_with_retry(table_loader(catalog, config, ident, schema, source.latest, source.oid,
+                                          CHANGELOG),
                              attempt, stream=config.stream, target_lsn=prepared.last_lsn,
                              done=landed, what=f"changelog of {source.table}",
                              max_attempts=max_attempts)

@@ -25,21 +25,26 @@ type no promotion holds, a column default to fill in).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import FileScanTask, Table, Transaction
 
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake import labels
 from cdclake.lake.apply import Counts
-from cdclake.lake.batch import TableChanges
+from cdclake.lake.batch import Batch, TableEntry
 from cdclake.lake.changes import KEY, VersionInfo
 from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import MAX_FILTER_KEYS
@@ -81,27 +86,48 @@ class Outcome:
     snapshot_id: int | None = None  #: the mirror's snapshot after the commit
 
 
-def takes(source: TableChanges) -> VersionInfo | None:
-    """The relation version of ``source`` when its batch qualifies (one version with changes,
-    a key of plain types, only INSERT/UPDATE/DELETE/TRUNCATE, every value typed, no unchanged
-    TOAST, every DELETE naming its key); else None: the replay takes it."""
-    versions = [v for v in source.versions if v.changes.num_rows]
-    if len(versions) != 1:
+@dataclass(frozen=True)
+class Changes:
+    """A table's batch as the Arrow merge reads it: the narrow columns of every change, and
+    the whole rows, read again part by part for the rows that end up in the mirror."""
+
+    info: VersionInfo
+    data: pa.Table  #: the stream's system columns and the key, every change in order
+    parts: Callable[[Sequence[str] | None], Iterator[pa.Table]]  #: all columns, or these
+
+
+def takes(batch: Batch, entry: TableEntry) -> Changes | None:
+    """``entry``'s changes of ``batch`` when they qualify (one version with changes, a key
+    of plain types, only INSERT/UPDATE/DELETE/TRUNCATE, every value typed, no unchanged
+    TOAST, every DELETE naming its key); else None: the replay takes them."""
+    versions = [v for v in entry.versions if v.rows]
+    if len(versions) != 1 or not versions[0].paths:
         return None
-    data = versions[0].changes
-    info = VersionInfo.of(versions[0].relation, data.schema)
+    version = versions[0]
+    path = f"{batch.directory}/{version.paths[0]}"
+    try:
+        schema = pq.read_schema(path, filesystem=batch.filesystem)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise LakeError(f"batch {batch.name}: cannot read {path} of table {entry.table}: "
+                        f"{exc}") from exc
+    info = VersionInfo.of(version.relation, schema)
     if info.identity.kind != KEY or info.defaults:
         return None
     by_attnum = {c.attnum: c.name for c in info.columns}
-    if any(a not in by_attnum or not any(ok(data.schema.field(by_attnum[a]).type)
+    if any(a not in by_attnum or not any(ok(schema.field(by_attnum[a]).type)
                                          for ok in _KEY_TYPES)
            for a in info.identity.attnums):
         return None
+
+    def parts(columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
+        return batch.parts(entry, version, columns)
+
+    narrow = [*_SYSTEM, *(by_attnum[a] for a in info.identity.attnums)]
+    data = pa.concat_tables(parts(narrow))
     ops = set(pc.unique(data.column(stream.OP)).to_pylist())
     if not ops <= _OPS:
         return None  # a rewrite, or an unknown op the replay reports
-    if stream.PG_TEXT in data.column_names and data.column(stream.PG_TEXT).null_count \
-            != data.num_rows:
+    if data.column(stream.PG_TEXT).null_count != data.num_rows:
         return None
     toast = data.column(stream.UNCHANGED_TOAST)
     if pc.max(pc.fill_null(pc.list_value_length(toast), 0)).as_py() or 0:
@@ -114,15 +140,16 @@ def takes(source: TableChanges) -> VersionInfo | None:
         texts = pc.struct_field(old, stream.PG_TEXT)
         if texts.null_count != len(texts):
             return None
-    return info
+    return Changes(info, data, parts)
 
 
-def merge(table: Table, info: VersionInfo, data: pa.Table, *, name: str, stored: int | None,
+def merge(table: Table, source: Changes, *, name: str, stored: int | None,
           facts: SnapshotFacts | None, properties: Mapping[str, str],
           max_keys: int = MAX_FILTER_KEYS) -> Outcome | None:
-    """Apply ``data`` (the changes of ``info``; :func:`takes` said yes) to the mirror ``table``
-    in one commit whose snapshot carries ``properties``; None when the mirror needs the
-    replay (nothing was written)."""
+    """Apply ``source`` (:func:`takes` said yes) to the mirror ``table`` in one commit whose
+    snapshot carries ``properties``; None when the mirror needs the replay (nothing was
+    written)."""
+    info, data = source.info, source.data
     stored_enums = labels.stored_labels(table.metadata.properties)
     enums = labels.combine([stored_enums, info.labels])
     columns, retyped = evolved_columns(table.schema(), name, [info.columns])
@@ -130,10 +157,13 @@ def merge(table: Table, info: VersionInfo, data: pa.Table, *, name: str, stored:
                                                                                 enums):
         return None
     _check_order(data, name)
-    unseen = data if stored is None else data.filter(
-        pc.greater(data.column(stream.COMMIT_LSN), stored))
-    pending = unseen if facts is None else unseen.filter(pc.invert(_in_snapshot(facts, unseen)))
-    skipped = (data.num_rows - unseen.num_rows, unseen.num_rows - pending.num_rows)
+    seen = pa.array([True] * data.num_rows) if stored is None else pc.greater(
+        data.column(stream.COMMIT_LSN), stored)
+    wanted = seen if facts is None else pc.and_(seen, pc.invert(_in_snapshot(facts, data)))
+    at = pc.indices_nonzero(wanted)  # where each pending change is in the batch
+    pending = data.take(at)
+    unseen = pc.sum(pc.cast(seen, pa.int64())).as_py() or 0
+    skipped = (data.num_rows - unseen, unseen - pending.num_rows)
     counts = Counts()
     if pending.num_rows == 0:
         return Outcome(counts, 0, *skipped, 0, "none", [])
@@ -155,15 +185,18 @@ def merge(table: Table, info: VersionInfo, data: pa.Table, *, name: str, stored:
     by_attnum = {c.attnum: c.name for c in info.columns}
 
     truncates = pc.indices_nonzero(pc.equal(pending.column(stream.OP), stream.OP_TRUNCATE))
-    changes = pending.slice(truncates[-1].as_py() + 1) if len(truncates) else pending
+    first = truncates[-1].as_py() + 1 if len(truncates) else 0
+    changes, at = pending.slice(first), at.slice(first)
     events = _events(changes, [by_attnum[a] for a in attnums], keys, key_types)
     last = _last_events(events, keys)
     touched = last.select(keys)
     sets = pc.shift_right(last.filter(pc.equal(pc.bit_wise_and(last.column("_ev"), 1), 1))
                           .column("_ev"), 1)
-    new_rows = _mirror_rows(changes.take(pc.take(sets, pc.array_sort_indices(sets))), info,
-                            schema, name)
-    guard_metrics(tx, new_rows)
+    chosen = np.sort(at.take(sets).to_numpy())  # the changes whose rows the mirror gets
+    target = _target(schema)
+    temporal = [f.name for f in target if _temporal(f.type) and f.name in info.names]
+    for part in _taken(source.parts, chosen, temporal) if temporal else ():
+        guard_metrics(tx, part)  # before any file is written: it sets how they are
 
     snap = table.current_snapshot()
     strategy = "append" if snap is None else "region"
@@ -191,19 +224,20 @@ def merge(table: Table, info: VersionInfo, data: pa.Table, *, name: str, stored:
                                   in_mirror)
 
     kept = ArrowScan(tx.table_metadata, table.io, schema, AlwaysTrue())
-    def batches() -> Iterator[pa.RecordBatch]:
+
+    def rows() -> Iterator[pa.Table]:
         for task in rewritten:  # a file at a time, a record batch at a time
             for part in kept.to_record_batches([task]):
-                rows = pa.Table.from_batches([part])
-                hit = _semi_join(_cast(rows.select(keys), key_types).append_column(
-                    "_i", pa.array(range(rows.num_rows), pa.int64())), touched, keys)
-                keep = pc.invert(pc.is_in(pa.array(range(rows.num_rows), pa.int64()),
-                                          value_set=hit.column("_i")))
-                yield from _conform(rows.filter(keep), new_rows.schema).to_batches()
-        yield from new_rows.to_batches()
+                stored_rows = pa.Table.from_batches([part])
+                index = pa.array(range(stored_rows.num_rows), pa.int64())
+                hit = _semi_join(_cast(stored_rows.select(keys), key_types).append_column(
+                    "_i", index), touched, keys)
+                keep = pc.invert(pc.is_in(index, value_set=hit.column("_i")))
+                yield _conform(stored_rows.filter(keep), target)
+        for part in _taken(source.parts, chosen, None):
+            yield _mirror_rows(part, info, schema, name)
 
-    reader = pa.RecordBatchReader.from_batches(new_rows.schema, batches())
-    files = list(_dataframe_to_data_files(tx.table_metadata, reader, table.io))
+    files = _write(tx, table, rows())
     producer = tx.update_snapshot(snapshot_properties=dict(properties))
     with (producer.overwrite() if deleted else producer.fast_append()) as update:
         for f in deleted:
@@ -406,3 +440,51 @@ def _not_found(changes: pa.Table, events: pa.Table, keys: Sequence[str],
     absent = from_mirror.num_rows - _semi_join(from_mirror, in_mirror, keys).num_rows
     taken = pc.sum(pc.and_(lookups, pc.equal(prior, 0)).cast(pa.int64())).as_py() or 0
     return absent + taken
+
+
+#: the change columns the Arrow merge reads for every change (the key's come with them)
+_SYSTEM = (stream.COMMIT_LSN, stream.LSN, stream.SEQ, stream.XID, stream.OP, stream.OLD_KEY,
+           stream.UNCHANGED_TOAST, stream.PG_TEXT)
+#: rows of data a written file holds at most, in Arrow bytes (pyiceberg's writer would take a
+#: whole table's worth of files at once: it maps every file of a stream onto its threads)
+FILE_BYTES = 128 << 20
+
+
+def _temporal(t: pa.DataType) -> bool:
+    return pa.types.is_temporal(t) or (pa.types.is_list(t) and _temporal(t.value_type))
+
+
+def _taken(parts: Callable[[Sequence[str] | None], Iterator[pa.Table]], chosen: np.ndarray,
+           columns: Sequence[str] | None) -> Iterator[pa.Table]:
+    """The batch's changes at the (sorted) positions ``chosen``, part by part."""
+    offset = 0
+    for part in parts(columns):
+        lo, hi = np.searchsorted(chosen, [offset, offset + part.num_rows])
+        if hi > lo:
+            yield part.take(pa.array(chosen[lo:hi] - offset))
+        offset += part.num_rows
+
+
+def _write(tx: Transaction, table: Table, rows: Iterator[pa.Table]) -> list[DataFile]:
+    """``rows`` written as data files of ``tx``'s table, at most :data:`FILE_BYTES` of them
+    in memory at a time."""
+    write_uuid, counter = uuid.uuid4(), itertools.count()
+    files: list[DataFile] = []
+    group: list[pa.Table] = []
+    size = 0
+
+    def flush() -> None:
+        files.extend(_dataframe_to_data_files(tx.table_metadata, pa.concat_tables(group),
+                                              table.io, write_uuid, counter))
+        group.clear()
+
+    for part in rows:
+        if part.num_rows:
+            group.append(part)
+            size += part.nbytes
+        if size >= FILE_BYTES:
+            flush()
+            size = 0
+    if group:
+        flush()
+    return files

@@ -52,7 +52,6 @@ from cdclake.lake.changes import (
     NOTHING,
     Change,
     Prepared,
-    VersionInfo,
     prepare,
     versions_of,
 )
@@ -173,13 +172,11 @@ def _merge_entry(catalog: Catalog, config: Config, batch: Batch, entry: TableEnt
                                    "since_batch": held.get("batch")})
         return
     done = sparkmerge.merge_table(spark, catalog, config, batch, entry) if spark else None
-    on_spark = isinstance(done, TableReport)
-    changes = batch.load(entry) if changelog or not on_spark else None
+    changes = batch.load(entry) if changelog else None
     if isinstance(done, TableReport):
         table = done
     else:
-        assert changes is not None
-        table = merge_table(catalog, config, batch.name, changes,
+        table = merge_table(catalog, config, batch, entry, loaded=changes,
                             max_filter_keys=max_filter_keys, max_attempts=max_attempts)
         table.fallback = done or ""
     if table.quarantined:
@@ -201,60 +198,67 @@ def _quarantine_of(catalog: Catalog, config: Config, entry: TableEntry) -> dict[
         catalog.load_table(ident).properties)
 
 
-def merge_table(catalog: Catalog, config: Config, batch: str, source: TableChanges, *,
-                max_filter_keys: int = MAX_FILTER_KEYS, max_attempts: int = 5) -> TableReport:
-    """Merge one table's changes of ``batch`` into its mirror in one Iceberg transaction."""
-    latest = source.latest
+def merge_table(catalog: Catalog, config: Config, batch: Batch, entry: TableEntry, *,
+                loaded: TableChanges | None = None, max_filter_keys: int = MAX_FILTER_KEYS,
+                max_attempts: int = 5) -> TableReport:
+    """Merge one table's changes of ``batch`` into its mirror in one Iceberg transaction: in
+    Arrow when :func:`cdclake.lake.columnar.takes` them, else replayed (``loaded``: the
+    changes, if the caller read them already)."""
+    latest = entry.versions[-1].relation
     ident = mirror_identifier(config, latest.schema, latest.name)
-    info = columnar.takes(source)
-    prepared: list[Prepared] = [] if info else [prepare(source, batch)]
-    report = TableReport(source.table, ".".join(ident), source.rows)
-    if not source.rows:
+    report = TableReport(entry.table, ".".join(ident), sum(v.rows for v in entry.versions))
+    if not report.changes:
         return report
-    if info is not None:
-        data = next(v.changes for v in source.versions if v.changes.num_rows)
-        last_lsn = pc.max(data.column(stream.COMMIT_LSN)).as_py()
-        schema = iceberg_schema(info.relation, info.arrow_schema)
+    arrow = columnar.takes(batch, entry)
+    prepared: list[Prepared] = []
+
+    def replayed() -> Prepared:
+        if not prepared:
+            prepared.append(prepare(loaded or batch.load(entry), batch.name))
+        return prepared[0]
+
+    if arrow is not None:
+        last_lsn = pc.max(arrow.data.column(stream.COMMIT_LSN)).as_py()
+        schema = iceberg_schema(arrow.info.relation, arrow.info.arrow_schema)
     else:
-        last_lsn = prepared[0].last_lsn
-        last = prepared[0].versions[-1]
+        last_lsn = replayed().last_lsn
+        last = replayed().versions[-1]
         schema = iceberg_schema(last.relation, last.arrow_schema)
 
     def attempt(table: Table) -> TableReport:
         report.attempts += 1
-        if info is not None:
-            done = _merge_columnar(table, config, batch, info, data, last_lsn, report,
+        if arrow is not None:
+            done = _merge_columnar(table, config, batch.name, arrow, last_lsn, report,
                                    max_filter_keys)
             if done is not None:
                 return done
-        if not prepared:  # the mirror needs the replay after all
-            prepared.append(prepare(source, batch))
-        return _merge_once(table, config, batch, prepared[0], report, max_filter_keys)
+        return _merge_once(table, config, batch.name, replayed(), report, max_filter_keys)
 
     def landed(table: Table) -> TableReport:
         report.commit_lsn = committed_lsn(table, config.stream)
         report.snapshot_id = snapshot_id(table)
         return report
 
-    what = f"merge of {source.table} into {report.mirror}"
+    what = f"merge of {entry.table} into {report.mirror}"
     def advice() -> str:  # nothing of this table committed
         kept = "none" if report.previous_lsn is None else format_lsn(report.previous_lsn)
         return f"the table keeps commit LSN {kept}: re-run the merge when the cause is fixed"
 
-    return commit_with_retry(table_loader(catalog, config, ident, schema, source, MIRROR),
+    return commit_with_retry(table_loader(catalog, config, ident, schema, latest, entry.oid,
+                                          MIRROR),
                              attempt, stream=config.stream, target_lsn=last_lsn,
                              done=landed, what=what, max_attempts=max_attempts, advice=advice)
 
 
-def _merge_columnar(table: Table, config: Config, batch: str, info: VersionInfo,
-                    data: pa.Table, last_lsn: int, report: TableReport,
+def _merge_columnar(table: Table, config: Config, batch: str, arrow: columnar.Changes,
+                    last_lsn: int, report: TableReport,
                     max_filter_keys: int) -> TableReport | None:
     """:func:`cdclake.lake.columnar.merge` into ``report``; None: the replay must take it."""
     stored = committed_lsn(table, config.stream)
     _reset(report)
     report.previous_lsn = report.commit_lsn = stored
     report.snapshot_id = snapshot_id(table)
-    done = columnar.merge(table, info, data, name=report.table, stored=stored,
+    done = columnar.merge(table, arrow, name=report.table, stored=stored,
                           facts=facts_of(table.properties, report.table),
                           properties=summary_properties(config.stream, batch, last_lsn),
                           max_keys=max_filter_keys)

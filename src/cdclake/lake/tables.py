@@ -38,7 +38,6 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.batch import TableChanges
 from cdclake.lake.changes import KEY, Identity
 from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
@@ -183,15 +182,15 @@ def _commit_with_retry(load: Callable[[], Table], attempt: Callable[[Table], T],
 
 
 def table_loader(catalog: Catalog, config: Config, ident: tuple[str, str], schema: Schema,
-                 source: TableChanges, kind: str) -> Callable[[], Table]:
-    """What :func:`commit_with_retry` loads to commit ``source``'s changes: its table of
-    ``kind`` (mirror or changelog) under ``ident``, created on first use."""
-    latest = source.latest
+                 latest: RelationVersion, oid: int, kind: str) -> Callable[[], Table]:
+    """What :func:`commit_with_retry` loads to commit a source table's changes (``latest``:
+    its newest relation version, ``oid``): its table of ``kind`` (mirror or changelog) under
+    ``ident``, created on first use."""
 
     def load() -> Table:
         return ensure_table(catalog, ident, schema, stream=config.stream,
                             source_table=f"{latest.schema}.{latest.name}",
-                            source_oid=source.oid, kind=kind)
+                            source_oid=oid, kind=kind)
 
     return load
 
