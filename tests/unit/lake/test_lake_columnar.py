@@ -19,8 +19,10 @@ from cdclake.lake.merge import merge_batch, mirror_identifier
 from tests.e2e.lake.duck import rows as duck_rows
 from tests.unit.lake.streamgen import Rel, Stream, relation
 
-FIELDS = ("inserted", "updated", "deleted", "truncated", "not_found", "rows_written",
-          "skipped_applied", "strategy", "commit_lsn")
+#: the report's fields both ways give alike (``rows_written`` counts the rows of the files a
+#: batch rewrites: the two mirrors are cut into files differently)
+FIELDS = ("inserted", "updated", "deleted", "truncated", "not_found", "skipped_applied",
+          "strategy", "commit_lsn")
 
 
 def grid() -> Rel:
