@@ -94,7 +94,8 @@ class Config:
     #: CDCLAKE_SPARK_CONN_ID: the Airflow connection the DAGs submit Spark steps through
     #: (cdclake.pipeline.submit); when Airflow has none by that id, ``spark_master`` is it.
     spark_conn_id: str = "spark_default"
-    #: CDCLAKE_SPARK_PARTITIONS: reorder-buffer partitions (shuffle by top-level xid).
+    #: CDCLAKE_SPARK_PARTITIONS: reorder-buffer partitions (transactions by top-level xid;
+    #: each partition reads the whole batch of WAL and keeps its own).
     spark_partitions: int = 2
     #: CDCLAKE_SPARK_CONF: Spark settings ``k=v,k=v`` (a table in the TOML file), applied
     #: last: e.g. ``spark.driver.memory=1g,spark.driver.maxResultSize=64m``.
