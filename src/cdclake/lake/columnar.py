@@ -97,33 +97,47 @@ class Changes:
 
 
 def takes(batch: Batch, entry: TableEntry) -> Changes | None:
-    """``entry``'s changes of ``batch`` when they qualify (one version with changes, a key
+    """``entry``'s changes of ``batch`` when they qualify (the same columns, key and labels in
+    every version with changes — a TRUNCATE's new relfilenode is a version of its own — a key
     of plain types, only INSERT/UPDATE/DELETE/TRUNCATE, every value typed, no unchanged
     TOAST, every DELETE naming its key); else None: the replay takes them."""
     versions = [v for v in entry.versions if v.rows]
-    if len(versions) != 1 or not versions[0].paths:
+    if not versions or not all(v.paths for v in versions):
         return None
-    version = versions[0]
-    path = f"{batch.directory}/{version.paths[0]}"
-    try:
-        schema = pq.read_schema(path, filesystem=batch.filesystem)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise LakeError(f"batch {batch.name}: cannot read {path} of table {entry.table}: "
-                        f"{exc}") from exc
-    info = VersionInfo.of(version.relation, schema)
-    if info.identity.kind != KEY or info.defaults:
+    infos = []
+    for v in versions:
+        path = f"{batch.directory}/{v.paths[0]}"
+        try:
+            schema = pq.read_schema(path, filesystem=batch.filesystem)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise LakeError(f"batch {batch.name}: cannot read {path} of table {entry.table}: "
+                            f"{exc}") from exc
+        infos.append(VersionInfo.of(v.relation, schema))
+    info = infos[-1]
+    if any((i.columns, i.identity, i.labels) != (info.columns, info.identity, info.labels)
+           or not i.arrow_schema.equals(info.arrow_schema) for i in infos):
+        return None
+    if info.identity.kind != KEY or any(i.defaults for i in infos):
         return None
     by_attnum = {c.attnum: c.name for c in info.columns}
-    if any(a not in by_attnum or not any(ok(schema.field(by_attnum[a]).type)
+    if any(a not in by_attnum or not any(ok(info.arrow_schema.field(by_attnum[a]).type)
                                          for ok in _KEY_TYPES)
            for a in info.identity.attnums):
         return None
 
     def parts(columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
-        return batch.parts(entry, version, columns)
+        for v in versions:  # the positions :func:`merge` takes rows at: in this order
+            yield from batch.parts(entry, v, columns)
 
     narrow = [*_SYSTEM, *(by_attnum[a] for a in info.identity.attnums)]
-    data = pa.concat_tables(parts(narrow))
+    tables = [pa.concat_tables(batch.parts(entry, v, narrow)) for v in versions]
+    for v, t in zip(versions, tables, strict=True):
+        _check_order(t, f"batch {batch.name}, table {entry.table}, version "
+                        f"v{v.relation.valid_from:X}")
+    data = pa.concat_tables(tables)
+    data = data.append_column(_POS, pa.array(np.arange(data.num_rows, dtype=np.int64)))
+    if len(tables) > 1:  # the versions' changes in the source's order
+        data = data.take(pc.sort_indices(data, [(c, "ascending") for c in _ORDER]))
     ops = set(pc.unique(data.column(stream.OP)).to_pylist())
     if not ops <= _OPS:
         return None  # a rewrite, or an unknown op the replay reports
@@ -156,12 +170,11 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
     if retyped or labels.translation(stored_enums, enums) or labels.translation(info.labels,
                                                                                 enums):
         return None
-    _check_order(data, name)
-    seen = pa.array([True] * data.num_rows) if stored is None else pc.greater(
+    seen = pc.is_valid(data.column(stream.COMMIT_LSN)) if stored is None else pc.greater(
         data.column(stream.COMMIT_LSN), stored)
     wanted = seen if facts is None else pc.and_(seen, pc.invert(_in_snapshot(facts, data)))
-    at = pc.indices_nonzero(wanted)  # where each pending change is in the batch
-    pending = data.take(at)
+    pending = data.filter(wanted)
+    at = pending.column(_POS)  # where each pending change is in the batch
     unseen = pc.sum(pc.cast(seen, pa.int64())).as_py() or 0
     skipped = (data.num_rows - unseen, unseen - pending.num_rows)
     counts = Counts()
@@ -250,8 +263,8 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
                    snap.snapshot_id if snap else None)
 
 
-def _check_order(data: pa.Table, name: str) -> None:
-    """The replay's rule: rows not in (commit LSN, LSN, seq) order are refused."""
+def _check_order(data: pa.Table, where: str) -> None:
+    """The replay's rule: a version's rows not in (commit LSN, LSN, seq) order are refused."""
     if data.num_rows < 2:
         return
     c, lsn, seq = (data.column(x) for x in (stream.COMMIT_LSN, stream.LSN, stream.SEQ))
@@ -263,7 +276,7 @@ def _check_order(data: pa.Table, name: str) -> None:
     bad = pc.indices_nonzero(back)
     if len(bad):
         i = bad[0].as_py() + 1
-        raise LakeError(f"table {name}: rows are not in commit/WAL order at LSN "
+        raise LakeError(f"{where}: rows are not in commit/WAL order at LSN "
                         f"{format_lsn(lsn[i].as_py())} (commit {format_lsn(c[i].as_py())})")
 
 
@@ -442,6 +455,10 @@ def _not_found(changes: pa.Table, events: pa.Table, keys: Sequence[str],
     return absent + taken
 
 
+#: the source's order of changes
+_ORDER = (stream.COMMIT_LSN, stream.LSN, stream.SEQ)
+#: a change's position in the batch (its versions' parts in order), beside the narrow columns
+_POS = "_cdclake_pos"
 #: the change columns the Arrow merge reads for every change (the key's come with them)
 _SYSTEM = (stream.COMMIT_LSN, stream.LSN, stream.SEQ, stream.XID, stream.OP, stream.OLD_KEY,
            stream.UNCHANGED_TOAST, stream.PG_TEXT)

@@ -37,7 +37,8 @@ def plain() -> Rel:
 def _batches(stream: Stream, rng: random.Random, rel: Rel, key: Any, value: Any,
              n: int) -> list[str]:
     """``n`` batches of random inserts, updates (some moving the key, some of rows never
-    inserted), deletes (some of absent rows) and now and then a TRUNCATE."""
+    inserted), deletes (some of absent rows) and now and then a TRUNCATE, after which the
+    table's changes are under a new relation version (its new relfilenode)."""
     names = []
     for b in range(n):
         batch = stream.batch(f"b{b}")
@@ -56,6 +57,7 @@ def _batches(stream: Stream, rng: random.Random, rel: Rel, key: Any, value: Any,
                         t.delete(rel, k)
                     else:
                         t.truncate(rel)
+                        rel = rel.evolve(stream.next_lsn())
         batch.write(rows_per_part=rng.choice([None, 3]))
         names.append(batch.name)
     return names
