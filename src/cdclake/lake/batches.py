@@ -95,13 +95,18 @@ def latest_relations(config: Config, store: ObjectStore, layout: Layout,
     return out
 
 
-def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 100_000,
+#: the most Arrow bytes a chunk of :func:`stream_chunks` holds (besides its rows' bound): a
+#: wide identity (REPLICA IDENTITY FULL) makes a row of the checked columns large
+CHUNK_BYTES = 128 << 20
+
+
+def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 1_000_000,
                   columns: Callable[[RelationVersion], Sequence[str]] | None = None
                   ) -> Iterator[tuple[str, RelationVersion, pa.Table]]:
     """Each table's changes in the decoder's order (never sorted: the stream suite checks
-    order), as consecutive chunks of at most ``max_rows`` rows (one or more whole Parquet
-    files; a file is never split), so no more than a chunk is held at a time; with
-    ``columns``, only the columns it names for the relation are read.
+    order), as consecutive chunks of at most ``max_rows`` rows and :data:`CHUNK_BYTES` (one
+    or more whole Parquet files; a file is never split), so no more than a chunk is held at a
+    time; with ``columns``, only the columns it names for the relation are read.
 
     A table's key is ``schema.table``, one per identity when the identity changed in the batch
     (``schema.table@v<valid_from>``); its relation is the version the suite reads the identity
@@ -117,15 +122,17 @@ def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 100_00
                       for v in entry.versions]
         for name, relation, versions in groups:
             pending: list[pa.Table] = []
-            rows = 0
+            rows = size = 0
             for version in versions:
                 for part in batch.parts(entry, version,
                                         None if columns is None else columns(relation)):
-                    if pending and rows + part.num_rows > max_rows:
+                    if pending and (rows + part.num_rows > max_rows
+                                    or size + part.nbytes > CHUNK_BYTES):
                         yield name, relation, _concat(pending)
-                        pending, rows = [], 0
+                        pending, rows, size = [], 0, 0
                     pending.append(part)
                     rows += part.num_rows
+                    size += part.nbytes
             if pending:
                 yield name, relation, _concat(pending)
 

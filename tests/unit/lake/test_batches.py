@@ -15,6 +15,7 @@ from cdclake.catalog.model import IDENTITY_FULL, RelationVersion
 from cdclake.config import Config
 from cdclake.decoding import stream as contract
 from cdclake.errors import LakeError
+from cdclake.lake import batches as batches_module
 from cdclake.lake.batch import Batch, manifest_rows, selected, unselectable
 from cdclake.lake.batches import (
     DecodedBatch,
@@ -219,7 +220,7 @@ def inserts(stream: Stream, rows: int, rows_per_part: int) -> Path:
 
 
 def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
-        config: Config, stream: Stream) -> None:
+        config: Config, stream: Stream, monkeypatch: pytest.MonkeyPatch) -> None:
     inserts(stream, 10, rows_per_part=3)  # files of 3, 3, 3 and 1 rows
     batch = first_batch(config)
     chunks = list(stream_chunks(batch, max_rows=5))
@@ -229,6 +230,10 @@ def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
     # a file larger than a chunk is one chunk of its own, never split
     assert [c.num_rows for _, _, c in stream_chunks(batch, max_rows=2)] == [3, 3, 3, 1]
     assert [c.num_rows for _, _, c in stream_chunks(batch)] == [10]
+    # and by bytes: a part is never split, a chunk holds no more than CHUNK_BYTES beyond one
+    monkeypatch.setattr(batches_module, "CHUNK_BYTES", 1)
+    assert [c.num_rows for _, _, c in stream_chunks(batch)] == [3, 3, 3, 1]
+    monkeypatch.undo()
     # only the columns asked for are read (a name the files lack is left out)
     ((_, _, narrow),) = stream_chunks(batch, columns=lambda rel: [contract.OP, "id", "nope"])
     assert narrow.column_names == [contract.OP, "id"]
