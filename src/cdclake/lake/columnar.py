@@ -3,24 +3,25 @@
 :mod:`cdclake.lake.apply` replays a batch one change at a time on Python rows; that is what
 every case needs (REPLICA IDENTITY FULL multisets, unchanged TOAST, defaults, retyped and
 relabelled values, exact texts, rewrites), and it costs a dict per change and per mirror row
-a batch touches. Most batches are simpler: one relation version with a key, and changes that
-carry every value typed. For those the replay's result is computed column-wise, with the
-same rules:
+a batch touches. Most batches are simpler: one table definition with a key (its versions
+differ at most in relfilenode, as after a TRUNCATE), and changes that carry every value
+typed. For those the replay's result is computed column-wise, with the same rules:
 
 - every change is an *event* on a key: INSERT and UPDATE set the new key's row, DELETE takes
   the old key, an UPDATE that changes the key takes the old one too; per key the last event
   (the source's order) decides: the row it sets, or none;
 - a TRUNCATE empties the mirror: the events after the last one replace every data file;
 - every other data file that holds one of the events' keys is rewritten without those rows
-  (copy-on-write, a file at a time, streamed into new files of the table's target size), and
-  the rows the events set are appended — one commit, carrying the batch's commit LSN;
+  (copy-on-write, a record batch at a time), and the rows the events set are appended, read
+  again from the batch's parts — files of at most :data:`FILE_BYTES`, one commit, carrying
+  the batch's commit LSN;
 - ``not_found`` counts the UPDATEs and DELETEs whose row was neither set earlier in the batch
   nor in the mirror, as the replay does.
 
-Memory is O(the table's changes in the batch + one record batch of a data file): neither the
-mirror nor a file is held whole. :func:`takes` says whether a table's batch qualifies;
-:func:`merge` answers ``None`` when the mirror itself needs the replay (a label renamed, a
-type no promotion holds, a column default to fill in).
+Memory is O(the system and key columns of the table's changes in the batch + a file being
+written): neither the changes' values, the mirror nor a stored file is held whole.
+:func:`takes` says whether a table's batch qualifies; :func:`merge` answers ``None`` when the
+mirror itself needs the replay (a label renamed, a type no promotion holds).
 """
 
 from __future__ import annotations

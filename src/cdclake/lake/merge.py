@@ -3,7 +3,8 @@
 Per table: read its summary LSN and drop the changes already applied (and, for a mirror an
 initial snapshot filled, those of transactions the snapshot saw: :mod:`cdclake.lake.visibility`);
 read the data files holding rows the rest can touch (:mod:`cdclake.lake.region`); replay the
-changes on those files' rows in source order (:mod:`cdclake.lake.apply`); then, in one
+changes on those files' rows in source order (:mod:`cdclake.lake.apply`) — or, for most
+batches, compute the same result column-wise (:mod:`cdclake.lake.columnar`); then, in one
 transaction, remove those files, evolve the schema and append what the replay left — every
 snapshot of it carrying the batch's last commit LSN in its summary. A TRUNCATE or table
 rewrite in the batch replaces every file instead; an enum label renamed in the source
@@ -47,14 +48,7 @@ from cdclake.lake import columnar, labels, quarantine, sparkmerge
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry, selected
 from cdclake.lake.changelog import append_changelog
-from cdclake.lake.changes import (
-    CLEARING_OPS,
-    NOTHING,
-    Change,
-    Prepared,
-    prepare,
-    versions_of,
-)
+from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare, versions_of
 from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import (
     MAX_FILTER_KEYS,
