@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
@@ -48,7 +48,7 @@ from cdclake.lake.apply import Counts
 from cdclake.lake.batch import Batch, TableEntry
 from cdclake.lake.changes import KEY, VersionInfo
 from cdclake.lake.metrics import guard_metrics
-from cdclake.lake.region import MAX_FILTER_KEYS
+from cdclake.lake.region import MAX_FILTER_KEYS, column_filter, combine, filter_limit
 from cdclake.lake.retype import evolved_columns
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
@@ -60,7 +60,8 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
-from cdclake.lake.visibility import SnapshotFacts
+from cdclake.lake.tables import row_count
+from cdclake.lake.visibility import SnapshotFacts, in_snapshot_arrow
 from cdclake.wal.lsn import format_lsn
 
 _OPS = {stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE}
@@ -69,8 +70,6 @@ _SETS = pa.array([stream.OP_INSERT, stream.OP_UPDATE])
 _KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
               pa.types.is_binary, pa.types.is_fixed_size_binary, pa.types.is_date,
               pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_boolean)
-_EPOCH = 1 << 32
-_HALF = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -173,7 +172,8 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
         return None
     seen = pc.is_valid(data.column(stream.COMMIT_LSN)) if stored is None else pc.greater(
         data.column(stream.COMMIT_LSN), stored)
-    wanted = seen if facts is None else pc.and_(seen, pc.invert(_in_snapshot(facts, data)))
+    wanted = seen if facts is None else pc.and_(seen, pc.invert(in_snapshot_arrow(
+        facts, data.column(stream.COMMIT_LSN), data.column(stream.XID))))
     pending = data.filter(wanted)
     at = pending.column(_POS)  # where each pending change is in the batch
     unseen = pc.sum(pc.cast(seen, pa.int64())).as_py() or 0
@@ -281,18 +281,6 @@ def _check_order(data: pa.Table, where: str) -> None:
                         f"{format_lsn(lsn[i].as_py())} (commit {format_lsn(c[i].as_py())})")
 
 
-def _in_snapshot(facts: SnapshotFacts, data: pa.Table) -> pa.Array:
-    """:meth:`SnapshotFacts.in_snapshot` over every row of ``data``."""
-    xid = pc.cast(data.column(stream.XID), pa.int64())
-    full = pc.add(xid, facts.xmax & ~(_EPOCH - 1))
-    full = pc.if_else(pc.greater(full, facts.xmax + _HALF), pc.subtract(full, _EPOCH),
-                      pc.if_else(pc.less(full, facts.xmax - _HALF), pc.add(full, _EPOCH), full))
-    running = pc.is_in(full, value_set=pa.array(facts.xip, pa.int64()))
-    visible = pc.or_(pc.less(full, facts.xmin),
-                     pc.and_(pc.less(full, facts.xmax), pc.invert(running)))
-    return pc.and_(pc.less(data.column(stream.COMMIT_LSN), facts.end_lsn), visible)
-
-
 def _plain(t: pa.DataType) -> pa.DataType:
     return t.storage_type if isinstance(t, pa.BaseExtensionType) else t
 
@@ -352,26 +340,15 @@ def _semi_join(rows: pa.Table, keys_of: pa.Table, keys: Sequence[str]) -> pa.Tab
 def _region(table: Table, name: str, attnums: Sequence[int], touched: pa.Table,
             max_keys: int) -> BooleanExpression:
     """A metrics filter for the data files that can hold a touched key (a superset: it only
-    prunes): ``In`` on each integer or text key column, as the mirror names it before this
-    commit; every file when there are too many keys or no such column."""
+    prunes), as :mod:`cdclake.lake.region` makes one: on each integer or text key column, as
+    the mirror names it before this commit; every file past the region's limit of keys."""
     fields = mirror_fields(table.schema(), name)
-    snap = table.current_snapshot()
-    total = snap.summary.additional_properties.get("total-records") if snap and \
-        snap.summary else None
-    limit = max_keys if total is None else min(max_keys, max(int(total) // 2, 1))
-    if touched.num_rows > limit:
+    if touched.num_rows > filter_limit(max_keys, row_count(table)):
         return AlwaysTrue()
-    terms: list[BooleanExpression] = []
-    for a, col in zip(attnums, touched.columns, strict=True):
-        if a not in fields or not (pa.types.is_integer(col.type) or pa.types.is_string(col.type)):
-            continue
-        values = sorted(set(col.to_pylist()))
-        # pyiceberg's predicates take (name, value) at run time; its pydantic models hide that
-        terms.append(EqualTo(fields[a].name, values[0]) if len(values) == 1  # type: ignore[call-arg,arg-type]
-                     else In(fields[a].name, values))  # type: ignore[call-arg,arg-type]
-    if not terms:
-        return AlwaysTrue()
-    return terms[0] if len(terms) == 1 else And(*terms)
+    terms = [column_filter(fields[a], set(col.to_pylist()))
+             for a, col in zip(attnums, touched.columns, strict=True)
+             if a in fields and (pa.types.is_integer(col.type) or pa.types.is_string(col.type))]
+    return combine(terms, And) if terms else AlwaysTrue()
 
 
 def _target(schema: Schema) -> pa.Schema:

@@ -73,6 +73,7 @@ from cdclake.lake.tables import (
     commit_with_retry,
     find_mirror,
     mirror_identifier,
+    row_count,
     snapshot_id,
     table_loader,
 )
@@ -311,7 +312,7 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
         to_apply = pending
         region = NOTHING_TO_READ if snap is None else affected_region(
             to_apply, mirror_fields(table.schema(), name), table=name,
-            table_rows=_row_count(table), max_keys=max_filter_keys)
+            table_rows=row_count(table), max_keys=max_filter_keys)
         _, retyped = held_through(stored_types, [v.columns for v in versions_of(to_apply)])
         if snap is not None and (relabelled or retyped):
             region = WHOLE_TABLE  # every stored row shows new labels, or a new type's values
@@ -378,14 +379,6 @@ def _count_superseded(changes: Sequence[Change], counts: Counts) -> None:
             counts.updated += 1
         else:
             counts.deleted += 1
-
-
-def _row_count(table: Table) -> int | None:
-    snap = table.current_snapshot()
-    if snap is None or snap.summary is None:
-        return None
-    total = snap.summary.additional_properties.get("total-records")
-    return int(total) if total is not None else None
 
 
 def _all_files(table: Table) -> list[DataFile]:

@@ -113,7 +113,8 @@ def _literal(value: Any, t: IcebergType) -> Any:
     return value
 
 
-def _column_filter(f: NestedField, values: set[Any]) -> BooleanExpression:
+def column_filter(f: NestedField, values: set[Any]) -> BooleanExpression:
+    """Rows whose column ``f`` holds one of ``values`` (a PgText: NULL in the typed column)."""
     values = {None if isinstance(v, PgText) else v for v in values}  # typed column: NULL
     present = sorted((_literal(v, f.field_type) for v in values if v is not None), key=repr)
     terms: list[BooleanExpression] = []
@@ -127,7 +128,7 @@ def _column_filter(f: NestedField, values: set[Any]) -> BooleanExpression:
     return terms[0] if len(terms) == 1 else Or(*terms)
 
 
-def _combine(terms: Sequence[BooleanExpression], op: type) -> BooleanExpression:
+def combine(terms: Sequence[BooleanExpression], op: type) -> BooleanExpression:
     return terms[0] if len(terms) == 1 else op(*terms)
 
 
@@ -140,6 +141,12 @@ def _identities(change: Change) -> list[dict[int, Any]]:
     if change.op in (stream.OP_UPDATE, stream.OP_DELETE) and change.old is not None:
         return [change.old]  # FULL: inserts touch nothing already stored
     return []
+
+
+def filter_limit(max_keys: int, table_rows: int | None) -> int:
+    """How many identities a metrics filter may name before every file is read instead: at
+    most ``max_keys``, and half the table's rows when known."""
+    return max_keys if table_rows is None else min(max_keys, max(table_rows // 2, 1))
 
 
 def affected_region(changes: Sequence[Change], mirror: Mapping[int, NestedField], *,
@@ -158,7 +165,7 @@ def affected_region(changes: Sequence[Change], mirror: Mapping[int, NestedField]
     if kinds == {NOTHING}:
         return NOTHING_TO_READ  # only inserts are applied: no stored row is read
 
-    limit = max_keys if table_rows is None else min(max_keys, max(table_rows // 2, 1))
+    limit = filter_limit(max_keys, table_rows)
     named: dict[tuple[int, ...], tuple[Mapping[int, Any], list[dict[int, Any]]]] = {}
     for c in changes:
         ident = c.version.identity
@@ -179,7 +186,7 @@ def affected_region(changes: Sequence[Change], mirror: Mapping[int, NestedField]
         return NOTHING_TO_READ
     if total > limit or any(f == AlwaysTrue() for f in filters):
         return Region(AlwaysTrue(), groups=tuple(groups))
-    return Region(_combine(filters, Or), groups=tuple(groups))
+    return Region(combine(filters, Or), groups=tuple(groups))
 
 
 def _group_filter(attnums: Sequence[int], values: Sequence[Mapping[int, Any]],
@@ -190,4 +197,4 @@ def _group_filter(attnums: Sequence[int], values: Sequence[Mapping[int, Any]],
               and all(a in v for v in values)]
     if not usable:
         return AlwaysTrue()
-    return _combine([_column_filter(mirror[a], {v[a] for v in values}) for a in usable], And)
+    return combine([column_filter(mirror[a], {v[a] for v in values}) for a in usable], And)

@@ -295,3 +295,12 @@ def _written_since(table: Table, rel: RelationVersion, lsn: int) -> pa.Table:
     same_keys = terms[0] if len(terms) == 1 else And(*terms)
     # the written rows (a null key among them) and the stored rows sharing their keys
     return table.scan(row_filter=Or(run, same_keys)).to_arrow()
+
+
+def row_count(table: Table) -> int | None:
+    """The table's rows as its current snapshot's summary counts them (None: unknown)."""
+    snap = table.current_snapshot()
+    if snap is None or snap.summary is None:
+        return None
+    total = snap.summary.additional_properties.get("total-records")
+    return int(total) if total is not None else None

@@ -23,6 +23,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from cdclake.errors import LakeError
 
 if TYPE_CHECKING:
@@ -99,6 +102,18 @@ def not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Co
     running = full.isin(*facts.xip) if facts.xip else F.lit(False)
     visible = (full < F.lit(facts.xmin)) | ((full < F.lit(facts.xmax)) & ~running)
     return (commit_lsn >= F.lit(facts.end_lsn)) | ~visible
+
+
+def in_snapshot_arrow(facts: SnapshotFacts, commit_lsn: pa.ChunkedArray | pa.Array,
+                      xid: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """:meth:`SnapshotFacts.in_snapshot` over Arrow columns (the Arrow merge's changes)."""
+    full = pc.add(pc.cast(xid, pa.int64()), facts.xmax & ~(_EPOCH - 1))  # widen()
+    full = pc.if_else(pc.greater(full, facts.xmax + _HALF), pc.subtract(full, _EPOCH),
+                      pc.if_else(pc.less(full, facts.xmax - _HALF), pc.add(full, _EPOCH), full))
+    running = pc.is_in(full, value_set=pa.array(facts.xip, pa.int64()))
+    visible = pc.or_(pc.less(full, facts.xmin),
+                     pc.and_(pc.less(full, facts.xmax), pc.invert(running)))
+    return pc.and_(pc.less(commit_lsn, facts.end_lsn), visible)
 
 
 def facts_of(properties: dict[str, str], table: str) -> SnapshotFacts | None:

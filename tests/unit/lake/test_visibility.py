@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from cdclake.catalog.snapshot import parse_pg_snapshot
@@ -10,6 +11,7 @@ from cdclake.lake.visibility import (
     PROPERTY,
     SnapshotFacts,
     facts_of,
+    in_snapshot_arrow,
     property_value,
     widen,
 )
@@ -77,3 +79,15 @@ def test_round_trip_and_parse() -> None:
         facts_of({PROPERTY: "{"}, "public.t")
     with pytest.raises(SourceError):
         parse_pg_snapshot("1:2")
+
+
+@pytest.mark.parametrize("base", [7 * EPOCH, 5 * EPOCH - 20, 5 * EPOCH + 0xFFFF_FFF0 - 100])
+def test_in_snapshot_over_arrow_columns_is_the_same_rule(base: int) -> None:
+    f = facts(base + 100, base + 110, (base + 100, base + 104), end_lsn=1000)
+    xids = [(base + d) % EPOCH for d in range(-300, 300)] + [0, 3, 0xFFFF_FFFF]
+    lsns = [500, 999, 1000, 1500]
+    rows = [(lsn, x) for lsn in lsns for x in xids]
+    got = in_snapshot_arrow(f, pa.array([r[0] for r in rows], pa.int64()),
+                            pa.array([r[1] for r in rows], pa.uint32())).to_pylist()
+    assert got == [f.in_snapshot(lsn, x) for lsn, x in rows]
+    assert any(got) and not all(got)
