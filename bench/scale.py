@@ -60,6 +60,8 @@ out = steps.run_once(Config.load(), run_id="bench", on_step=on_step)["steps"]
 print(json.dumps({"seconds": seconds, "driver": driver,
                   "batches": len(out["decode"].get("batches", [])),
                   "tables": out["decode"].get("tables", {}),
+                  "decode": {k[3:]: v / 1000 for k, v in out["decode"].get("stats", {}).items()
+                             if k.startswith("ms_")},
                   "engines": sorted({(t["engine"], t["fallback"])
                                      for b in out["merge"]["batches"] for t in b["tables"]})}))
 """
@@ -232,7 +234,8 @@ def measure(scale: int, batch_segments: int, spark_conf: str,
                 "batches": result["batches"], "seconds": seconds, "rate": changes / seconds,
                 "steps": result["seconds"], "step_driver": result["driver"], **decoders,
                 **{kind: kib / 1024 for kind, kib in peak.items()},
-                "engines": result["engines"], "exact": mirrors_match(pg, db, env)}
+                "engines": result["engines"], "decode": result["decode"],
+                "exact": mirrors_match(pg, db, env)}
     finally:
         pg.destroy()
 
@@ -309,6 +312,8 @@ def main() -> None:
               f"{r['jvm']:,.0f} / {r['worker']:,.0f} | {r['exact']} |", flush=True)
     for r in rows:
         print(f"scale {r['scale']}: merge engines (engine, why not spark): {r['engines']}")
+        print(f"scale {r['scale']}: decode stages, s summed over batches: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in r["decode"].items()))  # type: ignore[union-attr]
     small, large = rows[0], rows[-1]
     growth = {k: large[k] / small[k] for k in ("driver", "jvm", "worker")}  # type: ignore[operator]
     print(f"changes x{large['changes'] / small['changes']:.1f} "  # type: ignore[operator]

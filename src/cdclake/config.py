@@ -115,10 +115,11 @@ class Config:
     #: (merge-on-read), for the tables it can take (cdclake.lake.sparkmerge; the others go
     #: to the pyiceberg merge and the report says why).
     merge_engine: str = "pyiceberg"
-    #: CDCLAKE_QUALITY_CHUNK_ROWS: the most change rows the stream suite validates at once
-    #: (a table's batch is checked in chunks of whole Parquet files, order kept across them;
-    #: a chunk also holds at most 128 MB of the checked columns). Each chunk is a GX run of
-    #: its own (some 0.3 s whatever its size) and a Data Docs page.
+    #: CDCLAKE_QUALITY_CHUNK_ROWS: the most rows the stream suite (change rows: a table's
+    #: batch in chunks of whole Parquet files, order kept across them) or the mirror suite
+    #: (mirror rows, keys compared across chunks) validates at once; a chunk also holds at
+    #: most 128 MB of the checked columns. Each chunk is a GX run of its own (some 0.3 s
+    #: whatever its size) and a Data Docs page.
     quality_chunk_rows: int = 1_000_000
     #: CDCLAKE_QUALITY_KEEP_RESULTS: the validation results (and their Data Docs pages) kept
     #: per table and suite; older ones are dropped as new ones come (the Data Docs index is

@@ -12,7 +12,7 @@ is recorded (:mod:`cdclake.lake.validated`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,8 +95,8 @@ def latest_relations(config: Config, store: ObjectStore, layout: Layout,
     return out
 
 
-#: the most Arrow bytes a chunk of :func:`stream_chunks` holds (besides its rows' bound): a
-#: wide identity (REPLICA IDENTITY FULL) makes a row of the checked columns large
+#: the most Arrow bytes a chunk of :func:`chunked` holds (besides its rows' bound): a wide
+#: identity (REPLICA IDENTITY FULL) or long text makes a row of the checked columns large
 CHUNK_BYTES = 128 << 20
 
 
@@ -121,22 +121,32 @@ def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 1_000_
             groups = [(f"{entry.table}@v{v.relation.valid_from:016X}", v.relation, (v,))
                       for v in entry.versions]
         for name, relation, versions in groups:
-            pending: list[pa.Table] = []
-            rows = size = 0
-            for version in versions:
-                for part in batch.parts(entry, version,
-                                        None if columns is None else columns(relation)):
-                    if pending and (rows + part.num_rows > max_rows
-                                    or size + part.nbytes > CHUNK_BYTES):
-                        yield name, relation, _concat(pending)
-                        pending, rows, size = [], 0, 0
-                    pending.append(part)
-                    rows += part.num_rows
-                    size += part.nbytes
-            if pending:
-                yield name, relation, _concat(pending)
+            parts = (part for version in versions
+                     for part in batch.parts(entry, version,
+                                             None if columns is None else columns(relation)))
+            for chunk in chunked(parts, max_rows):
+                yield name, relation, chunk
 
 
-def _concat(parts: list[pa.Table]) -> pa.Table:
+def chunked(pieces: Iterable[pa.Table | pa.RecordBatch], max_rows: int
+            ) -> Iterator[pa.Table]:
+    """``pieces`` gathered into consecutive tables of at most ``max_rows`` rows and
+    :data:`CHUNK_BYTES` (a piece is never split: one larger than both is a chunk alone)."""
+    pending: list[pa.Table | pa.RecordBatch] = []
+    rows = size = 0
+    for piece in pieces:
+        if pending and (rows + piece.num_rows > max_rows or size + piece.nbytes > CHUNK_BYTES):
+            yield _concat(pending)
+            pending, rows, size = [], 0, 0
+        pending.append(piece)
+        rows += piece.num_rows
+        size += piece.nbytes
+    if pending:
+        yield _concat(pending)
+
+
+def _concat(pieces: list[pa.Table | pa.RecordBatch]) -> pa.Table:
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in pieces]
     # versions of one identity may differ in columns (ADD/DROP COLUMN): nulls fill them
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables,
+                                                               promote_options="permissive")

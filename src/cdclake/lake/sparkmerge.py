@@ -282,7 +282,7 @@ def spark_mirrors(spark: SparkSession, config: Config, catalog: Catalog,
                   relations: Mapping[str, RelationVersion],
                   since: Mapping[str, int | None] | None = None
                   ) -> tuple[dict[str, DataFrame], list[str], list[str]]:
-    """:func:`cdclake.lake.tables.read_mirrors` as Spark DataFrames, read by the executors
+    """:func:`cdclake.lake.tables.mirror_chunks` as Spark DataFrames, read by the executors
     (nothing is collected): the mirror of each source table, or with ``since`` the rows the
     run wrote plus, for a table with a key, every stored row sharing one of their keys (a
     semi-join: no limit on the number of keys). Also the tables with no mirror, and those

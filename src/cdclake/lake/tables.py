@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -38,6 +38,7 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
+from cdclake.lake.batches import chunked
 from cdclake.lake.changes import KEY, Identity
 from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
@@ -231,26 +232,44 @@ def mirror_status(config: Config, catalog: Catalog,
     return out
 
 
-def read_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],
-                 *, since: Mapping[str, int | None] | None = None
-                 ) -> tuple[dict[str, pa.Table], list[str]]:
-    """The rows of the mirror of each source table in ``relations`` (keyed as given, in key
-    order), and the keys that have no mirror: the table is outside ``config.tables``, or no
-    change of it was merged yet.
+def mirror_chunks(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],
+                  *, since: Mapping[str, int | None] | None = None,
+                  columns: Callable[[RelationVersion, pa.Schema], Sequence[str]] | None = None,
+                  max_rows: int = 1_000_000
+                  ) -> tuple[Iterator[tuple[str, RelationVersion, pa.Table]], list[str]]:
+    """The rows of the mirror of each source table in ``relations`` (keyed as given), as
+    chunks of at most ``max_rows`` rows and :data:`~cdclake.lake.batches.CHUNK_BYTES` read
+    one at a time (``columns``: only those the function names for the relation and the
+    mirror's Arrow schema), and the keys that have no mirror: the table is outside
+    ``config.tables``, or no change of it was merged yet.
 
     Without ``since`` each mirror is read whole (the scheduled full check). With it (source
     table -> the commit LSN its mirror had before the run; None: read it whole), only what the
     run can have broken is read: the rows it wrote (``_cdc_commit_lsn`` above that LSN, so
-    data files written before are pruned by their metrics) and, for a table with a key, the
-    stored rows with the same keys (a key written twice shows up as a duplicate). The cost
-    follows the run's changes, not the table.
+    data files written before are pruned by their metrics) and, for a table with a key and at
+    most :data:`MAX_CHECKED_KEYS` rows written, the stored rows with the same keys (a key
+    written twice shows up as a duplicate). The cost follows the run's changes, not the table.
     """
     found, missing = existing_mirrors(config, catalog, relations)
-    data: dict[str, pa.Table] = {}
-    for name, rel, table in found:
-        lsn = since.get(name) if since is not None else None
-        data[name] = table.scan().to_arrow() if lsn is None else _written_since(table, rel, lsn)
-    return data, missing
+
+    def chunks() -> Iterator[tuple[str, RelationVersion, pa.Table]]:
+        for name, rel, table in found:
+            lsn = since.get(name) if since is not None else None
+            fields = ("*",) if columns is None else tuple(
+                c for c in columns(rel, table.schema().as_arrow())
+                if c in table.schema().column_names)
+            pieces = (_read(table, fields) if lsn is None
+                      else _written_since(table, rel, lsn, fields))
+            for chunk in chunked(pieces, max_rows):
+                yield name, rel, chunk
+    return chunks(), missing
+
+
+def _read(table: Table, fields: tuple[str, ...], row_filter: Any = None
+          ) -> Iterator[pa.RecordBatch]:
+    scan = (table.scan(selected_fields=fields) if row_filter is None
+            else table.scan(row_filter=row_filter, selected_fields=fields))
+    yield from scan.to_arrow_batch_reader()
 
 
 def existing_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion]
@@ -280,21 +299,35 @@ _KEY_TYPES = (IntegerType, LongType, StringType)
 MAX_CHECKED_KEYS = 10_000
 
 
-def _written_since(table: Table, rel: RelationVersion, lsn: int) -> pa.Table:
+def _written_since(table: Table, rel: RelationVersion, lsn: int, fields: tuple[str, ...]
+                   ) -> Iterator[pa.RecordBatch]:
     run = GreaterThan(CDC_COMMIT_LSN, lsn)  # type: ignore[call-arg,arg-type]
-    written = table.scan(row_filter=run).to_arrow()
     schema = table.schema()
     keys = key_columns(rel)
-    if (not keys or not 0 < written.num_rows <= MAX_CHECKED_KEYS
-            or not all(isinstance(schema.find_field(k).field_type, _KEY_TYPES) for k in keys)):
-        return written
-    values = [{v for v in written.column(k).to_pylist() if v is not None} for k in keys]
-    if not all(values):
-        return written
+    written = _read(table, fields, run)
+    if not keys or not all(isinstance(schema.find_field(k).field_type, _KEY_TYPES)
+                           for k in keys):
+        yield from written
+        return
+    head: list[pa.RecordBatch] = []  # up to MAX_CHECKED_KEYS rows, whose keys are looked up
+    rows = 0
+    for piece in written:
+        head.append(piece)
+        rows += piece.num_rows
+        if rows > MAX_CHECKED_KEYS:  # too many to look up: the written rows alone
+            yield from head
+            yield from written
+            return
+    first = pa.Table.from_batches(head, schema=head[0].schema) if head else None
+    values = [{v for v in first.column(k).to_pylist() if v is not None} for k in keys
+              ] if first is not None and first.num_rows else []
+    if not values or not all(values):
+        yield from head
+        return
     terms = [In(k, v) for k, v in zip(keys, values, strict=True)]  # type: ignore[call-arg,arg-type]
     same_keys = terms[0] if len(terms) == 1 else And(*terms)
     # the written rows (a null key among them) and the stored rows sharing their keys
-    return table.scan(row_filter=Or(run, same_keys)).to_arrow()
+    yield from _read(table, fields, Or(run, same_keys))
 
 
 def row_count(table: Table) -> int | None:

@@ -26,6 +26,7 @@ nothing is merged past a failed stream check.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import re
@@ -366,8 +367,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
     The suite needs each table's replica identity and key, which only the decoder's relation
     versions give: they come from the batches' manifests (the newest version wins).
     """
-    from cdclake.lake.tables import read_mirrors
-    from cdclake.quality import raise_for_failures, validate_mirrors
+    from cdclake.quality import raise_for_failures, validate_mirror_chunks
 
     params = params or RunParams()
     if params.dry_run:
@@ -389,15 +389,20 @@ def validate_tables(config: Config, params: RunParams | None = None,
     with _lease(config, store, LAKE, "validate_tables"):
         catalog = catalog or _catalog(config)
         if config.merge_engine == "spark":
-            data, missing = _spark_mirrors(config, catalog, relations, since)
+            chunks, missing = _spark_mirrors(config, catalog, relations, since)
         else:
-            data, missing = read_mirrors(config, catalog, relations, since=since)
-        if not data:
+            chunks, missing = _arrow_mirrors(config, catalog, relations, since)
+        first = next(chunks, None)
+        if first is None:
             return {"tables": [], "missing": missing, "success": True}
         run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
-        report = validate_mirrors(config, data, {k: relations[k] for k in data},
-                                  run_name=run_name, context=context)
-    result = {"tables": sorted(data), "rows": {t.table: t.rows for t in report.tables},
+        report = validate_mirror_chunks(config, itertools.chain([first], chunks),
+                                        run_name=run_name, context=context)
+    rows: dict[str, int] = {}
+    for t in report.tables:  # a table's chunks (table#2, ...) add up
+        name = t.table.split("#", 1)[0]
+        rows[name] = rows.get(name, 0) + t.rows
+    result = {"tables": sorted(rows), "rows": rows,
               "scope": "full" if since is None else "written by this run",
               "checked_on": "spark" if config.merge_engine == "spark" else "pandas",
               "missing": missing, "success": report.success,
@@ -406,13 +411,28 @@ def validate_tables(config: Config, params: RunParams | None = None,
     return result
 
 
+def _arrow_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],
+                   since: Mapping[str, int | None] | None
+                   ) -> tuple[Iterator[tuple[str, RelationVersion, Any]], list[str]]:
+    """The mirrors as chunks of the columns the mirror suite reads, one in memory at a
+    time (``quality_chunk_rows`` rows)."""
+    from cdclake.lake.tables import mirror_chunks
+    from cdclake.quality.inputs import identity_of, mirror_columns, mirror_parameters
+
+    def columns(rel: RelationVersion, schema: Any) -> list[str]:
+        return mirror_columns(mirror_parameters(rel.name, identity_of(rel), schema))
+
+    return mirror_chunks(config, catalog, relations, since=since, columns=columns,
+                         max_rows=config.quality_chunk_rows)
+
+
 def _spark_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],
-                   since: Mapping[str, int | None] | None) -> tuple[dict[str, Any], list[str]]:
+                   since: Mapping[str, int | None] | None
+                   ) -> tuple[Iterator[tuple[str, RelationVersion, Any]], list[str]]:
     """With ``merge_engine = "spark"`` the mirror suite runs on Spark DataFrames (GX's Spark
     engine): the rows stay on the executors, whatever the run wrote. Mirrors Spark cannot read
-    (``time`` columns) are read with pyiceberg."""
+    (``time`` columns) are read with pyiceberg, in chunks."""
     from cdclake.lake.sparkmerge import spark_mirrors
-    from cdclake.lake.tables import read_mirrors
     from cdclake.sparkenv import error_line
 
     try:
@@ -423,9 +443,8 @@ def _spark_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, Rel
     except Exception as exc:  # Py4J and pyspark errors: one line
         raise LakeError(f"mirror check on Spark: cannot read the mirrors ({error_line(exc)})"
                         ) from exc
-    arrow, _ = read_mirrors(config, catalog, {k: relations[k] for k in unreadable},
-                            since=since)
-    return {**frames, **arrow}, missing
+    arrow, _ = _arrow_mirrors(config, catalog, {k: relations[k] for k in unreadable}, since)
+    return itertools.chain(((k, relations[k], frames[k]) for k in sorted(frames)), arrow), missing
 
 
 def _merged_since(merged: Mapping[str, Any]) -> dict[str, int | None]:

@@ -9,12 +9,18 @@ validation does.
 
 from cdclake.quality.context import QualityContext
 from cdclake.quality.report import QualityReport, raise_for_failures
-from cdclake.quality.runner import validate_mirrors, validate_stream, validate_stream_chunks
+from cdclake.quality.runner import (
+    validate_mirror_chunks,
+    validate_mirrors,
+    validate_stream,
+    validate_stream_chunks,
+)
 
 __all__ = [
     "QualityContext",
     "QualityReport",
     "raise_for_failures",
+    "validate_mirror_chunks",
     "validate_mirrors",
     "validate_stream",
     "validate_stream_chunks",

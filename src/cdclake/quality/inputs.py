@@ -163,6 +163,35 @@ def to_frame(table: pa.Table, columns: Sequence[str],
     return frame
 
 
+#: the column of :func:`key_table` that says which chunk a key came from
+CHUNK = "_chunk"
+
+
+def key_table(data: pa.Table, keys: Sequence[str], chunk: int) -> pa.Table:
+    """The typed key columns of a mirror chunk, with its number: what
+    :func:`keys_in_chunks` compares across chunks. Rows with a null key are left out (the
+    not-null check reports them; a key the decoder could only keep as text is one)."""
+    selected = data.select(list(keys))
+    present = pc.and_(*[pc.is_valid(c) for c in selected.columns]) if len(keys) > 1 \
+        else pc.is_valid(selected.column(0))
+    selected = selected.filter(present)
+    return selected.append_column(CHUNK, pa.array([chunk] * selected.num_rows, pa.int32()))
+
+
+def keys_in_chunks(pieces: Sequence[pa.Table], samples: int
+                   ) -> tuple[int, int, list[dict[str, Any]]]:
+    """Of a mirror's :func:`key_table` pieces: the rows whose key is in more than one chunk,
+    all rows, and up to ``samples`` such keys with how many rows hold each."""
+    keys = [c for c in pieces[0].column_names if c != CHUNK]
+    both = pa.concat_tables(pieces).combine_chunks()
+    groups = both.group_by(keys).aggregate([(CHUNK, "count_distinct"), (CHUNK, "count")])
+    spread = groups.filter(pc.greater(groups.column(f"{CHUNK}_count_distinct"), 1))
+    rows = spread.column(f"{CHUNK}_count")
+    shown = spread.slice(0, samples).select([*keys, f"{CHUNK}_count"]).to_pylist()
+    return (int(pc.sum(rows).as_py() or 0), both.num_rows,
+            [{**{k: s[k] for k in keys}, "rows": s[f"{CHUNK}_count"]} for s in shown])
+
+
 def _fill_exact_keys(frame: pd.DataFrame, identity: Identity) -> None:
     import pandas as pd
 

@@ -115,6 +115,25 @@ def order_across(last: tuple[int, int, int], first: tuple[int, int, int]
         samples=[dict(zip(names, last, strict=True)), dict(zip(names, first, strict=True))])
 
 
+def keys_across(keys: Sequence[str], unexpected: int, elements: int,
+                samples: Sequence[Mapping[str, Any]]) -> ExpectationOutcome | None:
+    """Keys a mirror holds in more than one of its chunks (``unexpected`` rows among
+    ``elements``, as :func:`cdclake.quality.inputs.keys_in_chunks` counts them): the suite's
+    uniqueness check of the whole table, where no chunk's own check can see it. None when
+    there are none."""
+    if not unexpected:
+        return None
+    return ExpectationOutcome(
+        check="key_unique",
+        expectation="expect_compound_columns_to_be_unique" if len(keys) > 1
+        else "expect_column_values_to_be_unique",
+        description="the mirror holds these keys more than once, in different chunks of "
+                    "the rows checked",
+        columns=list(keys), severity="critical", unexpected_count=unexpected,
+        element_count=elements, samples=[{k: json_safe(v) for k, v in s.items()}
+                                         for s in samples])
+
+
 def _check_id(config: Mapping[str, Any]) -> str:
     return str(((config.get("meta") or {}).get("cdclake") or {}).get("check", ""))
 

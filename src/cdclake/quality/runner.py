@@ -45,7 +45,42 @@ def validate_mirrors(config: Config, tables: Mapping[str, pa.Table | Any],
                      context: QualityContext | None = None) -> QualityReport:
     """Check each mirror table (key unique and not null, no TOAST placeholder left), given
     as Arrow or as a Spark DataFrame (GX's Spark engine: the rows stay on the executors)."""
-    return _validate(MIRROR_TABLE, config, tables, relations, run_name, context)
+    _relations_for(tables, relations)
+    return validate_mirror_chunks(config, ((t, relations[t], tables[t]) for t in sorted(tables)),
+                                  run_name=run_name, context=context)
+
+
+def validate_mirror_chunks(config: Config,
+                           chunks: Iterable[tuple[str, RelationVersion, pa.Table | Any]], *,
+                           run_name: str | None = None,
+                           context: QualityContext | None = None) -> QualityReport:
+    """:func:`validate_mirrors` over consecutive chunks of each mirror (as
+    :func:`cdclake.lake.tables.mirror_chunks` reads them), one chunk in memory at a time.
+
+    The suite runs on every chunk (``table#2``, … as in :func:`validate_stream_chunks`). A
+    key held in two chunks is a duplicate no chunk's check sees: the key columns of a table's
+    chunks are kept (only those) and checked across them once its last chunk is done."""
+    run = _Run(MIRROR_TABLE, config, run_name, context)
+    seen: dict[str, int] = {}
+    keys: dict[str, list[pa.Table]] = {}
+    results: dict[str, list[TableResult]] = {}
+    for table, relation, data in chunks:
+        seen[table] = seen.get(table, 0) + 1
+        result = run.table(table, data, relation, chunk=seen[table])
+        results.setdefault(table, []).append(result)
+        if (not is_spark(data) and result.key_columns
+                and set(result.key_columns) <= set(data.column_names)):
+            keys.setdefault(table, []).append(
+                inputs.key_table(data, result.key_columns, seen[table]))
+    for table, pieces in keys.items():
+        if len(pieces) > 1:
+            across = outcomes.keys_across(results[table][0].key_columns,
+                                          *inputs.keys_in_chunks(pieces, SAMPLE_ROWS))
+            if across is not None:
+                first = results[table][0]
+                first.failures.insert(0, across)
+                first.success = False
+    return run.report()
 
 
 def validate_stream_chunks(config: Config,
@@ -86,14 +121,18 @@ def _order_key(data: pa.Table, row: int) -> tuple[int, int, int]:
 def _validate(suite: str, config: Config, tables: Mapping[str, pa.Table],
               relations: Mapping[str, RelationVersion], run_name: str | None,
               context: QualityContext | None) -> QualityReport:
-    missing = sorted(set(tables) - set(relations))
-    if missing:
-        raise ValueError(f"no relation version given for table(s) {', '.join(missing)}: "
-                         "the suites need each table's replica identity and key")
+    _relations_for(tables, relations)
     run = _Run(suite, config, run_name, context)
     for table in sorted(tables):
         run.table(table, tables[table], relations[table])
     return run.report()
+
+
+def _relations_for(tables: Mapping[str, Any], relations: Mapping[str, RelationVersion]) -> None:
+    missing = sorted(set(tables) - set(relations))
+    if missing:
+        raise ValueError(f"no relation version given for table(s) {', '.join(missing)}: "
+                         "the suites need each table's replica identity and key")
 
 
 class _Run:

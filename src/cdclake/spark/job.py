@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -160,10 +161,11 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
     try:
         # a task's cdclake error (CRC, unknown relation, type) comes back as itself
         with spark_errors(f"decode of batch {plan.name} on Spark", DecodingError):
+            timings = _Timings()
             results, ends, version, state = _run(spark, config, store, layout, plan,
-                                                 progress, state, key, own)
+                                                 progress, state, key, own, timings)
             return _finish(spark, store, layout, plan, progress, state, results, ends,
-                           version, fence, own)
+                           version, fence, own, timings)
     except BaseException as exc:
         _abandon(store, layout, plan, own)
         # a run that lost its lease failed for that (a newer run removed its runs): say so
@@ -273,9 +275,24 @@ class _Inherited:
         return cls(db_oid, start_lsn or 0, d.to_json(), None, [], 0, 0)
 
 
+class _Timings(dict[str, int]):
+    """Milliseconds of the job's stages, in the batch's stats (``ms_scan``,
+    ``ms_partitions``, ``ms_merge_runs``): the decode step's own profile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mark = time.monotonic()
+
+    def lap(self, stage: str) -> None:
+        now = time.monotonic()
+        self[f"ms_{stage}"] = round((now - self.mark) * 1000)
+        self.mark = now
+
+
 def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout,
          plan: BatchPlan, progress: Progress | None, state: _Inherited, key: bytes,
-         own: _Objects) -> tuple[list[PartitionResult], _Ends, int, _Inherited]:
+         own: _Objects, timings: _Timings
+         ) -> tuple[list[PartitionResult], _Ends, int, _Inherited]:
     """The Spark part: scan, collect routing facts, then each partition reads the batch and
     decodes its records; where the batch's WAL ended, and the state with the first batch's
     start LSN resolved."""
@@ -284,6 +301,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
     summaries = tasks.map(task(
         lambda t: scan_segment(t, store, layout, size, db, key))).collect()
+    timings.lap("scan")
     damaged = next((s.damaged for s in summaries if s.damaged), None)
     if damaged is not None:
         raise SegmentDigestError(damaged)
@@ -323,6 +341,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
 
     results = (sc.parallelize(range(n), n).mapPartitionsWithIndex(task(decode_partition))
                .collect())
+    timings.lap("partitions")
     rmap.destroy()
     return sorted(results, key=lambda r: r.index), ends, version, state
 
@@ -385,7 +404,8 @@ def _check_joins(plan: BatchPlan, summaries: list[ParsedSegment],
 
 def _finish(spark: SparkSession, store: ObjectStore, layout: Layout, plan: BatchPlan,
             progress: Progress | None, state: _Inherited, results: list[PartitionResult],
-            ends: _Ends, version: int, fence: Fence, own: _Objects) -> BatchResult:
+            ends: _Ends, version: int, fence: Fence, own: _Objects,
+            timings: _Timings) -> BatchResult:
     """Check the partitions agree, merge their runs into the stream, write the state, commit
     the progress (``fence`` checked before each: a run that lost its lease stops), then
     publish the batch."""
@@ -398,6 +418,7 @@ def _finish(spark: SparkSession, store: ObjectStore, layout: Layout, plan: Batch
                             "different dictionaries or decoder states; a record every "
                             "partition needs was not broadcast (a cdclake bug)")
     merged = _merge_runs(spark, store, own.changes, results)
+    timings.lap("merge_runs")
     # a split transaction is emitted, in parts, by every partition holding one
     split = set().union(*(r.split_commits for r in results))
     commits = sum(r.commits for r in results) + len(split)
@@ -430,6 +451,7 @@ def _finish(spark: SparkSession, store: ObjectStore, layout: Layout, plan: Batch
             stats[k] = stats.get(k, 0) + v
     stats["peak_partition_changes"] = max(r.stats.get("changes", 0) for r in results)
     stats["split_txns"] = len(split)
+    stats.update(timings)
     if stats.get("pure_python_partitions"):
         log.warning("decode: batch %s: %d of %d partitions ran the pure-Python decoder: their "
                     "executors could not load cdclake's compiled hot path (another Python or "

@@ -1,7 +1,9 @@
-"""Where the mirrors stand (``mirror_status``), reading them back (``read_mirrors``), and merging
+"""Where the mirrors stand (``mirror_status``), reading them back (``mirror_chunks``), and merging
 a selection of tables (``merge_batch(only=...)``), on a SQLite catalog in a temporary home."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,7 +16,7 @@ from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.batch import read_batch
 from cdclake.lake.merge import merge_batch
-from cdclake.lake.tables import KIND, MIRROR, STREAM, mirror_status, read_mirrors
+from cdclake.lake.tables import KIND, MIRROR, STREAM, mirror_chunks, mirror_status
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, property_value
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.wal.lsn import format_lsn
@@ -84,7 +86,17 @@ def test_status_shows_the_initial_snapshot_lsn(catalog: Catalog, config: Config,
 # -- reading mirrors back ------------------------------------------------------------------------
 
 
-def test_read_mirrors_returns_rows_and_the_tables_without_a_mirror(
+def read_mirrors(config: Config, catalog: Catalog, relations: dict[str, Any], **kw: Any
+                 ) -> tuple[dict[str, pa.Table], list[str]]:
+    """Every chunk of each mirror, concatenated again."""
+    chunks, missing = mirror_chunks(config, catalog, relations, **kw)
+    data: dict[str, list[pa.Table]] = {}
+    for name, _rel, chunk in chunks:
+        data.setdefault(name, []).append(chunk)
+    return {k: pa.concat_tables(v) for k, v in data.items()}, missing
+
+
+def test_mirror_chunks_returns_rows_and_the_tables_without_a_mirror(
         catalog: Catalog, config: Config, stream: Stream) -> None:
     batch(stream, "b1")
     merge_batch(catalog, config.replace(tables=["public.items"]),
@@ -96,7 +108,25 @@ def test_read_mirrors_returns_rows_and_the_tables_without_a_mirror(
     assert read_mirrors(config, catalog, {}) == ({}, [])
 
 
-def test_read_mirrors_since_reads_what_the_run_wrote_and_rows_sharing_its_keys(
+def test_mirror_chunks_are_bounded_and_read_only_the_columns_asked_for(
+        catalog: Catalog, config: Config, stream: Stream) -> None:
+    batch(stream, "b1")
+    merge_batch(catalog, config, read_batch(stream.root, "b1"))
+    b2 = stream.batch("b2")
+    with b2.txn() as t:
+        for i in range(3, 8):
+            t.insert(items(), {"id": i, "name": f"n{i}"})
+    b2.write()
+    merge_batch(catalog, config, read_batch(stream.root, "b2"))
+    chunks, _ = mirror_chunks(config, catalog, {"public.items": items().version},
+                              columns=lambda rel, schema: ["id", "nope"], max_rows=1)
+    got = list(chunks)
+    # one chunk per record batch the scan gives (at most max_rows unless a batch is larger)
+    assert len(got) > 1 and all(c.column_names == ["id"] for _n, _r, c in got)
+    assert sorted(i for _n, _r, c in got for i in c.column("id").to_pylist()) == list(range(1, 8))
+
+
+def test_mirror_chunks_since_reads_what_the_run_wrote_and_rows_sharing_its_keys(
         catalog: Catalog, config: Config, stream: Stream) -> None:
     batch(stream, "b1")
     first = merge_batch(catalog, config, read_batch(stream.root, "b1"))
