@@ -158,12 +158,15 @@ class Layout:
         prefix = self._p(f"spill/{_name(batch, 'batch name')}/")
         return prefix if generation is None else f"{prefix}{self.generation(generation)}/"
 
-    def spill_key(self, batch: str, xid: int, lsn: int, *, generation: int) -> str:
-        """PostgreSQL's spill name (ReorderBufferSerializedPath): LSN halves in upper hex."""
+    def spill_key(self, batch: str, xid: int, lsn: int, *, generation: int,
+                  part: int | None = None) -> str:
+        """PostgreSQL's spill name (ReorderBufferSerializedPath): LSN halves in upper hex;
+        ``-p<part>`` for a part of a split transaction (:mod:`cdclake.decoding.carry`)."""
         if not 0 <= xid < 1 << 32 or not 0 <= lsn < 1 << 64:
             raise ValueError(f"spill key needs a 32-bit xid and 64-bit LSN, got {xid}, {lsn}")
+        tail = "" if part is None else f"-p{part}"
         return self._k(f"{self.spill_prefix(batch, generation)}"
-                       f"xid-{xid}-lsn-{lsn >> 32:X}-{lsn & 0xFFFFFFFF:X}.spill")
+                       f"xid-{xid}-lsn-{lsn >> 32:X}-{lsn & 0xFFFFFFFF:X}{tail}.spill")
 
     def changes_root(self) -> str:
         """The directory of every decoded batch."""

@@ -13,23 +13,36 @@ Where the bytes go is the caller's business: ``put``/``get`` callbacks name and 
 share a WAL and each emits only the transactions it owns (Spark partitions), only the owner
 saves a transaction's changes; every decoder restores the bookkeeping (it needs the DDL events
 to keep the same dictionary), the owner also the changes.
+
+A transaction the decoders split (a Spark job's large transaction, dealt out by stripes of
+WAL) is carried in parts: each decoder saves the changes it holds, as part ``part`` of
+``parts``, and in the next batch each takes its own part back while the transaction stays
+split the same way. When it cannot (the next batch finds TOAST chunks or new catalog rows in
+it, or a different number of decoders), one decoder takes every part and reunites them
+(:func:`reunite`): the parts hold disjoint records, except the ones every part buffers
+(TRUNCATE, transactional messages), which are kept once.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Callable, Iterable
+import heapq
+import itertools
+import shutil
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from cdclake.decoding.changes import Change
 from cdclake.decoding.reorder import TXN, ReorderBuffer
 from cdclake.decoding.spill import (
     MAGIC,
     encode_change,
     open_private,
     private_dir,
+    read_changes,
     spill_file_name,
 )
 from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
@@ -76,6 +89,14 @@ class OpenTxn:
     ddl: tuple[dict[str, Any], ...]
     spill: str | None
     changes: int
+    #: of a split transaction: which part of how many (the decoder's index, their number),
+    #: and the LSN its changes are split from (before it, they are all in the owner's part)
+    part: int | None = None
+    parts: int = 0
+    since: int = 0
+    #: its changes cannot be split (TOAST chunks, speculative inserts or new catalog rows
+    #: were seen in it), however large it grows: said by the job (:mod:`cdclake.spark.routing`)
+    unsplit: bool = False
 
     @property
     def toplevel(self) -> int:
@@ -89,9 +110,13 @@ class OpenTxn:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> OpenTxn:
+        part = d.get("part")
         return cls(int(d["xid"]), int(d["top"]), int(d["first_lsn"]),
                    tuple(int(x) for x in d["subxids"]), bool(d["prepared"]), str(d["gid"]),
-                   tuple(d["ddl"]), d.get("spill"), int(d.get("changes", 0)))
+                   tuple(d["ddl"]), d.get("spill"), int(d.get("changes", 0)),
+                   None if part is None else int(part), int(d.get("parts", 0)),
+                   # carried by a version that did not say: never split, to be safe
+                   int(d.get("since", 0)), bool(d.get("unsplit", True)))
 
 
 def open_memberships(txns: Iterable[OpenTxn]) -> dict[int, int]:
@@ -111,24 +136,30 @@ def open_memberships(txns: Iterable[OpenTxn]) -> dict[int, int]:
     return out
 
 
-#: stores one open transaction's changes (xid, first LSN, the spill file holding them);
-#: returns their key
-Put = Callable[[int, int, Path], str]
+#: stores one open transaction's changes (xid, first LSN, its part or None, the spill file
+#: holding them); returns their key
+Put = Callable[[int, int, int | None, Path], str]
 #: writes what is stored under a key to a new private file
 Get = Callable[[str, Path], None]
+#: of a top-level xid: this decoder's part of it, the number of parts and the LSN it is split
+#: from, or None (whole)
+PartOf = Callable[[int], tuple[int, int, int] | None]
 
 
-def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put) -> list[OpenTxn]:
+def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put,
+              part_of: PartOf | None = None) -> list[OpenTxn]:
     """Store the changes of the open transactions this decoder owns; their bookkeeping.
 
     Each transaction's changes are streamed into one spill file in the buffer's spill
     directory and handed to ``put`` as a file: a transaction larger than memory stays out of
-    it (:meth:`cdclake.archive.store.ObjectStore.put_file` streams it on)."""
+    it (:meth:`cdclake.archive.store.ObjectStore.put_file` streams it on). Of a transaction
+    ``part_of`` says is split, what this decoder holds is its part."""
     out = []
     for t in buffer.by_txn.values():
         top = t.top or t.xid
         if not owns(top):
             continue
+        part, parts, since = (part_of(top) if part_of is not None else None) or (None, 0, 0)
         key = None
         n = 0
         if t.changes or t.spill_files:
@@ -137,20 +168,36 @@ def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put) -> l
             try:
                 with open_private(path, "wb") as f:
                     f.write(MAGIC)
-                    for ch in t.stream():
+                    # spilled changes (restored ones too) are in the carried format already:
+                    # their bytes are copied, not decoded and encoded again
+                    for spilled in t.spill_files.values():
+                        _copy_entries(spilled, f)
+                    for ch in t.changes:
                         f.write(encode_change(ch))
-                        n += 1
-                key = put(t.xid, t.first_lsn, path)
+                n = t.nspilled + len(t.changes)
+                key = put(t.xid, t.first_lsn, part, path)
             finally:
                 path.unlink(missing_ok=True)
         out.append(OpenTxn(t.xid, t.top, t.first_lsn, tuple(t.subxids), t.prepared, t.gid,
-                           tuple(encode_event(lsn, e) for lsn, e in t.ddl), key, n))
+                           tuple(encode_event(lsn, e) for lsn, e in t.ddl), key, n,
+                           part, parts, since))
     return out
 
 
-def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], owns: Callable[[int], bool],
+def _copy_entries(path: Path, out: BinaryIO) -> None:
+    """The entries of spill file ``path``, as bytes, onto ``out``."""
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise SpillError(f"spill file {path} is not a cdclake spill file (bad magic)")
+        shutil.copyfileobj(f, out, 1 << 20)
+
+
+def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], keeps: Callable[[OpenTxn], bool],
                  get: Get, spill_dir: Path) -> None:
-    """Recreate the previous batch's open transactions in an empty reorder buffer."""
+    """Recreate the previous batch's open transactions in an empty reorder buffer: the
+    bookkeeping of all, the changes of those ``keeps`` says this decoder takes (parts of one
+    transaction, several of them, are reunited)."""
+    taken: dict[int, list[OpenTxn]] = {}
     for o in txns:
         t: TXN = buffer.txn(o.xid, o.first_lsn)
         t.top = o.top
@@ -158,9 +205,47 @@ def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], owns: Callable[[int
         t.prepared = o.prepared
         t.gid = o.gid
         t.ddl = [decode_event(e) for e in o.ddl]  # type: ignore[misc]
-        if o.spill and owns(o.toplevel):
-            private_dir(spill_dir)
-            path = spill_dir / spill_file_name(o.xid, o.first_lsn)
-            get(o.spill, path)
-            t.spill_files[RESTORED] = path
-            t.nspilled = o.changes
+        if o.spill and keeps(o):
+            taken.setdefault(o.xid, []).append(o)
+    for xid, parts in taken.items():
+        private_dir(spill_dir)
+        t = buffer.by_txn[xid]
+        path = spill_dir / spill_file_name(xid, t.first_lsn)
+        if len(parts) == 1:
+            get(parts[0].spill, path)  # type: ignore[arg-type]
+            t.nspilled = parts[0].changes
+        else:
+            files = [spill_dir / f"part{o.part}-{spill_file_name(xid, t.first_lsn)}"
+                     for o in parts]
+            try:
+                for o, f in zip(parts, files, strict=True):
+                    get(o.spill, f)  # type: ignore[arg-type]
+                t.nspilled = reunite(files, path)
+            finally:
+                for f in files:
+                    f.unlink(missing_ok=True)
+        t.spill_files[RESTORED] = path
+
+
+def _tagged(part: int, path: Path) -> Iterator[tuple[int, int, Change]]:
+    for ch in read_changes(path):
+        yield ch.lsn, part, ch
+
+
+def reunite(parts: list[Path], path: Path) -> int:
+    """One spill file at ``path`` of a split transaction's parts (each in LSN order): their
+    changes merged by LSN, a record every part holds (TRUNCATE, a transactional message:
+    the same LSN in several parts) kept once. Returns the number of changes written."""
+    n = 0
+    with open_private(path, "wb") as f:
+        f.write(MAGIC)
+        streams = [_tagged(i, p) for i, p in enumerate(parts)]
+        merged = heapq.merge(*streams, key=lambda e: e[0])  # stable: part order at an LSN
+        for _lsn, group in itertools.groupby(merged, key=lambda e: e[0]):
+            entries = list(group)
+            first = entries[0][1]  # the changes of one record: from one part only
+            for _, i, ch in entries:
+                if i == first:
+                    f.write(encode_change(ch))
+                    n += 1
+    return n

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.decoding.carry import Get, OpenTxn, Put, restore_open, save_open
+from cdclake.decoding.carry import Get, OpenTxn, PartOf, Put, restore_open, save_open
 from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.decode import CatalogTracker, Decoder
 from cdclake.decoding.filter import Filter
@@ -98,10 +98,11 @@ class DecodingContext:
         """The start-up state to carry to a decoder that continues this one."""
         return self.decoder.startup
 
-    def save_open(self, put: Put) -> list[OpenTxn]:
-        """Carry the transactions still open: their changes through ``put`` (owned ones only),
-        and the bookkeeping of all, for the next batch's context."""
-        return save_open(self.buffer, self.owns, put)
+    def save_open(self, put: Put, part_of: PartOf | None = None) -> list[OpenTxn]:
+        """Carry the transactions still open: their changes through ``put`` (owned ones only;
+        this decoder's part of a split one, ``part_of``), and the bookkeeping of all, for the
+        next batch's context."""
+        return save_open(self.buffer, self.owns, put, part_of)
 
     @property
     def peak_memory(self) -> int:
@@ -120,14 +121,17 @@ def create_decoding_context(
         startup: Startup | None = None,
         carried: Iterable[OpenTxn] = (), get: Get | None = None,
         owns: Callable[[int], bool] | None = None, messages: bool = True,
-        share: Callable[[int, int], bool] | None = None) -> DecodingContext:
+        share: Callable[[int, int], bool] | None = None,
+        keeps: Callable[[OpenTxn], bool] | None = None) -> DecodingContext:
     """Build the stages for a WAL of PostgreSQL ``version`` with ``segment_size`` segments.
 
     ``startup`` and ``carried`` continue a previous batch's decoder (its start-up state and
     the transactions it left open; ``get`` fetches their spilled changes). ``owns`` limits
     emission to some transactions (the others' changes are not even buffered) and
     ``messages`` says whether this context emits the non-transactional messages and warns
-    about forged ones (see :class:`OwnedReplay`); by default it emits everything. ``share``
+    about forged ones (see :class:`OwnedReplay`); by default it emits everything; ``keeps``
+    says whose carried changes it restores (by default those of the transactions it owns:
+    see :func:`cdclake.decoding.carry.restore_open`). ``share``
     splits the changes of a transaction among decoders (the workers of
     :mod:`cdclake.decoding.parallel`, which all read it; Spark partitions, for the
     transactions :mod:`cdclake.spark.routing` splits; see ``Decoder.share``).
@@ -151,5 +155,6 @@ def create_decoding_context(
     if carried:
         if get is None:
             raise ValueError("open transactions carried without a way to fetch their changes")
-        restore_open(buffer, carried, owner, get, options.spill_dir)
+        restore_open(buffer, carried, keeps or (lambda o: owner(o.toplevel)), get,
+                     options.spill_dir)
     return DecodingContext(dictionary, buffer, decoder, replayer, owner)

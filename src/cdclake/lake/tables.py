@@ -30,7 +30,8 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.expressions import And, GreaterThan, In, Or
+from pyiceberg.expressions import AlwaysTrue, And, GreaterThan, In, Or
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
@@ -267,9 +268,15 @@ def mirror_chunks(config: Config, catalog: Catalog, relations: Mapping[str, Rela
 
 def _read(table: Table, fields: tuple[str, ...], row_filter: Any = None
           ) -> Iterator[pa.RecordBatch]:
-    scan = (table.scan(selected_fields=fields) if row_filter is None
-            else table.scan(row_filter=row_filter, selected_fields=fields))
-    yield from scan.to_arrow_batch_reader()
+    """The scan's record batches, a data file at a time: pyiceberg's own batch reader reads
+    every file of the scan at once on its thread pool (each into a list), so it would hold
+    the whole table."""
+    scan = table.scan(row_filter=row_filter if row_filter is not None else AlwaysTrue(),
+                      selected_fields=fields)
+    reader = ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter,
+                       scan.case_sensitive)
+    for task in scan.plan_files():
+        yield from reader.to_record_batches([task])
 
 
 def existing_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion]

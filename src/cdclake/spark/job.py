@@ -320,8 +320,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     n = config.spark_partitions
     pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
     routes = RouteMap.merge(n, (p.facts for p in summaries), open_memberships(state.open_txns),
-                            pg_class[1] if pg_class else None,
-                            (t.toplevel for t in state.open_txns))
+                            pg_class[1] if pg_class else None, state.open_txns,
+                            plan.read_from)
     rmap = sc.broadcast(routes)
     ctx = PartitionContext(
         partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
@@ -332,7 +332,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         store=store, layout=layout,
         spill_dir=str(config.spill_dir) if config.spill_dir else None,
         skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key,
-        split=routes.split)
+        split=dict(routes.split))
     tasks_ = list(plan.tasks)
 
     def decode_partition(index: int, _: Iterator[int]) -> Iterator[PartitionResult]:
@@ -343,6 +343,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
                .collect())
     timings.lap("partitions")
     rmap.destroy()
+    for r in results:
+        r.open_txns = routes.carried(r.open_txns)
     return sorted(results, key=lambda r: r.index), ends, version, state
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from cdclake.decoding.collector import fewer_collections
 from cdclake.decoding.context import DecodeOptions, create_decoding_context
 from cdclake.decoding.plugins.arrow import ArrowRows
 from cdclake.decoding.startup import Startup
-from cdclake.spark.routing import owns, share
+from cdclake.spark.routing import keeps, owns, share
 from cdclake.spark.writer import RunParts, VersionRun
 from cdclake.wal.record import XLogRecord
 
@@ -57,8 +57,8 @@ class PartitionContext:
     spill_dir: str | None  #: local parent for spill files; None = the system temp dir
     skip_before: int = 0  #: see :class:`~cdclake.decoding.context.DecodeOptions`
     ddl_key: bytes | None = None  #: see :class:`~cdclake.decoding.context.DecodeOptions`
-    #: top-level xids whose changes go by stripes (:mod:`cdclake.spark.routing`)
-    split: frozenset[int] = frozenset()
+    #: the split transactions and the LSN each is split from (:data:`cdclake.spark.routing.Split`)
+    split: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _decode(index: int, records: Iterable[XLogRecord],
         options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
         startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get_file,
         owns=owns(index, ctx.partitions, ctx.split), share=share(index, ctx.partitions, ctx.split),
-        messages=index == 0)
+        keeps=keeps(index, ctx.partitions, ctx.split), messages=index == 0)
     process = decoding.process
     n = 0
     with fewer_collections():
@@ -105,12 +105,17 @@ def _decode(index: int, records: Iterable[XLogRecord],
             process(rec)
             n += 1
 
-    def put(xid: int, first_lsn: int, path: Path) -> str:
-        key = ctx.layout.spill_key(ctx.batch, xid, first_lsn, generation=ctx.generation)
+    def put(xid: int, first_lsn: int, part: int | None, path: Path) -> str:
+        key = ctx.layout.spill_key(ctx.batch, xid, first_lsn, generation=ctx.generation,
+                                   part=part)
         ctx.store.put_file(key, path)
         return key
 
-    open_txns = decoding.save_open(put)
+    def part_of(top: int) -> tuple[int, int, int] | None:
+        since = ctx.split.get(top)
+        return None if since is None else (index, ctx.partitions, since)
+
+    open_txns = decoding.save_open(put, part_of)
     rows.finish()
     st = decoding.decoder.stats
     buffer = decoding.buffer
@@ -135,7 +140,7 @@ class _PartRows(ArrowRows):
     """The Arrow plugin of a partition, which tells apart the commits of split transactions:
     every partition that holds a part of one emits it, and the job counts it once."""
 
-    def __init__(self, types: Any, sink: RunParts, split: frozenset[int]) -> None:
+    def __init__(self, types: Any, sink: RunParts, split: Mapping[int, int]) -> None:
         super().__init__(types, sink)
         self.split = split
         self.split_commits: list[int] = []

@@ -26,17 +26,30 @@ from the others when the transaction's changes are INSERT, UPDATE, DELETE and CO
 emits (``Decoder.share``, as the workers of ``cdclake decode --jobs``); its catalog rows and
 messages reach every partition anyway. A transaction with TOAST chunks, speculative inserts or
 new catalog rows (a new relation or column; a table's rewrite, whose rows one decoder must
-emit) is not split, nor one that does not end in the batch or began in an earlier one: a part
-is never left open. The others go whole to their owner.
+emit) is not split. The others go whole to their owner.
+
+A split transaction still open at the batch's end is carried in parts
+(:mod:`cdclake.decoding.carry`): each partition saves what it holds, and in the next batch the
+transaction stays split and each partition takes its part back (:func:`keeps`) — a bulk load
+longer than a batch is decoded on every core in every batch. If the next batch finds TOAST
+chunks or new catalog rows in it, or the job has another number of partitions, it goes whole
+to its owner, which reunites the parts. A transaction carried whole (too small to split where
+it began) is split from the batch where it is large: its changes before that batch are its
+owner's part, which alone holds the records every part holds after (``RouteMap.split``
+says from which LSN the stripes deal out its changes) — unless a batch found TOAST chunks or
+new catalog rows in it: such a transaction is never split (``OpenTxn.unsplit``; a row's TOAST
+chunks may lie in the batch before the row).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cdclake.archive.layout import Layout
 from cdclake.archive.store import ObjectStore
+from cdclake.decoding.carry import OpenTxn
 from cdclake.decoding.rmgrs import TXN, plain_change
 from cdclake.decoding.stripes import stripe_owner
 from cdclake.spark.segments import SegmentFacts, SegmentTask, freeze, segment_records
@@ -48,20 +61,43 @@ def owner(xid: int, partitions: int) -> int:
     return xid % partitions
 
 
-def owns(index: int, partitions: int, split: frozenset[int]) -> Callable[[int], bool]:
+#: the split transactions: top-level xid -> the LSN from which its changes go by stripes
+#: (before it, its owner holds them: carried whole from earlier batches)
+Split = Mapping[int, int]
+
+
+def owns(index: int, partitions: int, split: Split) -> Callable[[int], bool]:
     """Which top-level transactions partition ``index`` emits: its own, and a part of every
     split one."""
     return lambda xid: owner(xid, partitions) == index or xid in split
 
 
-def share(index: int, partitions: int,
-          split: frozenset[int]) -> Callable[[int, int], bool] | None:
+def keeps(index: int, partitions: int, split: Split) -> Callable[[OpenTxn], bool]:
+    """Whose carried changes partition ``index`` restores: its part of a transaction that
+    stays split as it was, and every part of a transaction it owns otherwise."""
+    def f(o: OpenTxn) -> bool:
+        if o.part is not None and o.toplevel in split and o.parts == partitions:
+            return o.part == index
+        return owner(o.toplevel, partitions) == index
+    return f
+
+
+def share(index: int, partitions: int, split: Split) -> Callable[[int, int], bool] | None:
     """Which changes partition ``index`` emits, by top-level xid and LSN
-    (``Decoder.share``): of a split transaction, those of its stripes; all of the others'.
-    None when no transaction is split."""
+    (``Decoder.share``): of a split transaction, those of its stripes (and, before the LSN
+    it is split from, all if it is the owner's); all of the others'. None when no
+    transaction is split."""
     if not split:
         return None
-    return lambda top, lsn: top not in split or stripe_owner(top, lsn, partitions) == index
+
+    def f(top: int, lsn: int) -> bool:
+        since = split.get(top)
+        if since is None:
+            return True
+        if lsn < since:
+            return owner(top, partitions) == index
+        return stripe_owner(top, lsn, partitions) == index
+    return f
 
 
 def resolve(parent_of: Mapping[int, int]) -> dict[int, int]:
@@ -88,13 +124,17 @@ class RouteMap:
     partitions: int
     top_of: dict[int, int]  #: subtransaction xid -> its top-level xid
     pg_class_filenodes: frozenset[int]
-    split: frozenset[int] = frozenset()  #: top-level xids whose changes go by stripes
+    split: Split = field(default_factory=dict)  #: the split transactions (:data:`Split`)
+    #: top-level xids never to split: what this batch shows of them, or an earlier one did
+    unsplit: frozenset[int] = frozenset()
 
     @classmethod
     def merge(cls, partitions: int, facts: Iterable[SegmentFacts], carried: Mapping[int, int],
-              pg_class_filenode: int | None, open_xids: Iterable[int] = ()) -> RouteMap:
-        """The batch's facts plus ``carried``: memberships of the transactions left open,
-        whose top-level xids are ``open_xids``."""
+              pg_class_filenode: int | None, open_txns: Iterable[OpenTxn] = (),
+              start_lsn: int = 0) -> RouteMap:
+        """The batch's facts plus ``carried``: memberships of the transactions left open
+        (``open_txns``, whose parts say which were split), for a batch reading from
+        ``start_lsn``."""
         facts = list(facts)
         parent_of = dict(carried)
         filenodes = {pg_class_filenode} if pg_class_filenode else set()
@@ -102,15 +142,23 @@ class RouteMap:
             parent_of.update(f.parent_of)
             filenodes |= f.pg_class_filenodes
         top_of = resolve(parent_of)
-        large = {top_of.get(x, x) for f in facts for x in f.large} - set(open_xids)
-        if partitions > 1 and large:
-            ended = {x for f in facts for x in f.ended if x in large}
-            unsplit = {t for f in facts for t in (top_of.get(x, x) for x in f.unsplit)
-                       if t in large}
-            large = ended - unsplit
-        else:
-            large = set()
-        return cls(partitions, top_of, frozenset(filenodes), frozenset(large))
+        split: dict[int, int] = {}
+        opened = {o.toplevel: o for o in open_txns}
+        unsplit = {top_of.get(x, x) for f in facts for x in f.unsplit} | {
+            t for t, o in opened.items() if o.unsplit}
+        if partitions > 1:
+            parted = {t for t, o in opened.items() if o.part is not None and o.parts == partitions}
+            for top in ({top_of.get(x, x) for f in facts for x in f.large} | parted) - unsplit:
+                o = opened.get(top)
+                # carried in parts: split as before; carried whole: from this batch on
+                split[top] = 0 if o is None else o.since if top in parted else start_lsn
+        return cls(partitions, top_of, frozenset(filenodes), split, frozenset(unsplit))
+
+    def carried(self, txns: Iterable[OpenTxn]) -> list[OpenTxn]:
+        """The transactions a batch leaves open, marked if they may never be split (a TOAST
+        chunk carried whole must stay with the row that follows it in a later batch)."""
+        return [dataclasses.replace(o, unsplit=True)
+                if o.toplevel in self.unsplit and not o.unsplit else o for o in txns]
 
     def top(self, rec: XLogRecord) -> int:
         xid = rec.toplevel_xid or rec.xid

@@ -35,10 +35,9 @@ from cdclake.wal.record import (
     RM_HEAP2_ID,
     RM_LOGICALMSG_ID,
     RM_RELMAP_ID,
-    RM_XACT_ID,
     XLogRecord,
 )
-from cdclake.wal.rmgr import heap, logicalmsg, relmap, xact
+from cdclake.wal.rmgr import heap, logicalmsg, relmap
 
 
 class StoreWindow:
@@ -96,8 +95,6 @@ class SegmentFacts:
     pg_class_filenodes: frozenset[int]  #: relfilenodes pg_class moved to (VACUUM FULL)
     #: xids with LARGE_BYTES of changes in the segment
     large: frozenset[int] = frozenset()
-    #: xids a COMMIT or ABORT record ends (4 bytes each: there is one per transaction)
-    ended: array = field(default_factory=lambda: array("I"))
     #: xids whose changes cannot be split: with TOAST chunks, speculative inserts or new
     #: catalog rows (:mod:`cdclake.spark.routing`)
     unsplit: array = field(default_factory=lambda: array("I"))
@@ -228,13 +225,12 @@ class FactCollector:
         self.parent_of: dict[int, int] = {}
         self.filenodes: set[int] = set()
         self.changes: dict[int, int] = {}  # xid -> bytes of its changes
-        self.ended = array("I")
         self.unsplit: set[int] = set()
 
     def add(self, kind: int, rec: XLogRecord, version: int) -> None:
         """Subtransaction memberships, where pg_class moved (a relation map update), and what
-        tells a large transaction whose changes can be split: their bytes, its end, and
-        whether it has records every partition must see."""
+        tells a large transaction whose changes can be split: their bytes, and whether it has
+        records every partition must see."""
         for sub, parent in memberships(rec, version):
             self.parent_of[sub] = parent
         xid = rec.xid
@@ -242,9 +238,6 @@ class FactCollector:
             self.changes[xid] = self.changes.get(xid, 0) + rec.tot_len
             if not plain_change(rec) and not is_truncate(rec):
                 self.unsplit.add(xid)
-        elif rec.rmid == RM_XACT_ID:
-            if rec.info & xact.XLOG_XACT_OPMASK in (xact.XLOG_XACT_COMMIT, xact.XLOG_XACT_ABORT):
-                self.ended.append(xid)
         elif rec.rmid == RM_RELMAP_ID:
             upd = relmap.parse(rec)
             if upd is not None and upd.db_id in (0, self.db_oid) and PG_CLASS_OID in upd.mappings:
@@ -255,5 +248,5 @@ class FactCollector:
 
     def facts(self) -> SegmentFacts:
         large = frozenset(x for x, size in self.changes.items() if size >= LARGE_BYTES)
-        return SegmentFacts(dict(self.parent_of), frozenset(self.filenodes), large, self.ended,
+        return SegmentFacts(dict(self.parent_of), frozenset(self.filenodes), large,
                             array("I", sorted(self.unsplit)))

@@ -31,8 +31,17 @@ from cdclake.spark import job
 from cdclake.spark.job import decode_batch
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, parse_segment_name
+from tests.e2e.spark import workload
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
-from tests.e2e.spark.workload import SEGMENT_SIZE, Archived, run
+from tests.e2e.spark.workload import (
+    FILL,
+    SEGMENT_SIZE,
+    SETUP,
+    Archived,
+    archive_current,
+    run,
+    start,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -160,6 +169,54 @@ def test_batches_cut_at_segment_boundaries_equal_one_batch(pg: LocalPostgres,
     leftovers = [i.key for i in store.list("spill/")]
     assert leftovers == [], leftovers
     json.dumps(final.to_json())  # progress is plain JSON
+
+
+def test_large_transactions_open_across_cuts_are_carried_in_parts(
+        pg: LocalPostgres, database: str, tmp_path: Path, spark: Any) -> None:
+    """Two bulk loads longer than a batch, cut at every segment: each is split by stripes in
+    every batch, each partition carrying its part to the next. The second writes TOAST
+    chunks at its end, so the batch that holds them gives it whole to its owner, which
+    reunites the parts. The batches equal a single-process decode of the WAL."""
+    first = start(pg, database, SETUP)
+    xids = []
+    with pg.connect(database) as load:
+        for toast in (False, True):
+            load.execute("BEGIN")
+            xids.append(int(load.execute("SELECT txid_current()").fetchone()[0]))
+            for _ in range(3):
+                load.execute(FILL)
+            if toast:
+                load.execute("INSERT INTO big SELECT i, string_agg(md5(i::text || j::text), "
+                             "'') FROM generate_series(1, 3) i, generate_series(1, 200) j "
+                             "GROUP BY i")
+            load.execute("COMMIT")
+    last = archive_current(pg, database)
+    arch = workload.archived(pg, database, first, last, tmp_path / "wal")
+    local_decode(arch, tmp_path / "ref", tmp_path / "ref-spill")
+    expected = tables_of(tmp_path / "ref", ["local"])
+    assert "public.big" in expected
+
+    cut = _config(tmp_path, "cut", pg.dsn(arch.database))
+    ship_to(cut, arch)
+    store = open_store(cut)
+    batches, parted = [], set()
+    for until in arch.segments:
+        result = decode_batch(cut, spark=spark, until_segment=until)
+        assert result is not None
+        batches.append(result.batch)
+        progress = load_progress(store, Layout())
+        assert progress is not None
+        parts = {(t.xid, t.part) for t in progress.open_txns if t.part is not None}
+        assert all(store.exists(t.spill) for t in progress.open_txns if t.spill)
+        parted |= {x for x, _ in parts}
+        if parts:  # every partition carries a part
+            assert {p for _, p in parts} == set(range(cut.spark_partitions))
+    assert set(xids) <= parted, (xids, parted)
+    got = tables_of(Path(cut.home) / "store" / "changes", batches)
+    assert set(got) == set(expected)
+    for name, table in expected.items():
+        assert rows(got[name]) == rows(table), name
+    assert load_progress(store, Layout()).open_txns == []  # type: ignore[union-attr]
 
 
 def test_a_backlog_is_decoded_as_bounded_batches_in_one_step(pg: LocalPostgres,

@@ -7,7 +7,7 @@ from pathlib import Path
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
 from cdclake.decoding.carry import OpenTxn, restore_open, save_open
-from cdclake.decoding.changes import INSERT, Change
+from cdclake.decoding.changes import INSERT, TRUNCATE, Change, Truncate
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.spill import encode_change
 from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
@@ -46,19 +46,22 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
 
     layout = Layout()
 
-    def put(xid: int, first_lsn: int, path: Path) -> str:
-        key = layout.spill_key("000002-x", xid, first_lsn, generation=1)
+    def put(xid: int, first_lsn: int, part: int | None, path: Path) -> str:
+        key = layout.spill_key("000002-x", xid, first_lsn, generation=1, part=part)
         store.put_file(key, path)
         return key
 
     saved = save_open(before, lambda xid: xid != 12, put)
     assert sorted(t.xid for t in saved) == [10, 11]
+    # spilled bytes copied as they are, the rest encoded: every change counted once
+    assert {t.xid: t.changes for t in saved} == {
+        x: len(list(before.by_txn[x].stream())) for x in (10, 11)}
     assert all(t.spill and store.exists(t.spill) for t in saved)
     as_json = [OpenTxn.from_json(t.to_json()) for t in saved]
     assert as_json == saved
 
     after = ReorderBuffer(600, tmp_path / "spill-b", 1 << 20)
-    restore_open(after, as_json, lambda xid: True, store.get_file, tmp_path / "spill-b")
+    restore_open(after, as_json, lambda o: True, store.get_file, tmp_path / "spill-b")
     assert _stream(after, 10, [11]) == expected
     assert after.txn(11, 0).top == 10 and after.txn(10, 0).subxids == [11]
     assert after.txn(10, 0).ddl == [(150, b'{"kind": "relations"}')]
@@ -70,7 +73,7 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
 
     # a partition that does not own the transaction keeps its bookkeeping, not its changes
     other = ReorderBuffer(600, tmp_path / "spill-c", 1 << 20)
-    restore_open(other, as_json, lambda xid: False, store.get_file, tmp_path / "spill-c")
+    restore_open(other, as_json, lambda o: False, store.get_file, tmp_path / "spill-c")
     assert other.txn(10, 0).ddl and not other.txn(10, 0).spill_files
 
 
@@ -84,7 +87,7 @@ def test_spilled_and_restored_changes_are_private(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     carried: list[int] = []
 
-    def put(xid: int, lsn: int, path: Path) -> str:
+    def put(xid: int, lsn: int, part: int | None, path: Path) -> str:
         carried.append(path.stat().st_mode & 0o777)
         store.put_file("k", path)
         return "k"
@@ -93,7 +96,48 @@ def test_spilled_and_restored_changes_are_private(tmp_path: Path) -> None:
     assert carried == [0o600]  # the file a transaction is carried in, too
     assert sorted((tmp_path / "spill").iterdir()) == sorted(files)  # and it is gone
     after = ReorderBuffer(1, tmp_path / "restored", 1 << 20)
-    restore_open(after, saved, lambda xid: True, store.get_file, tmp_path / "restored")
+    restore_open(after, saved, lambda o: True, store.get_file, tmp_path / "restored")
     (restored,) = (tmp_path / "restored").iterdir()
     assert restored.stat().st_mode & 0o777 == 0o600
     assert [c.lsn for c in after.txn(10, 0).stream()] == [100]
+
+
+def _truncate(lsn: int) -> Change:
+    return Change(TRUNCATE, lsn, 0, None, None, None, False, 0,
+                  payload=Truncate((20000,), False, False))
+
+
+def test_a_split_transaction_is_carried_in_parts_and_reunited(tmp_path: Path) -> None:
+    """Two decoders hold disjoint stripes of transaction 10 and both the TRUNCATE at 250
+    (every part buffers it). Each carries its part (its own key); one that stays split takes
+    back its own part, one that owns the transaction when it no longer is split takes both,
+    merged by LSN with the TRUNCATE once."""
+    store = LocalStore(tmp_path / "store")
+    layout = Layout()
+
+    def put(xid: int, first_lsn: int, part: int | None, path: Path) -> str:
+        key = layout.spill_key("000002-x", xid, first_lsn, generation=1, part=part)
+        store.put_file(key, path)
+        return key
+
+    saved: list[OpenTxn] = []
+    for part, lsns in ((0, [100, 300, 500]), (1, [200, 400])):
+        buffer = ReorderBuffer(200, tmp_path / f"spill-{part}", 1 << 20)  # some spill
+        for lsn in sorted([*lsns, 250]):
+            buffer.queue(10, _truncate(lsn) if lsn == 250 else _change(lsn))
+        saved += save_open(buffer, lambda xid: True, put, lambda top, p=part: (p, 2, 0))
+    assert [(o.part, o.parts, o.changes) for o in saved] == [(0, 2, 4), (1, 2, 3)]
+    assert saved[0].spill != saved[1].spill and saved[1].spill.endswith("-p1.spill")
+    assert [OpenTxn.from_json(o.to_json()) for o in saved] == saved
+
+    mine = ReorderBuffer(600, tmp_path / "mine", 1 << 20)
+    restore_open(mine, saved, lambda o: o.part == 1, store.get_file, tmp_path / "mine")
+    assert [c.lsn for c in mine.txn(10, 0).stream()] == [200, 250, 400]
+
+    whole = ReorderBuffer(600, tmp_path / "whole", 1 << 20)
+    restore_open(whole, saved, lambda o: True, store.get_file, tmp_path / "whole")
+    t = whole.txn(10, 0)
+    assert [(c.action, c.lsn) for c in t.stream()] == [
+        (INSERT, 100), (INSERT, 200), (TRUNCATE, 250), (INSERT, 300), (INSERT, 400),
+        (INSERT, 500)]
+    assert t.nspilled == 6 and list((tmp_path / "whole").iterdir()) == [t.spill_files[-1]]

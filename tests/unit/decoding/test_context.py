@@ -80,7 +80,7 @@ def test_a_cut_batch_decodes_as_one_run(tmp_path: Path) -> None:
 
     store: dict[str, bytes] = {}
 
-    def put(xid: int, first_lsn: int, path: Path) -> str:
+    def put(xid: int, first_lsn: int, _part: int | None, path: Path) -> str:
         store[f"{xid}-{first_lsn}"] = path.read_bytes()
         return f"{xid}-{first_lsn}"
 

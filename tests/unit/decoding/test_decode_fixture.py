@@ -61,7 +61,7 @@ def test_batches_cut_anywhere_decode_as_one_run(decfix: DecodingFixture, tmp_pat
     carried: list[OpenTxn] = []
     carried_any = False
 
-    def put(xid: int, first_lsn: int, path: Path) -> str:
+    def put(xid: int, first_lsn: int, _part: int | None, path: Path) -> str:
         store[f"{xid}/{first_lsn}"] = path.read_bytes()
         return f"{xid}/{first_lsn}"
 

@@ -255,24 +255,25 @@ def test_placeholder_in_iceberg_large_string_and_compound_key_duplicates(
 @pytest.mark.parametrize("key", [("id",), ("id", "note")], ids=["single", "compound"])
 def test_a_key_in_two_chunks_of_a_mirror_is_a_duplicate(
         quality_config: Config, gx_context: QualityContext, key: tuple[str, ...]) -> None:
-    """Each chunk alone holds every key once; the key (2, "b") in chunks 1 and 3 is the
-    whole table's duplicate, found across chunks; a null key is the not-null check's."""
+    """The key (2, "b") in chunks 1 and 3 is the whole table's duplicate, found across
+    chunks; (3, "c") twice in chunk 2 is that chunk's own, and a null key the not-null
+    check's."""
     rel = builders.relation(key=key)
     parts = [[{"id": 1, "note": "a"}, {"id": 2, "note": "b"}],
-             [{"id": 3, "note": "c"}, {"id": None, "note": "x"}],
+             [{"id": 3, "note": "c"}, {"id": None, "note": "x"}, {"id": 3, "note": "c"}],
              [{"id": 2, "note": "b"}, {"id": 4, "note": "d"}]]
     report = validate_mirror_chunks(
         quality_config, ((ORDERS, rel, builders.mirror(rel, rows)) for rows in parts),
         context=gx_context)
     assert [t.table for t in report.tables] == [ORDERS, f"{ORDERS}#2", f"{ORDERS}#3"]
-    assert [t.rows for t in report.tables] == [2, 2, 2]
+    assert [t.rows for t in report.tables] == [2, 3, 2]
     first, second, third = report.tables
     assert third.success and not first.success
     across = first.failures[0]
     assert (across.check, across.columns) == ("key_unique", list(key))
-    assert (across.unexpected_count, across.element_count) == (2, 5)
+    assert (across.unexpected_count, across.element_count) == (2, 6)
     assert across.samples == [{"id": 2, **({"note": "b"} if len(key) > 1 else {}), "rows": 2}]
-    assert {f.check for f in second.failures} == {"key_not_null"}
+    assert {f.check for f in second.failures} == {"key_not_null", "key_unique"}
     # the same chunks without the repeated key: nothing across them
     parts[2][0]["id"] = 5
     clean = validate_mirror_chunks(

@@ -179,11 +179,12 @@ def test_a_large_transaction_is_split_by_stripes(tmp_path: Path) -> None:
         message((5 << STRIPE_BITS) + 1, split, "p", b"x"),  # every partition gets it
         heap_record((5 << STRIPE_BITS) + 2, new_table, rel=1259),  # a new pg_class row
         *(commit_record((6 << STRIPE_BITS) + x, x) for x in (split, new_table, carried, small)))
-    rmap = RouteMap.merge(N, [seg.facts], {}, None, open_xids=[carried])
-    # a new relation, no end in the batch, a start in an earlier one, too few changes: only
-    # `split` goes by stripes
-    assert rmap.split == {split}
-    assert RouteMap.merge(1, [seg.facts], {}, None).split == frozenset()  # nothing to share
+    rmap = RouteMap.merge(N, [seg.facts], {}, None, [_open(carried, unsplit=True)])
+    # a new relation, carried whole from an earlier batch with TOAST chunks, too few changes:
+    # not split; one that does not end in the batch is (its parts are carried)
+    assert rmap.split == {split: 0, open_at_end: 0}
+    assert rmap.unsplit == {new_table, carried}
+    assert RouteMap.merge(1, [seg.facts], {}, None).split == {}  # nothing to share
     owns = [routing.owns(p, N, rmap.split) for p in range(N)]
     assert all(o(split) for o in owns) and [o(small) for o in owns].count(True) == 1
 
@@ -198,6 +199,46 @@ def test_a_large_transaction_is_split_by_stripes(tmp_path: Path) -> None:
     assert sorted(x for p in range(N) for x in mine[p]) == lsns
     # a transaction not split is one partition's
     assert [small in emitted[p] for p in range(N)].count(True) == 1
+
+
+def _open(xid: int, part: int | None = None, parts: int = 0, since: int = 0,
+          unsplit: bool = False) -> OpenTxn:
+    return OpenTxn(xid, 0, 100, (), False, "", (), None, 0, part, parts, since, unsplit)
+
+
+def test_a_split_transaction_carried_in_parts_stays_split_while_it_can() -> None:
+    parted, toasted, resized, whole, sticky, small = 300, 301, 302, 303, 304, 305
+    carried = [_open(x, p, parts, since=77) for x, parts in
+               ((parted, N), (toasted, N), (resized, 3)) for p in range(parts)]
+    carried += [_open(whole), _open(sticky, unsplit=True), _open(small)]
+    facts = FactCollector(5)
+    for x in (resized, whole, sticky):  # large in this batch too
+        for rec in _large(x, 1, 4):
+            facts.add(TXN, rec, 15)
+    facts.unsplit.add(toasted)  # as a TOAST chunk or a new catalog row makes it
+    start = 5 << STRIPE_BITS
+    rmap = RouteMap.merge(N, [facts.facts()], {}, None, carried, start_lsn=start)
+    # split as before; TOAST now: whole to the owner. Another number of partitions or carried
+    # whole: split from this batch on, the earlier changes the owner's; TOAST before: never
+    assert rmap.split == {parted: 77, resized: start, whole: start}
+    keeps = [routing.keeps(p, N, rmap.split) for p in range(N)]
+    for o in carried:
+        takers = [p for p in range(N) if keeps[p](o)]
+        if o.xid == parted:
+            assert takers == [o.part]  # each its own part back
+        else:
+            assert takers == [owner(o.xid, N)]  # every part to the owner, who reunites them
+    shares = [routing.share(p, N, rmap.split) for p in range(N)]
+    for lsn in (start - 1, start, start + (1 << STRIPE_BITS)):  # before the split: the owner's
+        emitting = [p for p in range(N) if shares[p](whole, lsn)]  # type: ignore[misc]
+        assert emitting == [owner(whole, N) if lsn < start else
+                            (whole + (lsn >> STRIPE_BITS)) % N]
+    marked = {o.xid: o.unsplit for o in rmap.carried(carried)}
+    assert marked[toasted] and marked[sticky] and not marked[whole] and not marked[parted]
+    assert RouteMap.merge(1, [], {}, None, carried).split == {}
+    # carried by a version that did not mark them: never split
+    legacy = {k: v for k, v in _open(whole).to_json().items() if k != "unsplit"}
+    assert OpenTxn.from_json(legacy).unsplit
 
 
 def _emitted_all(decoders: dict[int, Decoder]) -> dict[int, dict[int, list[int]]]:
