@@ -154,7 +154,9 @@ def takes(batch: Batch, entry: TableEntry) -> Changes | None:
         texts = pc.struct_field(old, stream.PG_TEXT)
         if texts.null_count != len(texts):
             return None
-    return Changes(info, data, parts)
+    # checked: what the merge does not read is not held (a bulk load's batch holds millions)
+    return Changes(info, data.drop_columns([stream.LSN, stream.SEQ, stream.UNCHANGED_TOAST,
+                                            stream.PG_TEXT]), parts)
 
 
 def merge(table: Table, source: Changes, *, name: str, stored: int | None,
@@ -174,7 +176,7 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
         data.column(stream.COMMIT_LSN), stored)
     wanted = seen if facts is None else pc.and_(seen, pc.invert(in_snapshot_arrow(
         facts, data.column(stream.COMMIT_LSN), data.column(stream.XID))))
-    pending = data.filter(wanted)
+    pending = data if pc.all(wanted).as_py() else data.filter(wanted)
     at = pending.column(_POS)  # where each pending change is in the batch
     unseen = pc.sum(pc.cast(seen, pa.int64())).as_py() or 0
     skipped = (data.num_rows - unseen, unseen - pending.num_rows)

@@ -31,7 +31,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.expressions import AlwaysTrue, And, GreaterThan, In, Or
-from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
@@ -275,8 +275,11 @@ def _read(table: Table, fields: tuple[str, ...], row_filter: Any = None
                       selected_fields=fields)
     reader = ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter,
                        scan.case_sensitive)
-    for task in scan.plan_files():
-        yield from reader.to_record_batches([task])
+    batches = (b for task in scan.plan_files() for b in reader.to_record_batches([task]))
+    # as pyiceberg's reader: each file's batches in the table's types (files written at
+    # different times may hold string or large_string)
+    target = schema_to_pyarrow(scan.projection())
+    yield from pa.RecordBatchReader.from_batches(target, batches).cast(target)
 
 
 def existing_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion]
