@@ -256,9 +256,9 @@ def mirror_chunks(config: Config, catalog: Catalog, relations: Mapping[str, Rela
     def chunks() -> Iterator[tuple[str, RelationVersion, pa.Table]]:
         for name, rel, table in found:
             lsn = since.get(name) if since is not None else None
+            schema = table.schema()
             fields = ("*",) if columns is None else tuple(
-                c for c in columns(rel, table.schema().as_arrow())
-                if c in table.schema().column_names)
+                c for c in columns(rel, schema.as_arrow()) if c in schema.column_names)
             pieces = (_read(table, fields) if lsn is None
                       else _written_since(table, rel, lsn, fields))
             for chunk in chunked(pieces, max_rows):
@@ -328,10 +328,9 @@ def _written_since(table: Table, rel: RelationVersion, lsn: int, fields: tuple[s
             yield from head
             yield from written
             return
-    first = pa.Table.from_batches(head, schema=head[0].schema) if head else None
-    values = [{v for v in first.column(k).to_pylist() if v is not None} for k in keys
-              ] if first is not None and first.num_rows else []
-    if not values or not all(values):
+    values = [{v for b in head for v in b.column(k).to_pylist() if v is not None}
+              for k in keys]
+    if not rows or not all(values):
         yield from head
         return
     terms = [In(k, v) for k, v in zip(keys, values, strict=True)]  # type: ignore[call-arg,arg-type]

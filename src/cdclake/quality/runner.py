@@ -63,21 +63,21 @@ def validate_mirror_chunks(config: Config,
     run = _Run(MIRROR_TABLE, config, run_name, context)
     seen: dict[str, int] = {}
     keys: dict[str, list[pa.Table]] = {}
-    results: dict[str, list[TableResult]] = {}
+    firsts: dict[str, TableResult] = {}  #: each table's first chunk's result
     for table, relation, data in chunks:
         seen[table] = seen.get(table, 0) + 1
         result = run.table(table, data, relation, chunk=seen[table])
-        results.setdefault(table, []).append(result)
+        firsts.setdefault(table, result)
         if (not is_spark(data) and result.key_columns
                 and set(result.key_columns) <= set(data.column_names)):
             keys.setdefault(table, []).append(
                 inputs.key_table(data, result.key_columns, seen[table]))
     for table, pieces in keys.items():
         if len(pieces) > 1:
-            across = outcomes.keys_across(results[table][0].key_columns,
+            first = firsts[table]
+            across = outcomes.keys_across(first.key_columns,
                                           *inputs.keys_in_chunks(pieces, SAMPLE_ROWS))
             if across is not None:
-                first = results[table][0]
                 first.failures.insert(0, across)
                 first.success = False
     return run.report()
