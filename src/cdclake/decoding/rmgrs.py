@@ -7,30 +7,27 @@ agree with the decoder reads it:
 
 * :class:`cdclake.decoding.decode.Decoder` dispatches each record to the handler the table
   names (a list indexed by rmgr id, built once per decoder);
-* the Spark tasks route records to reorder-buffer partitions with :func:`route`, whose per-rmgr
-  classes say which records decoding reads at all and who needs them — so the shuffle cannot
-  drop a record the decoder would have looked at;
+* the Spark job's scan classifies records with :func:`route_class`, whose per-rmgr classes
+  say which records decoding reads at all and which change one transaction only, to find the
+  large transactions it splits among partitions (:mod:`cdclake.spark.routing`);
 * ``cdclake waldump`` names rmgrs and record types with :func:`identify`.
 
-Routing classes: ``IGNORE`` (decoding never reads it), ``ALL`` (every partition needs it: the
-fate of transactions, running-xacts, the dictionary), ``TXN`` (a change of one transaction: its
-top-level transaction's partition) and ``CATALOG`` (a heap record of a system relation, which
-may be a pg_class row the catalog tracker follows: every partition).
+Routing classes: ``IGNORE`` (decoding never reads it), ``ALL`` (every decoder needs it: the
+fate of transactions, running-xacts, the dictionary), ``TXN`` (a change of one transaction)
+and ``CATALOG`` (a heap record of a system relation, which may be a pg_class row the catalog
+tracker follows).
 
 One fact does not fit a per-record class: a subtransaction names its top-level xid only on its
 first WAL record, whatever that record is (PostgreSQL's ``LogicalDecodingProcessRecord`` reads
-it from every record, decoded or not). A ``SELECT ... FOR UPDATE`` right after a ``SAVEPOINT``
-makes that a heap LOCK record, which decoding otherwise ignores. :func:`route` therefore turns
-the assignment of any record not sent to every partition into an ``XLOG_XACT_ASSIGNMENT``
-record (the record PostgreSQL itself writes for the same fact) that every partition gets, so
-every partition's reorder buffer knows which top-level transaction a subtransaction belongs
-to. :func:`memberships` lists every such fact a record states, for routing before the shuffle.
+it from every record, decoded or not; so does ``Decoder.process``). A ``SELECT ... FOR
+UPDATE`` right after a ``SAVEPOINT`` makes that a heap LOCK record, which decoding otherwise
+ignores. :func:`memberships` lists every such fact a record states, for the Spark job to
+collect before its partitions decode.
 """
 
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -289,45 +286,9 @@ _ROUTERS: list[Router] = [BY_ID[i].route if i in BY_ID else _ignore for i in ran
 # --- routing -----------------------------------------------------------------------------
 
 
-def route_class(rec: XLogRecord, db_oid: int, *, first: bool = False) -> int:
-    """The record's own routing class (IGNORE, ALL, TXN or CATALOG) for database ``db_oid``.
-
-    ``first``: the first record of the whole WAL read, which every partition's decoder must see
-    first whatever it is (it tells whether decoding starts clean).
-    """
-    if first:
-        return ALL
+def route_class(rec: XLogRecord, db_oid: int) -> int:
+    """The record's own routing class (IGNORE, ALL, TXN or CATALOG) for database ``db_oid``."""
     return _ROUTERS[rec.rmid](rec, db_oid)
-
-
-def route(rec: XLogRecord, db_oid: int, *,
-          first: bool = False) -> tuple[tuple[int, XLogRecord], ...]:
-    """What the shuffle carries for one record: ``(class, record)`` pairs, none if ignored.
-
-    A record naming its top-level xid that does not itself reach every partition (a TXN
-    change, or a record decoding ignores) adds an assignment record for every partition.
-    """
-    kind = route_class(rec, db_oid, first=first)
-    top = rec.toplevel_xid
-    if not top or top == rec.xid or kind in (ALL, CATALOG):
-        return () if kind == IGNORE else ((kind, rec),)
-    assign = (ALL, assignment_record(rec))
-    return (assign,) if kind == IGNORE else (assign, (kind, rec))
-
-
-_ASSIGNMENT = struct.Struct("<IiI")  # xl_xact_assignment with one subxact: xtop, n, xsub
-
-
-def assignment_record(rec: XLogRecord) -> XLogRecord:
-    """The XLOG_XACT_ASSIGNMENT record stating what ``rec``'s toplevel-xid field states.
-
-    Not a record of the WAL (``tot_len`` 0): it stands for one at the same LSN, so it sorts
-    where the assignment happened.
-    """
-    return XLogRecord(rec.lsn, rec.end_lsn, rec.prev, rec.xid, RM_XACT_ID,
-                      xact.XLOG_XACT_ASSIGNMENT, 0, [],
-                      _ASSIGNMENT.pack(rec.toplevel_xid, 1, rec.xid), rec.origin, 0,
-                      rec.timeline, rec.segment)
 
 
 def memberships(rec: XLogRecord, version: int) -> list[tuple[int, int]]:

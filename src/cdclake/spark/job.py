@@ -2,11 +2,11 @@
 
 Stages (docs/architecture.md, the data flow): tasks scan segments in parallel (each also reads
 the head of the next segment for a straddling record) and the driver collects what they found,
-among it the subtransaction memberships; then each of ``spark_partitions`` partitions reads
-the batch's segments itself, classifies their records with the rmgr table of
-:mod:`cdclake.decoding.rmgrs` and keeps those of the transactions it owns (by top-level xid)
-plus the records every partition needs (:mod:`cdclake.spark.routing`; no record crosses a
-process), and runs the reorder buffer and reassembly of :mod:`cdclake.decoding` on them,
+among it the subtransaction memberships and the large transactions; then each of
+``spark_partitions`` partitions reads the batch's segments itself and feeds every record to
+its decoder, which decodes the transactions it owns (by top-level xid, a split one by stripes
+of WAL) and follows every catalog event (:mod:`cdclake.spark.routing`; no record crosses a
+process): the reorder buffer and reassembly of :mod:`cdclake.decoding`,
 writing the rows it emits to the store as sorted runs; one task per
 relation version merges the runs by commit LSN into the stream's parts
 (:mod:`cdclake.spark.writer`). The driver sees keys, counts and LSNs, never rows, and writes
@@ -70,8 +70,8 @@ from cdclake.errors import (
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
 from cdclake.spark.plan import BatchPlan, Waiting, next_plan
 from cdclake.spark.progress import Progress, committed, load_progress, save_progress
-from cdclake.spark.routing import RouteMap, partition_records
-from cdclake.spark.segments import ParsedSegment, scan_segment
+from cdclake.spark.routing import RouteMap
+from cdclake.spark.segments import ParsedSegment, scan_segment, task_records
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.sparkenv import builder, ship, spark_errors, task
 from cdclake.wal.lsn import format_lsn, parse_segment_name
@@ -298,7 +298,9 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     start LSN resolved."""
     sc = spark.sparkContext
     size, db = plan.segment_size, state.db_oid
-    tasks = sc.parallelize(list(plan.tasks), len(plan.tasks))
+    # a Spark task scans consecutive segments, one after the other: per-task costs are paid
+    # once per core, not once per segment
+    tasks = sc.parallelize(list(plan.tasks), min(len(plan.tasks), config.spark_partitions))
     summaries = tasks.map(task(
         lambda t: scan_segment(t, store, layout, size, db, key))).collect()
     timings.lap("scan")
@@ -318,11 +320,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         (x.last_lsn for x in reversed(summaries) if x.last_lsn is not None),
         progress.last_lsn if progress is not None else None))
     n = config.spark_partitions
-    pg_class = Dictionary.from_json(state.dictionary).pg_class_locator()
     routes = RouteMap.merge(n, (p.facts for p in summaries), open_memberships(state.open_txns),
-                            pg_class[1] if pg_class else None, state.open_txns,
-                            plan.read_from)
-    rmap = sc.broadcast(routes)
+                            state.open_txns, plan.read_from)
     ctx = PartitionContext(
         partitions=n, batch=plan.name, db_oid=db, start_lsn=state.start_lsn,
         version=version, segment_size=size, work_mem=config.work_mem,
@@ -332,17 +331,16 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
         store=store, layout=layout,
         spill_dir=str(config.spill_dir) if config.spill_dir else None,
         skip_before=state.start_lsn if state.from_dictionary else 0, ddl_key=key,
-        split=dict(routes.split))
+        split=dict(routes.split), top_of=routes.top_of)
     tasks_ = list(plan.tasks)
 
     def decode_partition(index: int, _: Iterator[int]) -> Iterator[PartitionResult]:
-        records = partition_records(index, tasks_, store, layout, size, db, rmap.value)
+        records = (rec for t in tasks_ for rec in task_records(t, store, layout, size))
         return run_partition(index, records, ctx)
 
     results = (sc.parallelize(range(n), n).mapPartitionsWithIndex(task(decode_partition))
                .collect())
     timings.lap("partitions")
-    rmap.destroy()
     for r in results:
         r.open_txns = routes.carried(r.open_txns)
     return sorted(results, key=lambda r: r.index), ends, version, state
@@ -417,8 +415,7 @@ def _finish(spark: SparkSession, store: ObjectStore, layout: Layout, plan: Batch
     startups = {json.dumps(r.startup.to_json()) for r in results}
     if len(dictionaries) != 1 or len(startups) != 1:
         raise DecodingError(f"batch {plan.name}: reorder-buffer partitions ended with "
-                            "different dictionaries or decoder states; a record every "
-                            "partition needs was not broadcast (a cdclake bug)")
+                            "different dictionaries or decoder states (a cdclake bug)")
     merged = _merge_runs(spark, store, own.changes, results)
     timings.lap("merge_runs")
     # a split transaction is emitted, in parts, by every partition holding one

@@ -1,9 +1,10 @@
 """Stages 2-6 in one Spark partition: decode, buffer, reassemble and write owned rows.
 
 Every partition builds its decoding context as a local decode does
-(:func:`cdclake.decoding.context.create_decoding_context`) and feeds it the records routed to
-it in LSN order: its own transactions' changes plus the broadcast records, so each keeps the
-same dictionary. Only transactions it owns are emitted; the Arrow plugin's row builder hands
+(:func:`cdclake.decoding.context.create_decoding_context`) and feeds it every record of the
+batch in LSN order; its decoder parses the changes of the transactions it owns and follows
+every catalog event, so each keeps the same dictionary (:mod:`cdclake.spark.routing`). Only
+transactions it owns are emitted; the Arrow plugin's row builder hands
 their rows, per relation version, to :class:`~cdclake.spark.writer.RunParts`, which writes
 them to the store as this partition's sorted runs; the task result carries only their keys
 and counts. What the partition adds is moving bytes: the previous batch's open transactions
@@ -59,6 +60,8 @@ class PartitionContext:
     ddl_key: bytes | None = None  #: see :class:`~cdclake.decoding.context.DecodeOptions`
     #: the split transactions and the LSN each is split from (:data:`cdclake.spark.routing.Split`)
     split: dict[int, int] = field(default_factory=dict)
+    #: the batch's subtransaction memberships (:class:`cdclake.spark.routing.RouteMap`)
+    top_of: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,7 +80,7 @@ class PartitionResult:
 
 def run_partition(index: int, records: Iterable[XLogRecord],
                   ctx: PartitionContext) -> Iterator[PartitionResult]:
-    """Partition ``index``'s task body: ``records`` are its records in LSN order."""
+    """Partition ``index``'s task body: ``records`` are the batch's records in LSN order."""
     if ctx.spill_dir:
         Path(ctx.spill_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"cdclake-{ctx.batch}-p{index}-",
@@ -96,7 +99,8 @@ def _decode(index: int, records: Iterable[XLogRecord],
     decoding = create_decoding_context(
         options, dictionary, rows, version=ctx.version, segment_size=ctx.segment_size,
         startup=ctx.startup, carried=ctx.open_txns, get=ctx.store.get_file,
-        owns=owns(index, ctx.partitions, ctx.split), share=share(index, ctx.partitions, ctx.split),
+        owns=owns(index, ctx.partitions, ctx.split, ctx.top_of),
+        share=share(index, ctx.partitions, ctx.split, ctx.top_of),
         keeps=keeps(index, ctx.partitions, ctx.split), messages=index == 0)
     process = decoding.process
     n = 0

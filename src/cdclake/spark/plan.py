@@ -156,8 +156,7 @@ def plan_batch(store: ObjectStore, layout: Layout, progress: Progress | None,
     for i, segno in enumerate(chosen):
         window = tuple(SegmentName(path.timeline_of(x, size), x) for x in run[i:i + WINDOW])
         tasks.append(SegmentTask(segment=window[0], read_from=max(segno * size, read_from),
-                                 end=(segno + 1) * size, keep_first=progress is None and i == 0,
-                                 window=window))
+                                 end=(segno + 1) * size, window=window))
     seq = (progress.seq if progress is not None else 0) + 1
     name = f"{seq:06d}-{tasks[0].segment.name(size)}"
     return BatchPlan(seq, name, size, read_from, tuple(tasks), path.timeline)

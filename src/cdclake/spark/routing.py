@@ -1,19 +1,23 @@
-"""Which reorder-buffer partitions need a WAL record; each reads the batch and keeps those.
+"""Which transactions each reorder-buffer partition decodes; every partition reads the batch.
 
 Transactions are independent, so a change can be buffered wherever its top-level transaction
 is, as long as every partition sees the records that decide a transaction's fate or shape the
-dictionary. Which records those are is not decided here: the tasks classify every record with
-the rmgr table of :mod:`cdclake.decoding.rmgrs` (the decoder dispatches through the same
-table), which also turns each subtransaction assignment into a record every partition gets.
+dictionary. Every partition reads all of the batch's WAL and feeds every record to its
+decoder, as the workers of ``cdclake decode --jobs`` do: the decoder dispatches through the
+rmgr table of :mod:`cdclake.decoding.rmgrs`, follows every catalog event, commit and abort,
+and leaves the changes of the transactions it does not own unparsed (``Decoder.owns``, asked
+in the compiled decoder before a tuple is read). No record crosses a process: a shuffle
+would pickle every record, and routing them in Python cost more than the decoder's own test.
 Each partition emits only the transactions it owns
-(:class:`cdclake.decoding.context.OwnedReplay`); broadcasting more than needed is always safe.
+(:class:`cdclake.decoding.context.OwnedReplay`).
 
-A change of a subtransaction is routed by its top-level transaction. Only the
-subtransaction's first record names it, so the driver collects every membership fact of the
-batch before the partitions read it — first-record top-level xids, XLOG_XACT_ASSIGNMENT records, the
-subtransaction lists of commit, abort and prepare records — plus the memberships of the
-transactions the previous batch left open, and routes every later record of a subtransaction
-to the partition of its top-level transaction.
+A change of a subtransaction belongs to its top-level transaction. The decoder learns that
+from the subtransaction's first record (it names its top-level xid), or from the open
+transactions the previous batch carried; the driver also collects every membership fact of
+the batch before the partitions read it — first-record top-level xids, XLOG_XACT_ASSIGNMENT
+records, the subtransaction lists of commit, abort and prepare records — and :func:`owns`
+and :func:`share` look a transaction up there first, so a subtransaction whose first record
+the stream never read is still its top-level transaction's.
 
 A large transaction is split: the changes of one that has at least
 :data:`~cdclake.spark.segments.LARGE_BYTES` of them in a segment go by stripes of WAL, as in
@@ -22,11 +26,11 @@ transaction ``x`` to partition ``(x + (l >> STRIPE_BITS)) % partitions`` (``stri
 a bulk load is decoded on every core. Each partition owns the split transaction and emits its
 part at the commit; the writer merges the parts by the full stream key. A part needs nothing
 from the others when the transaction's changes are INSERT, UPDATE, DELETE and COPY rows
-(:func:`~cdclake.decoding.rmgrs.plain_change`) or TRUNCATEs, which every partition gets and one
-emits (``Decoder.share``, as the workers of ``cdclake decode --jobs``); its catalog rows and
-messages reach every partition anyway. A transaction with TOAST chunks, speculative inserts or
-new catalog rows (a new relation or column; a table's rewrite, whose rows one decoder must
-emit) is not split. The others go whole to their owner.
+(:func:`~cdclake.decoding.rmgrs.plain_change`) or TRUNCATEs, which every partition queues and
+one emits (``Decoder.share``, as the workers of ``cdclake decode --jobs``); its catalog rows
+and messages reach every partition anyway. A transaction with TOAST chunks, speculative
+inserts or new catalog rows (a new relation or column; a table's rewrite, whose rows one
+decoder must emit) is not split. The others go whole to their owner.
 
 A split transaction still open at the batch's end is carried in parts
 (:mod:`cdclake.decoding.carry`): each partition saves what it holds, and in the next batch the
@@ -44,16 +48,12 @@ chunks may lie in the batch before the row).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cdclake.archive.layout import Layout
-from cdclake.archive.store import ObjectStore
 from cdclake.decoding.carry import OpenTxn
-from cdclake.decoding.rmgrs import TXN, plain_change
 from cdclake.decoding.stripes import stripe_owner
-from cdclake.spark.segments import SegmentFacts, SegmentTask, freeze, segment_records
-from cdclake.wal.record import XLogRecord
+from cdclake.spark.segments import SegmentFacts
 
 
 def owner(xid: int, partitions: int) -> int:
@@ -66,10 +66,17 @@ def owner(xid: int, partitions: int) -> int:
 Split = Mapping[int, int]
 
 
-def owns(index: int, partitions: int, split: Split) -> Callable[[int], bool]:
+def owns(index: int, partitions: int, split: Split,
+         top_of: Mapping[int, int] | None = None) -> Callable[[int], bool]:
     """Which top-level transactions partition ``index`` emits: its own, and a part of every
-    split one."""
-    return lambda xid: owner(xid, partitions) == index or xid in split
+    split one. ``top_of`` (subxid -> top-level xid, the batch's membership facts) names the
+    transaction of a subtransaction the decoder does not know as one."""
+    top_of = top_of or {}
+
+    def f(xid: int) -> bool:
+        top = top_of.get(xid, xid)
+        return owner(top, partitions) == index or top in split
+    return f
 
 
 def keeps(index: int, partitions: int, split: Split) -> Callable[[OpenTxn], bool]:
@@ -82,15 +89,18 @@ def keeps(index: int, partitions: int, split: Split) -> Callable[[OpenTxn], bool
     return f
 
 
-def share(index: int, partitions: int, split: Split) -> Callable[[int, int], bool] | None:
+def share(index: int, partitions: int, split: Split,
+          top_of: Mapping[int, int] | None = None) -> Callable[[int, int], bool] | None:
     """Which changes partition ``index`` emits, by top-level xid and LSN
     (``Decoder.share``): of a split transaction, those of its stripes (and, before the LSN
     it is split from, all if it is the owner's); all of the others'. None when no
     transaction is split."""
     if not split:
         return None
+    top_of = top_of or {}
 
-    def f(top: int, lsn: int) -> bool:
+    def f(xid: int, lsn: int) -> bool:
+        top = top_of.get(xid, xid)
         since = split.get(top)
         if since is None:
             return True
@@ -119,28 +129,25 @@ def resolve(parent_of: Mapping[int, int]) -> dict[int, int]:
 
 @dataclass(frozen=True)
 class RouteMap:
-    """Everything :func:`destination` needs; broadcast to the partitions."""
+    """Which partition decodes what (:func:`owns`, :func:`share`, :func:`keeps`); sent to
+    the partitions."""
 
     partitions: int
     top_of: dict[int, int]  #: subtransaction xid -> its top-level xid
-    pg_class_filenodes: frozenset[int]
     split: Split = field(default_factory=dict)  #: the split transactions (:data:`Split`)
     #: top-level xids never to split: what this batch shows of them, or an earlier one did
     unsplit: frozenset[int] = frozenset()
 
     @classmethod
     def merge(cls, partitions: int, facts: Iterable[SegmentFacts], carried: Mapping[int, int],
-              pg_class_filenode: int | None, open_txns: Iterable[OpenTxn] = (),
-              start_lsn: int = 0) -> RouteMap:
+              open_txns: Iterable[OpenTxn] = (), start_lsn: int = 0) -> RouteMap:
         """The batch's facts plus ``carried``: memberships of the transactions left open
         (``open_txns``, whose parts say which were split), for a batch reading from
         ``start_lsn``."""
         facts = list(facts)
         parent_of = dict(carried)
-        filenodes = {pg_class_filenode} if pg_class_filenode else set()
         for f in facts:
             parent_of.update(f.parent_of)
-            filenodes |= f.pg_class_filenodes
         top_of = resolve(parent_of)
         split: dict[int, int] = {}
         opened = {o.toplevel: o for o in open_txns}
@@ -152,46 +159,10 @@ class RouteMap:
                 o = opened.get(top)
                 # carried in parts: split as before; carried whole: from this batch on
                 split[top] = 0 if o is None else o.since if top in parted else start_lsn
-        return cls(partitions, top_of, frozenset(filenodes), split, frozenset(unsplit))
+        return cls(partitions, top_of, split, frozenset(unsplit))
 
     def carried(self, txns: Iterable[OpenTxn]) -> list[OpenTxn]:
         """The transactions a batch leaves open, marked if they may never be split (a TOAST
         chunk carried whole must stay with the row that follows it in a later batch)."""
         return [dataclasses.replace(o, unsplit=True)
                 if o.toplevel in self.unsplit and not o.unsplit else o for o in txns]
-
-    def top(self, rec: XLogRecord) -> int:
-        xid = rec.toplevel_xid or rec.xid
-        return self.top_of.get(xid, xid)
-
-
-#: :func:`destination` of a record every partition reads
-EVERY = -1
-
-
-def destination(kind: int, rec: XLogRecord, rmap: RouteMap) -> int:
-    """The partition that needs ``rec`` (of routing class ``kind``): its transaction's
-    owner, its stripe's for a split transaction, or :data:`EVERY`."""
-    if kind == TXN and not (rec.blocks and
-                            rec.blocks[0].rlocator.rel in rmap.pg_class_filenodes):
-        top = rmap.top(rec)
-        if top not in rmap.split:
-            return owner(top, rmap.partitions)
-        if plain_change(rec):
-            return stripe_owner(top, rec.lsn, rmap.partitions)
-        # a TRUNCATE of a split transaction: every part's decoder queues it, one emits
-    return EVERY  # a TXN record on pg_class's new relfilenode among them
-
-
-def partition_records(index: int, tasks: Iterable[SegmentTask], store: ObjectStore,
-                      layout: Layout, segment_size: int, db_oid: int,
-                      rmap: RouteMap) -> Iterator[XLogRecord]:
-    """The records partition ``index`` decodes, in LSN order: it reads the batch's segments
-    (``tasks``, in order) itself and keeps what :func:`destination` gives it. Every partition
-    reads all of the WAL; no record crosses a process (a shuffle would pickle every record,
-    and unpickling cost more than parsing the WAL again)."""
-    for t in tasks:
-        for kind, rec in segment_records(t, store, layout, segment_size, db_oid):
-            d = destination(kind, rec, rmap)
-            if d in (index, EVERY):
-                yield freeze(rec, drop_images=kind == TXN)

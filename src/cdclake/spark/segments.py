@@ -3,15 +3,14 @@
 A record belongs to the segment it starts in. A task reads its segment from the store and, for
 a record that straddles the boundary, the head of the next one (the reader fetches later
 segments lazily, only when a record continues there). A segment is read first
-(:func:`scan_segment`, a task per segment) for the facts the driver needs: the subtransaction
-memberships that route records, whether consecutive tasks join up (prev-links), where WAL
-ended, and where the first full dictionary ``cdclake source install`` wrote lies (a new
-stream without a start LSN starts there). Then every reorder-buffer partition reads it
-(:func:`segment_records`) for the records decoding uses, classified by the rmgr table
-(:func:`cdclake.decoding.rmgrs.route`), and keeps its own (:mod:`cdclake.spark.routing`).
-Every segment read is checked against the sha256 the manifest recorded
-(:class:`~cdclake.archive.source.StoreSegmentSource`); the scan returns a mismatch to the
-driver, which raises it.
+(:func:`scan_segment`) for the facts the driver needs: the subtransaction memberships and
+large transactions that decide which partition decodes what, whether consecutive tasks join
+up (prev-links), where WAL ended, and where the first full dictionary ``cdclake source
+install`` wrote lies (a new stream without a start LSN starts there). Then every
+reorder-buffer partition reads it again (:func:`task_records`) and feeds every record to its
+decoder (:mod:`cdclake.spark.routing`). Every segment read is checked against the sha256 the
+manifest recorded (:class:`~cdclake.archive.source.StoreSegmentSource`); the scan returns a
+mismatch to the driver, which raises it.
 """
 
 from __future__ import annotations
@@ -25,19 +24,25 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.signing import DDL_PREFIX, open_signed
-from cdclake.decoding.rmgrs import CATALOG, TXN, is_truncate, memberships, plain_change, route
+from cdclake.decoding.rmgrs import (
+    CATALOG,
+    IGNORE,
+    TXN,
+    is_truncate,
+    memberships,
+    plain_change,
+    route_class,
+)
 from cdclake.decoding.stripes import STRIPE_BITS
-from cdclake.decoding.walclass import PG_CLASS_OID
 from cdclake.errors import SegmentDigestError
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     RM_HEAP2_ID,
     RM_LOGICALMSG_ID,
-    RM_RELMAP_ID,
     XLogRecord,
 )
-from cdclake.wal.rmgr import heap, logicalmsg, relmap
+from cdclake.wal.rmgr import heap, logicalmsg
 
 
 class StoreWindow:
@@ -78,7 +83,6 @@ class SegmentTask:
     segment: SegmentName
     read_from: int  #: the segment's start, or where the previous batch stopped inside it
     end: int  #: the next segment's start
-    keep_first: bool  #: keep the first record whatever it is (the decoder's clean-start test)
     window: tuple[SegmentName, ...]  #: this segment and the archived ones after it
 
 
@@ -92,7 +96,6 @@ class SegmentFacts:
     """What routing needs to know from one segment, collected before the partitions read."""
 
     parent_of: dict[int, int]  #: subtransaction xid -> parent xid (maybe itself a subxact)
-    pg_class_filenodes: frozenset[int]  #: relfilenodes pg_class moved to (VACUUM FULL)
     #: xids with LARGE_BYTES of changes in the segment
     large: frozenset[int] = frozenset()
     #: xids whose changes cannot be split: with TOAST chunks, speculative inserts or new
@@ -115,29 +118,10 @@ class ParsedSegment:
     #: the first full-dictionary ``cdclake.ddl`` message of the database starting in the
     #: segment (its record's LSN), if any
     dictionary_lsn: int | None = None
-    records: int = 0  #: records kept for decoding (by one partition or all)
-    facts: SegmentFacts = field(default_factory=lambda: SegmentFacts({}, frozenset()))
+    facts: SegmentFacts = field(default_factory=lambda: SegmentFacts({}))
     #: a segment the task read is not the one archived (its sha256): the error's message,
     #: which the driver raises (the scan stops there)
     damaged: str | None = None
-
-
-def freeze(rec: XLogRecord, *, drop_images: bool) -> XLogRecord:
-    """Make a record independent of its segment's buffer, to be kept while the reader
-    moves on: payload memoryviews (slices of the segment) become bytes.
-
-    ``drop_images`` removes full-page images, which only the pg_class tracker reads; records
-    of user tables carry their tuples in block data (wal_level=logical), so a transaction's
-    records are held without the 8 kB images.
-    """
-    rec.main_data = bytes(rec.main_data)
-    for b in rec.blocks:
-        if b.data is not None:
-            b.data = bytes(b.data)
-        if b.image is not None:
-            # a block without data (a catalog insert logged as an image) keeps its image
-            b.image = None if drop_images and b.data is not None else bytes(b.image)
-    return rec
 
 
 def is_dictionary_message(rec: XLogRecord, db_oid: int, key: bytes) -> bool:
@@ -168,25 +152,23 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
                  db_oid: int, key: bytes) -> ParsedSegment:
     """What the task's range tells the driver: where it starts and ends, the routing facts,
     the first full dictionary. Only this summary leaves the task, not the records: the
-    records are read again by :func:`segment_records`, after the driver has what routes
+    records are read again by :func:`task_records`, after the driver has what routes
     them. Parsing the segment twice costs less than keeping its records between the two
     stages (pickled Python objects, a multiple of the WAL's size, unpickled again).
     """
     reader = _reader(task, store, layout, segment_size)
     out = ParsedSegment(task.segment.segno)
-    facts = FactCollector(db_oid)
-    first = True
+    facts = FactCollector()
     try:
         for rec in reader:
-            if first:
+            if out.first_lsn is None:
                 out.first_lsn, out.first_prev = rec.lsn, rec.prev
             out.last_lsn = rec.lsn
             if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
                 out.dictionary_lsn = rec.lsn
-            for kind, kept in route(rec, db_oid, first=first and task.keep_first):
-                facts.add(kind, kept, reader.version)
-                out.records += 1
-            first = False
+            kind = route_class(rec, db_oid)
+            if kind != IGNORE or rec.toplevel_xid:
+                facts.add(kind, rec, reader.version)
     except SegmentDigestError as exc:
         out.damaged = str(exc)
         return out
@@ -197,16 +179,12 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     return out
 
 
-def segment_records(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
-                    db_oid: int) -> Iterator[tuple[int, XLogRecord]]:
-    """The records starting in the task's range that decoding needs, as (routing class,
-    record), one at a time: a task holds one record at a time, not its segment's (a segment
-    of small records parses into hundreds of MB of Python objects). Their payloads are views
-    of the segment: :func:`freeze` the ones kept."""
-    first = task.keep_first
-    for rec in _reader(task, store, layout, segment_size):
-        yield from route(rec, db_oid, first=first)
-        first = False
+def task_records(task: SegmentTask, store: ObjectStore, layout: Layout,
+                 segment_size: int) -> Iterator[XLogRecord]:
+    """Every record starting in the task's range, one at a time: a task holds one record at a
+    time, not its segment's (a segment of small records parses into hundreds of MB of Python
+    objects). Their payloads are views of the segment, valid until the next record."""
+    return iter(_reader(task, store, layout, segment_size))
 
 
 def _reader(task: SegmentTask, store: ObjectStore, layout: Layout,
@@ -220,17 +198,14 @@ def _reader(task: SegmentTask, store: ObjectStore, layout: Layout,
 class FactCollector:
     """A segment's :class:`SegmentFacts`, gathered as its kept records go by."""
 
-    def __init__(self, db_oid: int) -> None:
-        self.db_oid = db_oid
+    def __init__(self) -> None:
         self.parent_of: dict[int, int] = {}
-        self.filenodes: set[int] = set()
         self.changes: dict[int, int] = {}  # xid -> bytes of its changes
         self.unsplit: set[int] = set()
 
     def add(self, kind: int, rec: XLogRecord, version: int) -> None:
-        """Subtransaction memberships, where pg_class moved (a relation map update), and what
-        tells a large transaction whose changes can be split: their bytes, and whether it has
-        records every partition must see."""
+        """Subtransaction memberships, and what tells a large transaction whose changes can
+        be split: their bytes, and whether it has records every partition must see."""
         for sub, parent in memberships(rec, version):
             self.parent_of[sub] = parent
         xid = rec.xid
@@ -238,15 +213,10 @@ class FactCollector:
             self.changes[xid] = self.changes.get(xid, 0) + rec.tot_len
             if not plain_change(rec) and not is_truncate(rec):
                 self.unsplit.add(xid)
-        elif rec.rmid == RM_RELMAP_ID:
-            upd = relmap.parse(rec)
-            if upd is not None and upd.db_id in (0, self.db_oid) and PG_CLASS_OID in upd.mappings:
-                self.filenodes.add(upd.mappings[PG_CLASS_OID])
         elif kind == CATALOG and (rec.rmid == RM_HEAP2_ID or
                                   rec.info & heap.XLOG_HEAP_OPMASK == heap.XLOG_HEAP_INSERT):
             self.unsplit.add(xid)  # a new catalog row: a new relation or column, a rewrite
 
     def facts(self) -> SegmentFacts:
         large = frozenset(x for x, size in self.changes.items() if size >= LARGE_BYTES)
-        return SegmentFacts(dict(self.parent_of), frozenset(self.filenodes), large,
-                            array("I", sorted(self.unsplit)))
+        return SegmentFacts(dict(self.parent_of), large, array("I", sorted(self.unsplit)))

@@ -61,7 +61,6 @@ def test_first_batch_takes_the_contiguous_run_and_stops_at_a_gap(tmp_path: Path)
     assert plan is not None
     assert plan.segments == [segment_name(1, s, SEGSIZE) for s in (3, 4, 5)]
     assert plan.name == f"000001-{segment_name(1, 3, SEGSIZE)}"
-    assert plan.tasks[0].keep_first and not plan.tasks[1].keep_first
     assert plan.tasks[0].read_from == 3 * SEGSIZE
     # a task may read the following segments to finish a straddling record
     assert [s.segno for s in plan.tasks[2].window] == [5]
@@ -76,7 +75,7 @@ def test_until_segment_and_resume_inside_a_segment(tmp_path: Path) -> None:
     nxt = plan_batch(store, Layout(), _progress(5 * SEGSIZE + 100, 4), None)
     assert nxt is not None and nxt.seq == 5
     assert [t.segment.segno for t in nxt.tasks] == [5, 6]
-    assert nxt.tasks[0].read_from == 5 * SEGSIZE + 100 and not nxt.tasks[0].keep_first
+    assert nxt.tasks[0].read_from == 5 * SEGSIZE + 100
     assert nxt.tasks[1].read_from == 6 * SEGSIZE
 
 
@@ -181,7 +180,7 @@ def test_a_new_stream_skips_the_segments_wholly_before_the_install(tmp_path: Pat
     plan = plan_batch(store, Layout(), None, None, install=_install(4 * SEGSIZE + 0x2B50))
     assert isinstance(plan, BatchPlan) and plan.segments == _names((1, 4), (1, 5), (1, 6))
     assert plan.read_from == 4 * SEGSIZE and plan.tasks[0].read_from == 4 * SEGSIZE
-    assert plan.tasks[0].keep_first and plan.name == f"000001-{segment_name(1, 4, SEGSIZE)}"
+    assert plan.name == f"000001-{segment_name(1, 4, SEGSIZE)}"
     # a message that starts on a segment boundary
     at = plan_batch(store, Layout(), None, None, install=_install(5 * SEGSIZE))
     assert isinstance(at, BatchPlan) and at.segments == _names((1, 5), (1, 6))

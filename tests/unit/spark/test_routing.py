@@ -1,4 +1,5 @@
-"""Routing records to reorder-buffer partitions: owners, broadcasts, subtransactions."""
+"""Which partition decodes what: owners, subtransactions, split transactions. Every
+partition's decoder reads every record, as in the job."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from pathlib import Path
 from cdclake.decoding import rmgrs
 from cdclake.decoding.carry import OpenTxn, open_memberships
 from cdclake.decoding.decode import Decoder
-from cdclake.decoding.rmgrs import TXN
+from cdclake.decoding.rmgrs import IGNORE, TXN
 from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.spark import routing
-from cdclake.spark.routing import EVERY, RouteMap, destination, owner, resolve
-from cdclake.spark.segments import FactCollector, SegmentFacts, freeze
+from cdclake.spark.routing import RouteMap, owner, resolve
+from cdclake.spark.segments import FactCollector, SegmentFacts
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, xact
 from tests.unit.decoding.records import (
@@ -29,48 +30,33 @@ TOP, SUB, NESTED = 100, 101, 103  # a top-level xid and subxids its partition do
 
 @dataclass
 class Segment:
-    """What a task yields for a segment: its kept records, then its facts."""
+    """A segment's records, and the facts its scan collects."""
 
-    records: list[tuple[int, XLogRecord]]
+    records: list[XLogRecord]
     facts: SegmentFacts
 
 
 def _segment(*recs: XLogRecord, version: int = 15) -> Segment:
-    """These records classified and frozen by the rmgr table, as a task streams them."""
-    facts = FactCollector(DB)
-    records = []
+    """These records, and their facts as the scan collects them."""
+    facts = FactCollector()
     for rec in recs:
-        for kind, kept in rmgrs.route(rec, DB):
-            facts.add(kind, kept, version)
-            records.append((kind, freeze(kept, drop_images=kind == TXN)))
-    return Segment(records, facts.facts())
+        kind = rmgrs.route_class(rec, DB)
+        if kind != IGNORE or rec.toplevel_xid:
+            facts.add(kind, rec, version)
+    return Segment(list(recs), facts.facts())
 
 
-def _routed(seg: Segment, rmap: RouteMap) -> list[tuple[int, XLogRecord]]:
-    """(partition, record) for every partition that keeps a record."""
-    out = []
-    for kind, rec in seg.records:
-        d = destination(kind, rec, rmap)
-        out += [(p, rec) for p in (range(rmap.partitions) if d == EVERY else (d,))]
-    return out
-
-
-def _partitions(segs: list[Segment], rmap: RouteMap) -> dict[int, list[XLogRecord]]:
-    """Every partition's records in LSN order, as each reads the batch and keeps its own."""
-    out: dict[int, list[XLogRecord]] = {p: [] for p in range(rmap.partitions)}
-    for seg in segs:
-        for p, rec in _routed(seg, rmap):
-            out[p].append(rec)
-    return out
-
-
-def _decode(parts: dict[int, list[XLogRecord]], tmp: Path) -> dict[int, Decoder]:
-    """Every partition's decoder after its records (the commits emit into ``Recording``)."""
+def _decode(segs: list[Segment], rmap: RouteMap, tmp: Path) -> dict[int, Decoder]:
+    """Every partition's decoder after every record of the batch, as the job feeds it (the
+    commits it emits go into ``Recording``)."""
     out = {}
-    for p, recs in parts.items():
+    for p in range(rmap.partitions):
         d, _seen = recording_decoder(tmp / f"p{p}")
-        for rec in recs:
-            d.process(rec)
+        d.owns = routing.owns(p, rmap.partitions, rmap.split, rmap.top_of)
+        d.share = routing.share(p, rmap.partitions, rmap.split, rmap.top_of)
+        for seg in segs:
+            for rec in seg.records:
+                d.process(rec)
         out[p] = d
     return out
 
@@ -98,9 +84,9 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
     ]
     # a batch that ends before the commit: the owner holds everything, knowing the subxacts
     seg = _segment(*work)
-    rmap = RouteMap.merge(N, [seg.facts], {}, None)
+    rmap = RouteMap.merge(N, [seg.facts], {})
     assert rmap.top_of == {SUB: TOP, NESTED: TOP}
-    decoders = _decode(_partitions([seg], rmap), tmp_path / "open")
+    decoders = _decode([seg], rmap, tmp_path / "open")
     assert _buffered(decoders[owner(TOP, N)]) == {TOP: (0, [10]), SUB: (TOP, [30]),
                                                   NESTED: (TOP, [50])}
     # the other partition learnt the memberships too, and holds no change
@@ -108,18 +94,21 @@ def test_changes_after_a_locking_savepoint_reach_the_owner(tmp_path: Path) -> No
                                                   NESTED: (TOP, [])}
     # one batch up to the commit: the owner emits all of it
     seg = _segment(*work, commit_record(60, TOP, (SUB, NESTED)))
-    rmap = RouteMap.merge(N, [seg.facts], {}, None)
-    emitted = _emitted(_decode(_partitions([seg], rmap), tmp_path / "whole"))
+    rmap = RouteMap.merge(N, [seg.facts], {})
+    emitted = _emitted(_decode([seg], rmap, tmp_path / "whole"))
     assert emitted[owner(TOP, N)] == {TOP: [10, 30, 50]}
     assert emitted[owner(SUB, N)] == {}
 
 
 def test_memberships_known_only_from_the_commit_record(tmp_path: Path) -> None:
-    """The subxact's first record was in an earlier batch: the commit's list still routes."""
+    """The subxact's first record was never read (before the stream's start): the commit's
+    list, which the scan collects, still makes its change the top-level transaction's."""
+    assert owner(TOP, N) != owner(SUB, N)
     seg = _segment(heap_record(10, TOP), heap_record(30, SUB), commit_record(60, TOP, (SUB,)))
-    rmap = RouteMap.merge(N, [seg.facts], {}, None)
-    assert rmap.top(seg.records[1][1]) == TOP
-    assert _emitted(_decode(_partitions([seg], rmap), tmp_path))[owner(TOP, N)] == {TOP: [10, 30]}
+    rmap = RouteMap.merge(N, [seg.facts], {})
+    assert rmap.top_of == {SUB: TOP}
+    assert _emitted(_decode([seg], rmap, tmp_path)) == {owner(TOP, N): {TOP: [10, 30]},
+                                                        owner(SUB, N): {}}
 
 
 def test_nested_parents_resolve_to_the_top_level_transaction() -> None:
@@ -127,7 +116,7 @@ def test_nested_parents_resolve_to_the_top_level_transaction() -> None:
     abort = commit_record(5, SUB, (NESTED,), op=xact.XLOG_XACT_ABORT)
     facts = _segment(abort).facts
     assert facts.parent_of == {NESTED: SUB}
-    rmap = RouteMap.merge(N, [facts], {SUB: TOP}, None)
+    rmap = RouteMap.merge(N, [facts], {SUB: TOP})
     assert rmap.top_of == {NESTED: TOP, SUB: TOP}
     assert resolve({1: 2, 2: 3, 3: 4, 5: 3}) == {1: 4, 2: 4, 3: 4, 5: 4}
     assert resolve({1: 2, 2: 1}) in ({1: 1, 2: 1}, {1: 2, 2: 2})  # bad input: no endless loop
@@ -140,25 +129,9 @@ def test_carried_memberships_include_the_subxid_lists() -> None:
     carried = open_memberships([txn(TOP, subxids=(SUB, NESTED)), txn(SUB, TOP), txn(7)])
     assert carried == {SUB: TOP, NESTED: TOP}
     later = _segment(heap_record(70, NESTED))
-    rmap = RouteMap.merge(N, [later.facts], carried, None)
-    assert [p for p, _ in _routed(later, rmap)] == [owner(TOP, N)]
-
-
-def test_broadcasts_and_moved_pg_class() -> None:
-    seg = _segment(heap_record(10, SUB, toplevel=TOP), commit_record(30, TOP, (SUB,)))
-    rmap = RouteMap.merge(3, [seg.facts], {}, None)
-    out = sorted((rec.lsn, p, rec.rmid) for p, rec in _routed(seg, rmap))
-    # the change to its owner; the assignment it names and the commit to every partition
-    assert [(lsn, p) for lsn, p, rm in out if rm == heap_record(0, 0).rmid] == \
-        [(10, owner(TOP, 3))]
-    assert sorted((lsn, p) for lsn, p, rm in out if rm != heap_record(0, 0).rmid) == \
-        [(10, 0), (10, 1), (10, 2), (30, 0), (30, 1), (30, 2)]
-
-    moved = _segment(heap_record(10, SUB, rel=30000))
-    rmap = RouteMap.merge(2, [SegmentFacts({}, frozenset())], {SUB: 200}, 30000)
-    assert len(_routed(moved, rmap)) == 2  # broadcast: it may be a pg_class row
-    rmap = RouteMap.merge(2, [], {SUB: 200}, None)
-    assert [p for p, _ in _routed(moved, rmap)] == [owner(200, 2)]
+    rmap = RouteMap.merge(N, [later.facts], carried)
+    assert [p for p in range(N) if routing.owns(p, N, rmap.split, rmap.top_of)(NESTED)] == [
+        owner(TOP, N)]
 
 
 def _large(xid: int, first_stripe: int, stripes: int) -> list[XLogRecord]:
@@ -179,16 +152,16 @@ def test_a_large_transaction_is_split_by_stripes(tmp_path: Path) -> None:
         message((5 << STRIPE_BITS) + 1, split, "p", b"x"),  # every partition gets it
         heap_record((5 << STRIPE_BITS) + 2, new_table, rel=1259),  # a new pg_class row
         *(commit_record((6 << STRIPE_BITS) + x, x) for x in (split, new_table, carried, small)))
-    rmap = RouteMap.merge(N, [seg.facts], {}, None, [_open(carried, unsplit=True)])
+    rmap = RouteMap.merge(N, [seg.facts], {}, [_open(carried, unsplit=True)])
     # a new relation, carried whole from an earlier batch with TOAST chunks, too few changes:
     # not split; one that does not end in the batch is (its parts are carried)
     assert rmap.split == {split: 0, open_at_end: 0}
     assert rmap.unsplit == {new_table, carried}
-    assert RouteMap.merge(1, [seg.facts], {}, None).split == {}  # nothing to share
+    assert RouteMap.merge(1, [seg.facts], {}).split == {}  # nothing to share
     owns = [routing.owns(p, N, rmap.split) for p in range(N)]
     assert all(o(split) for o in owns) and [o(small) for o in owns].count(True) == 1
 
-    emitted = _emitted_all(_decode(_partitions([seg], rmap), tmp_path))
+    emitted = _emitted_all(_decode([seg], rmap, tmp_path))
     lsns = [r.lsn for r in _large(split, 1, 4)]
     # every partition has the changes of its stripes, and they are all of them; and the
     # message, which a decoder with a share emits from one (Decoder.share)
@@ -211,13 +184,13 @@ def test_a_split_transaction_carried_in_parts_stays_split_while_it_can() -> None
     carried = [_open(x, p, parts, since=77) for x, parts in
                ((parted, N), (toasted, N), (resized, 3)) for p in range(parts)]
     carried += [_open(whole), _open(sticky, unsplit=True), _open(small)]
-    facts = FactCollector(5)
+    facts = FactCollector()
     for x in (resized, whole, sticky):  # large in this batch too
         for rec in _large(x, 1, 4):
             facts.add(TXN, rec, 15)
     facts.unsplit.add(toasted)  # as a TOAST chunk or a new catalog row makes it
     start = 5 << STRIPE_BITS
-    rmap = RouteMap.merge(N, [facts.facts()], {}, None, carried, start_lsn=start)
+    rmap = RouteMap.merge(N, [facts.facts()], {}, carried, start_lsn=start)
     # split as before; TOAST now: whole to the owner. Another number of partitions or carried
     # whole: split from this batch on, the earlier changes the owner's; TOAST before: never
     assert rmap.split == {parted: 77, resized: start, whole: start}
@@ -235,7 +208,7 @@ def test_a_split_transaction_carried_in_parts_stays_split_while_it_can() -> None
                             (whole + (lsn >> STRIPE_BITS)) % N]
     marked = {o.xid: o.unsplit for o in rmap.carried(carried)}
     assert marked[toasted] and marked[sticky] and not marked[whole] and not marked[parted]
-    assert RouteMap.merge(1, [], {}, None, carried).split == {}
+    assert RouteMap.merge(1, [], {}, carried).split == {}
     # carried by a version that did not mark them: never split
     legacy = {k: v for k, v in _open(whole).to_json().items() if k != "unsplit"}
     assert OpenTxn.from_json(legacy).unsplit
@@ -244,14 +217,3 @@ def test_a_split_transaction_carried_in_parts_stays_split_while_it_can() -> None
 def _emitted_all(decoders: dict[int, Decoder]) -> dict[int, dict[int, list[int]]]:
     """partition -> {xid: LSNs of its changes} of every commit the partition replayed."""
     return {p: dict(d.replay.emitted) for p, d in decoders.items()}  # type: ignore[attr-defined]
-
-
-def test_freeze_keeps_images_only_where_they_are_the_only_data() -> None:
-    rec = heap_record(1, 7)
-    rec.blocks[0].image = memoryview(b"page")
-    routed = freeze(rec, drop_images=True)
-    assert routed.blocks[0].image is None and routed.blocks[0].data is not None
-    image_only = heap_record(1, 7)
-    image_only.blocks[0].data = None
-    image_only.blocks[0].image = memoryview(b"page")
-    assert freeze(image_only, drop_images=True).blocks[0].image == b"page"

@@ -1,11 +1,10 @@
-"""Reading a batch's segments on Spark: the scan's summary, and the records each partition
+"""Reading a batch's segments on Spark: the scan's summary, and the records every partition
 reads again, over the committed decoding fixtures (real WAL, records straddling pages and
 segments)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,7 @@ from cdclake.errors import SegmentDigestError, WalCorruptError
 from cdclake.spark.job import _check_joins
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress
-from cdclake.spark.routing import EVERY, RouteMap, destination, partition_records
-from cdclake.spark.segments import ParsedSegment, SegmentTask, scan_segment, segment_records
+from cdclake.spark.segments import ParsedSegment, scan_segment, task_records
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
@@ -40,49 +38,18 @@ def _store(segments: Path, tmp_path: Path) -> LocalStore:
     return store
 
 
-def _read(task: SegmentTask, store: LocalStore, db_oid: int, size: int) -> list[object]:
-    return [(kind, row_of(rec), bytes(rec.main_data))
-            for kind, rec in segment_records(task, store, Layout(), size, db_oid)]
-
-
-def test_a_task_reads_the_records_its_scan_counted(decfix: DecodingFixture,
-                                                    tmp_path: Path) -> None:
+def test_the_tasks_read_every_record_of_the_batch_once(decfix: DecodingFixture,
+                                                       tmp_path: Path) -> None:
+    """What each partition feeds its decoder: the tasks' records, one after the other, are
+    the WAL's records as one reader of the whole archive reads them (records straddling
+    segments included, each once)."""
     store = _store(decfix.dir, tmp_path)
     plan = plan_batch(store, Layout(), None, None)
-    assert plan is not None
-    counted = [scan_segment(t, store, Layout(), plan.segment_size, decfix.db_oid,
-                            decfix.ddl_key).records for t in plan.tasks]
-    read = [len(_read(t, store, decfix.db_oid, plan.segment_size)) for t in plan.tasks]
-    assert counted == read and sum(read) > 0
-
-
-def test_each_partition_reads_the_batch_and_keeps_its_records(decfix: DecodingFixture,
-                                                              tmp_path: Path) -> None:
-    """A transaction's records go to one partition, the others' to every partition; each
-    partition's records in WAL order, held as bytes (not views of the segment), the images of
-    user-table records dropped."""
-    store = _store(decfix.dir, tmp_path)
-    plan = plan_batch(store, Layout(), None, None)
-    assert plan is not None
-    size, db = plan.segment_size, decfix.db_oid
-    facts = [scan_segment(t, store, Layout(), size, db, decfix.ddl_key).facts
-             for t in plan.tasks]
-    n = 3
-    rmap = RouteMap.merge(n, facts, {}, None)
-    parts = [list(partition_records(i, plan.tasks, store, Layout(), size, db, rmap))
-             for i in range(n)]
-    expected: Counter[tuple[int, int]] = Counter()
-    for t in plan.tasks:
-        for kind, rec in segment_records(t, store, Layout(), size, db):
-            d = destination(kind, rec, rmap)
-            expected.update((p, rec.lsn) for p in (range(n) if d == EVERY else (d,)))
-    assert Counter((i, r.lsn) for i, p in enumerate(parts) for r in p) == expected
-    # the fixture's transactions: one partition each, not every one
-    assert sum(expected.values()) < n * len({lsn for _, lsn in expected})
-    for p in parts:
-        assert [r.lsn for r in p] == sorted(r.lsn for r in p)
-        assert all(isinstance(r.main_data, bytes) for r in p)
-        assert all(b.data is None or isinstance(b.data, bytes) for r in p for b in r.blocks)
+    assert plan is not None and len(plan.tasks) > 1
+    read = [(row_of(rec), bytes(rec.main_data)) for t in plan.tasks
+            for rec in task_records(t, store, Layout(), plan.segment_size)]
+    whole = [(row_of(rec), bytes(rec.main_data)) for rec in XLogReader(DirectorySource(decfix.dir))]
+    assert read == whole and read
 
 
 def _scan(plan: BatchPlan, store: LocalStore) -> list[ParsedSegment]:
@@ -160,4 +127,4 @@ def test_a_flipped_padding_byte_is_read_back_as_damage(wal15: WalFixture, tmp_pa
                      f"(segment {path.name})"):
             assert part in msg, part
     with pytest.raises(SegmentDigestError):
-        list(segment_records(plan.tasks[1], store, Layout(), plan.segment_size, 0))
+        list(task_records(plan.tasks[1], store, Layout(), plan.segment_size))
