@@ -292,15 +292,17 @@ def main() -> None:
     print("| pgbench scale | changes | WAL segments | batches | run s | changes/s end to end "
           "| PostgreSQL's decoder changes/s | decode --jobs 2 changes/s "
           "| end to end / PostgreSQL / --jobs 2 "
-          "| s per step: decode / validate stream / merge / validate mirrors "
-          "| driver peak RSS per step, same order (MiB) "
+          "| s per step (the rest: the process's start, Spark's, the run report) "
+          "| driver peak RSS per step: decode / validate stream / merge / validate mirrors (MiB) "
           "| peak RSS driver / JVM / largest Python worker (MiB) | mirrors == source |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|")
     rows = [measure(scale, args.batch_segments, spark_conf, args.merge_engine)
             for scale in args.scales]
     for r in rows:
         names = ("decode", "validate_stream", "merge", "validate_tables")
-        per_step = " / ".join(f"{r['steps'].get(k, 0):.0f}" for k in names)  # type: ignore[union-attr]
+        steps: dict[str, float] = r["steps"]  # type: ignore[assignment]
+        per_step = ", ".join(f"{k} {v:.0f}" for k, v in steps.items() if v >= 0.5)
+        per_step += f", rest {r['seconds'] - sum(steps.values()):.0f}"  # type: ignore[operator]
         step_rss = " / ".join(f"{r['step_driver'].get(k, 0) / 1024:,.0f}"  # type: ignore[union-attr]
                               for k in names)
         ratios = (f"{r['rate'] / r['pg_rate']:.2f} / "  # type: ignore[operator]

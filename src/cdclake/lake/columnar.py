@@ -18,8 +18,16 @@ typed. For those the replay's result is computed column-wise, with the same rule
 - ``not_found`` counts the UPDATEs and DELETEs whose row was neither set earlier in the batch
   nor in the mirror, as the replay does.
 
-Memory is O(the system and key columns of the table's changes in the batch + a file being
-written): neither the changes' values, the mirror nor a stored file is held whole.
+Memory is bounded by :data:`BUCKET_ROWS` changes and a file being written, plus the keys
+the batch touches (and their positions): neither the changes' values, the mirror nor a
+stored file is held whole. A table's batch of more pending changes than that (a bulk load of
+millions) is read a part at a time and its events dealt by key into buckets of about
+:data:`BUCKET_ROWS` each (:func:`bucket_ids`; the key's first column an integer), written to
+local Arrow files and decided a bucket at a time: a key's events are all in its bucket, so
+each bucket's last events, look-ups and stored rows are its own. The events' order is each
+change's rank in the source's order, so a bucket needs no other. A batch whose key starts
+with another type is decided at once, as are versions whose changes interleave (they are
+sorted first).
 :func:`takes` says whether a table's batch qualifies; :func:`merge` answers ``None`` when the
 mirror itself needs the replay (a label renamed, a type no promotion holds).
 """
@@ -27,9 +35,11 @@ mirror itself needs the replay (a label renamed, a type no promotion holds).
 from __future__ import annotations
 
 import itertools
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -88,19 +98,31 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Changes:
-    """A table's batch as the Arrow merge reads it: the narrow columns of every change, and
-    the whole rows, read again part by part for the rows that end up in the mirror."""
+    """A table's batch as the Arrow merge reads it: the narrow columns of every change, a part
+    at a time, and the whole rows, read again part by part for the rows that end up in the
+    mirror."""
 
     info: VersionInfo
-    data: pa.Table  #: the stream's system columns and the key, every change in order
+    rows: int  #: the table's changes in the batch
+    last_lsn: int  #: the largest commit LSN among them
+    #: the stream's system columns and the key, in the source's order, a part at a time, with
+    #: each change's rank in that order (``_ORD``)
+    narrow: Callable[[], Iterator[pa.Table]]
     parts: Callable[[Sequence[str] | None], Iterator[pa.Table]]  #: all columns, or these
+    #: rank -> position among the rows ``parts`` yields; None: the same (the versions' parts
+    #: are in the source's order)
+    positions: np.ndarray | None = None
+    #: whether the keys can be dealt into buckets (:func:`bucket_ids`): the changes are read
+    #: a part at a time, and the first key column is an integer
+    bucketed: bool = False
 
 
 def takes(batch: Batch, entry: TableEntry) -> Changes | None:
     """``entry``'s changes of ``batch`` when they qualify (the same columns, key and labels in
     every version with changes — a TRUNCATE's new relfilenode is a version of its own — a key
     of plain types, only INSERT/UPDATE/DELETE/TRUNCATE, every value typed, no unchanged
-    TOAST, every DELETE naming its key); else None: the replay takes them."""
+    TOAST, every DELETE naming its key); else None: the replay takes them. The checks read
+    the narrow columns a part at a time."""
     versions = [v for v in entry.versions if v.rows]
     if not versions or not all(v.paths for v in versions):
         return None
@@ -120,9 +142,9 @@ def takes(batch: Batch, entry: TableEntry) -> Changes | None:
     if info.identity.kind != KEY or any(i.defaults for i in infos):
         return None
     by_attnum = {c.attnum: c.name for c in info.columns}
-    if any(a not in by_attnum or not any(ok(info.arrow_schema.field(by_attnum[a]).type)
-                                         for ok in _KEY_TYPES)
-           for a in info.identity.attnums):
+    key_types = [info.arrow_schema.field(by_attnum[a]).type if a in by_attnum else None
+                 for a in info.identity.attnums]
+    if any(t is None or not any(ok(t) for ok in _KEY_TYPES) for t in key_types):
         return None
 
     def parts(columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
@@ -130,33 +152,151 @@ def takes(batch: Batch, entry: TableEntry) -> Changes | None:
             yield from batch.parts(entry, v, columns)
 
     narrow = [*_SYSTEM, *(by_attnum[a] for a in info.identity.attnums)]
-    tables = [pa.concat_tables(batch.parts(entry, v, narrow)) for v in versions]
-    for v, t in zip(versions, tables, strict=True):
-        _check_order(t, f"batch {batch.name}, table {entry.table}, version "
-                        f"v{v.relation.valid_from:X}")
-    data = pa.concat_tables(tables)
+    rows, last_lsn, ordered = 0, 0, True
+    last: tuple[int, int, int] | None = None
+    #: the checked parts, while they are few enough to be held (then not read again)
+    held: list[pa.Table] | None = []
+    for v in versions:
+        where = (f"batch {batch.name}, table {entry.table}, version "
+                 f"v{v.relation.valid_from:X}")
+        begins = True
+        for part in batch.parts(entry, v, narrow):
+            if not part.num_rows:
+                continue
+            if not _qualifies(part):
+                return None  # a rewrite, an unknown op, a value untyped: the replay
+            _check_order(part, where)
+            head = _order_at(part, 0)
+            if last is not None and head < last:
+                if not begins:
+                    raise LakeError(f"{where}: rows are not in commit/WAL order at LSN "
+                                    f"{format_lsn(head[1])} (commit {format_lsn(head[0])})")
+                ordered = False  # the versions interleave: sorted, held whole
+            last = _order_at(part, part.num_rows - 1)
+            last_lsn = max(last_lsn, pc.max(part.column(stream.COMMIT_LSN)).as_py())
+            rows += part.num_rows
+            begins = False
+            if held is not None:
+                held.append(_slim(part))
+                if rows > BUCKET_ROWS:
+                    held = None
+    if not rows:
+        return None
+
+    if ordered:
+        def stream_parts() -> Iterator[pa.Table]:
+            at = 0
+            for part in held if held is not None else map(_slim, parts(narrow)):
+                if part.num_rows:
+                    rank = pa.array(np.arange(at, at + part.num_rows, dtype=np.int64))
+                    at += part.num_rows
+                    yield part.append_column(_ORD, rank)
+        bucketed = held is None and pa.types.is_integer(key_types[0])
+        return Changes(info, rows, last_lsn, stream_parts, parts, bucketed=bucketed)
+    # held whole to be sorted: the versions' changes in the source's order
+    data = pa.concat_tables(parts(narrow))
     data = data.append_column(_POS, pa.array(np.arange(data.num_rows, dtype=np.int64)))
-    if len(tables) > 1:  # the versions' changes in the source's order
-        data = data.take(pc.sort_indices(data, [(c, "ascending") for c in _ORDER]))
-    ops = set(pc.unique(data.column(stream.OP)).to_pylist())
+    data = _slim(data.take(pc.sort_indices(data, [(c, "ascending") for c in _ORDER])))
+    positions = data.column(_POS).to_numpy()
+    data = data.drop_columns([_POS]).append_column(
+        _ORD, pa.array(np.arange(data.num_rows, dtype=np.int64)))
+    return Changes(info, rows, last_lsn, lambda: iter([data]), parts, positions)
+
+
+def _qualifies(part: pa.Table) -> bool:
+    """Whether a part's changes are what the Arrow merge takes (see :func:`takes`)."""
+    ops = set(pc.unique(part.column(stream.OP)).to_pylist())
     if not ops <= _OPS:
-        return None  # a rewrite, or an unknown op the replay reports
-    if data.column(stream.PG_TEXT).null_count != data.num_rows:
-        return None
-    toast = data.column(stream.UNCHANGED_TOAST)
+        return False
+    if part.column(stream.PG_TEXT).null_count != part.num_rows:
+        return False
+    toast = part.column(stream.UNCHANGED_TOAST)
     if pc.max(pc.fill_null(pc.list_value_length(toast), 0)).as_py() or 0:
-        return None
-    old = data.column(stream.OLD_KEY)
-    deletes = pc.equal(data.column(stream.OP), stream.OP_DELETE)
+        return False
+    old = part.column(stream.OLD_KEY)
+    deletes = pc.equal(part.column(stream.OP), stream.OP_DELETE)
     if pc.any(pc.and_(deletes, old.is_null())).as_py():
-        return None  # malformed: the replay says so
+        return False  # malformed: the replay says so
     if stream.PG_TEXT in {f.name for f in old.type}:
         texts = pc.struct_field(old, stream.PG_TEXT)
         if texts.null_count != len(texts):
-            return None
-    # checked: what the merge does not read is not held (a bulk load's batch holds millions)
-    return Changes(info, data.drop_columns([stream.LSN, stream.SEQ, stream.UNCHANGED_TOAST,
-                                            stream.PG_TEXT]), parts)
+            return False
+    return True
+
+
+def _order_at(part: pa.Table, i: int) -> tuple[int, int, int]:
+    return tuple(part.column(c)[i].as_py() for c in _ORDER)  # type: ignore[return-value]
+
+
+def _slim(part: pa.Table) -> pa.Table:
+    """What the merge reads of the narrow columns, once checked (a bulk load's batch holds
+    millions of changes)."""
+    return part.drop_columns([stream.LSN, stream.SEQ, stream.UNCHANGED_TOAST, stream.PG_TEXT])
+
+
+#: changes whose keys the merge decides at once: a table's batch with more is dealt into
+#: buckets by key (:func:`bucket_ids`), written to local files and decided a bucket at a time
+BUCKET_ROWS = 1 << 21
+
+
+def bucket_ids(keys: pa.ChunkedArray | pa.Array, buckets: int) -> np.ndarray:
+    """The bucket of each key (its first column, an integer): a mix of its bits (SplitMix64's
+    finaliser) modulo ``buckets``, so every change of one key lands in one bucket and keys
+    spread evenly however they are spaced."""
+    x = pc.fill_null(keys, 0).cast(pa.int64(), safe=False).to_numpy().view(np.uint64)
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    return (x % np.uint64(buckets)).astype(np.int64)
+
+
+def _split(table: pa.Table, column: str, buckets: int) -> list[pa.Table]:
+    """``table``'s rows by the bucket of their ``column``."""
+    if buckets == 1:
+        return [table]
+    ids = pa.array(bucket_ids(table.column(column), buckets))
+    return [table.filter(pc.equal(ids, b)) for b in range(buckets)]
+
+
+class _Buckets:
+    """A table's events and look-ups (:func:`_events`, :func:`_lookups`) dealt into buckets by
+    key: held in memory when there is one, else in Arrow IPC files in a private temporary
+    directory, read back a bucket at a time."""
+
+    def __init__(self, buckets: int, key: str, dir: Path) -> None:
+        self.buckets = buckets
+        self.key = key
+        self.dir = dir
+        self.held: dict[str, list[pa.Table]] = {"events": [], "lookups": []}
+        self.writers: dict[tuple[str, int], pa.ipc.RecordBatchFileWriter] = {}
+
+    def add(self, kind: str, table: pa.Table) -> None:
+        if self.buckets == 1:
+            self.held[kind].append(table)
+            return
+        for b, rows in enumerate(_split(table, self.key, self.buckets)):
+            if rows.num_rows:
+                w = self.writers.get((kind, b))
+                if w is None:
+                    w = self.writers[kind, b] = pa.ipc.new_file(
+                        str(self.dir / f"{kind}-{b}.arrow"), rows.schema)
+                w.write_table(rows)
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+        self.writers.clear()
+
+    def read(self, kind: str, b: int, schema: pa.Schema) -> pa.Table:
+        if self.buckets == 1:
+            return pa.concat_tables(self.held[kind]) if self.held[kind] else schema.empty_table()
+        path = self.dir / f"{kind}-{b}.arrow"
+        if not path.exists():
+            return schema.empty_table()
+        with pa.memory_map(str(path)) as f:
+            return pa.ipc.open_file(f).read_all()
 
 
 def merge(table: Table, source: Changes, *, name: str, stored: int | None,
@@ -164,29 +304,43 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
           max_keys: int = MAX_FILTER_KEYS) -> Outcome | None:
     """Apply ``source`` (:func:`takes` said yes) to the mirror ``table`` in one commit whose
     snapshot carries ``properties``; None when the mirror needs the replay (nothing was
-    written)."""
-    info, data = source.info, source.data
+    written). A batch of more than :data:`BUCKET_ROWS` pending changes whose key's first
+    column is an integer is decided a bucket of keys at a time: what the merge holds is
+    bounded by that, plus the keys it touches."""
+    info = source.info
     stored_enums = labels.stored_labels(table.metadata.properties)
     enums = labels.combine([stored_enums, info.labels])
     columns, retyped = evolved_columns(table.schema(), name, [info.columns])
     if retyped or labels.translation(stored_enums, enums) or labels.translation(info.labels,
                                                                                 enums):
         return None
-    seen = pc.is_valid(data.column(stream.COMMIT_LSN)) if stored is None else pc.greater(
-        data.column(stream.COMMIT_LSN), stored)
-    wanted = seen if facts is None else pc.and_(seen, pc.invert(in_snapshot_arrow(
-        facts, data.column(stream.COMMIT_LSN), data.column(stream.XID))))
-    pending = data if pc.all(wanted).as_py() else data.filter(wanted)
-    at = pending.column(_POS)  # where each pending change is in the batch
-    unseen = pc.sum(pc.cast(seen, pa.int64())).as_py() or 0
-    skipped = (data.num_rows - unseen, unseen - pending.num_rows)
+
+    def wanted(part: pa.Table) -> tuple[pa.Array, pa.Array]:
+        lsn = part.column(stream.COMMIT_LSN)
+        seen = pc.is_valid(lsn) if stored is None else pc.greater(lsn, stored)
+        if facts is None:
+            return seen, seen
+        return seen, pc.and_(seen, pc.invert(in_snapshot_arrow(facts, lsn,
+                                                               part.column(stream.XID))))
+
     counts = Counts()
-    if pending.num_rows == 0:
-        return Outcome(counts, 0, *skipped, 0, "none", [])
     names = {stream.OP_INSERT: "inserted", stream.OP_UPDATE: "updated",
              stream.OP_DELETE: "deleted", stream.OP_TRUNCATE: "truncated"}
-    for entry in pc.value_counts(pending.column(stream.OP)).to_pylist():
-        setattr(counts, names[entry["values"]], entry["counts"])
+    unseen = pending = 0
+    truncated = -1  # the rank of the last pending TRUNCATE: the changes after it decide
+    for part in source.narrow():
+        seen, want = wanted(part)
+        unseen += pc.sum(pc.cast(seen, pa.int64())).as_py() or 0
+        rows = part.filter(want)
+        pending += rows.num_rows
+        for e in pc.value_counts(rows.column(stream.OP)).to_pylist():
+            setattr(counts, names[e["values"]], getattr(counts, names[e["values"]]) + e["counts"])
+        ranks = rows.column(_ORD).filter(pc.equal(rows.column(stream.OP), stream.OP_TRUNCATE))
+        if len(ranks):
+            truncated = max(truncated, pc.max(ranks).as_py())
+    skipped = (source.rows - unseen, unseen - pending)
+    if pending == 0:
+        return Outcome(counts, 0, *skipped, 0, "none", [])
 
     evolution = plan_evolution(table.schema(), columns, name, mirror_system_fields())
     tx = table.transaction()
@@ -197,47 +351,69 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
     fields = mirror_fields(schema, name)
     attnums = info.identity.attnums
     keys = [fields[a].name for a in attnums]  # the mirror's names, as the commit leaves them
-    key_types = [_plain(arrow_type(fields[a].field_type)) for a in attnums]
+    key_types = [_plain_type(arrow_type(fields[a].field_type)) for a in attnums]
     by_attnum = {c.attnum: c.name for c in info.columns}
+    change_keys = [by_attnum[a] for a in attnums]
+    buckets = -(-pending // BUCKET_ROWS) if source.bucketed else 1
+    key_schema = pa.schema([pa.field(k, t) for k, t in zip(keys, key_types, strict=True)])
 
-    truncates = pc.indices_nonzero(pc.equal(pending.column(stream.OP), stream.OP_TRUNCATE))
-    first = truncates[-1].as_py() + 1 if len(truncates) else 0
-    changes, at = pending.slice(first), at.slice(first)
-    events = _events(changes, [by_attnum[a] for a in attnums], keys, key_types)
-    last = _last_events(events, keys)
-    touched = last.select(keys)
-    sets = pc.shift_right(last.filter(pc.equal(pc.bit_wise_and(last.column("_ev"), 1), 1))
-                          .column("_ev"), 1)
-    chosen = np.sort(at.take(sets).to_numpy())  # the changes whose rows the mirror gets
-    target = _target(schema)
-    temporal = [f.name for f in target if _temporal(f.type) and f.name in info.names]
-    for part in _taken(source.parts, chosen, temporal) if temporal else ():
-        guard_metrics(tx, part)  # before any file is written: it sets how they are
+    with tempfile.TemporaryDirectory(prefix="cdclake-merge-") as tmp:
+        deal = _Buckets(buckets, keys[0], Path(tmp))
+        try:
+            for part in source.narrow():
+                _seen, want = wanted(part)
+                rows = part.filter(pc.and_(want, pc.greater(part.column(_ORD), truncated)))
+                if rows.num_rows:
+                    deal.add("events", _events(rows, change_keys, keys, key_types))
+                    deal.add("lookups", _lookups(rows, change_keys, keys, key_types))
+        finally:
+            deal.close()
+        events_schema = key_schema.append(pa.field("_ev", pa.int64()))
+        lookups_schema = key_schema.append(pa.field("_ord", pa.int64()))
+        touched: list[pa.Table] = []
+        chosen_parts = []
+        for b in range(buckets):
+            last = _last_events(deal.read("events", b, events_schema), keys)
+            touched.append(last.select(keys))
+            ev = last.column("_ev")
+            chosen_parts.append(pc.shift_right(ev.filter(pc.equal(pc.bit_wise_and(ev, 1), 1)),
+                                               1).to_numpy())
+        ranks = np.concatenate(chosen_parts) if chosen_parts else np.array([], np.int64)
+        # the changes whose rows the mirror gets, by position in the batch's parts
+        chosen = np.sort(ranks if source.positions is None else source.positions[ranks])
+        target = _target(schema)
+        temporal = [f.name for f in target if _temporal(f.type) and f.name in info.names]
+        for part in _taken(source.parts, chosen, temporal) if temporal else ():
+            guard_metrics(tx, part)  # before any file is written: it sets how they are
 
-    snap = table.current_snapshot()
-    strategy = "append" if snap is None else "region"
-    rewritten: list[FileScanTask] = []
-    in_mirror = touched.slice(0, 0)
-    if len(truncates):
-        strategy = "truncate"
-        deleted = [t.file for t in table.scan().plan_files()]
-    else:
-        region = _region(table, name, attnums, touched, max_keys)
-        if snap is not None and region == AlwaysTrue():
-            strategy = "full-scan"
-        stored_keys = ArrowScan(tx.table_metadata, table.io, schema.select(*keys),
-                                AlwaysTrue())
-        found = []
-        for task in table.scan(row_filter=region).plan_files() if snap is not None else ():
-            hit = _semi_join(_cast(stored_keys.to_table([task]), key_types), touched, keys)
-            if hit.num_rows:
-                rewritten.append(task)
-                found.append(hit)
-        deleted = [t.file for t in rewritten]
-        if found:
-            in_mirror = pa.concat_tables(found)
-    counts.not_found = _not_found(changes, events, keys, key_types, by_attnum, attnums,
-                                  in_mirror)
+        snap = table.current_snapshot()
+        strategy = "append" if snap is None else "region"
+        rewritten: list[FileScanTask] = []
+        in_mirror: list[pa.Table] = [key_schema.empty_table()] * buckets
+        if truncated >= 0:
+            strategy = "truncate"
+            deleted = [t.file for t in table.scan().plan_files()]
+        else:
+            region = _region(table, name, attnums, touched, max_keys)
+            if snap is not None and region == AlwaysTrue():
+                strategy = "full-scan"
+            stored_keys = ArrowScan(tx.table_metadata, table.io, schema.select(*keys),
+                                    AlwaysTrue())
+            found: list[list[pa.Table]] = [[] for _ in range(buckets)]
+            for task in table.scan(row_filter=region).plan_files() if snap is not None else ():
+                keys_of = _split(_cast(stored_keys.to_table([task]), key_types), keys[0],
+                                 buckets)
+                hits = [_semi_join(k, t, keys) for k, t in zip(keys_of, touched, strict=True)]
+                if any(h.num_rows for h in hits):
+                    rewritten.append(task)
+                    for b, h in enumerate(hits):
+                        found[b].append(h)
+            deleted = [t.file for t in rewritten]
+            in_mirror = [pa.concat_tables(f) if f else key_schema.empty_table() for f in found]
+        counts.not_found = sum(
+            _not_found(deal.read("lookups", b, lookups_schema),
+                       deal.read("events", b, events_schema), keys, in_mirror[b])
+            for b in range(buckets))
 
     kept = ArrowScan(tx.table_metadata, table.io, schema, AlwaysTrue())
 
@@ -246,9 +422,13 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
             for part in kept.to_record_batches([task]):
                 stored_rows = pa.Table.from_batches([part])
                 index = pa.array(range(stored_rows.num_rows), pa.int64())
-                hit = _semi_join(_cast(stored_rows.select(keys), key_types).append_column(
-                    "_i", index), touched, keys)
-                keep = pc.invert(pc.is_in(index, value_set=hit.column("_i")))
+                keyed = _split(_cast(stored_rows.select(keys), key_types).append_column(
+                    "_i", index), keys[0], buckets)
+                hit = [_semi_join(k, t, keys).column("_i")
+                       for k, t in zip(keyed, touched, strict=True)]
+                keep = pc.invert(pc.is_in(index, value_set=pa.concat_arrays(
+                    [c for h in hit for c in h.chunks]) if any(len(h) for h in hit)
+                    else pa.array([], pa.int64())))
                 yield _conform(stored_rows.filter(keep), target)
         for part in _taken(source.parts, chosen, None):
             yield _mirror_rows(part, info, schema, name)
@@ -261,7 +441,7 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
         for f in files:
             update.append_data_file(f)
     snap = tx.commit_transaction().current_snapshot()
-    return Outcome(counts, pending.num_rows, *skipped, sum(f.record_count for f in files),
+    return Outcome(counts, pending, *skipped, sum(f.record_count for f in files),
                    strategy, [c.describe() for c in evolution],
                    snap.snapshot_id if snap else None)
 
@@ -283,7 +463,7 @@ def _check_order(data: pa.Table, where: str) -> None:
                         f"{format_lsn(lsn[i].as_py())} (commit {format_lsn(c[i].as_py())})")
 
 
-def _plain(t: pa.DataType) -> pa.DataType:
+def _plain_type(t: pa.DataType) -> pa.DataType:
     return t.storage_type if isinstance(t, pa.BaseExtensionType) else t
 
 
@@ -301,22 +481,36 @@ def _cast(table: pa.Table, types: Sequence[pa.DataType]) -> pa.Table:
 def _events(changes: pa.Table, names: Sequence[str], keys: Sequence[str],
             types: Sequence[pa.DataType]) -> pa.Table:
     """One row per (change, key it decides): ``keys`` columns, ``_ev`` = 2 × the change's
-    index + 1 if it sets the key's row (INSERT, UPDATE), + 0 if it takes it (DELETE, and the
+    rank + 1 if it sets the key's row (INSERT, UPDATE), + 0 if it takes it (DELETE, and the
     old key of a key-changing UPDATE)."""
     op = changes.column(stream.OP)
-    index = pa.array(range(changes.num_rows), pa.int64())
     new = [changes.column(n).cast(t) for n, t in zip(names, types, strict=True)]
     old = [pc.struct_field(changes.column(stream.OLD_KEY), n).cast(t)
            for n, t in zip(names, types, strict=True)]
     sets = pc.is_in(op, value_set=_SETS)
     moved = pc.and_(pc.equal(op, stream.OP_UPDATE), _differs(old, new))
     takes = pc.or_(pc.equal(op, stream.OP_DELETE), moved)
-    ev = pc.multiply(index, 2)
+    ev = pc.multiply(changes.column(_ORD), 2)
     parts = [pa.table([*(c.filter(sets) for c in new), pc.add(ev, 1).filter(sets)],
                       names=[*keys, "_ev"]),
              pa.table([*(c.filter(takes) for c in old), ev.filter(takes)],
                       names=[*keys, "_ev"])]
     return pa.concat_tables(parts)
+
+
+def _lookups(changes: pa.Table, names: Sequence[str], keys: Sequence[str],
+             types: Sequence[pa.DataType]) -> pa.Table:
+    """The key each UPDATE and DELETE looks up (its old key when logged, else the new one),
+    ``_ord`` = 2 × its rank: before its own event (:func:`_events`)."""
+    op = changes.column(stream.OP)
+    looks = pc.is_in(op, value_set=pa.array([stream.OP_UPDATE, stream.OP_DELETE]))
+    old_struct = changes.column(stream.OLD_KEY)
+    logged = pc.is_valid(old_struct)
+    lookup = [pc.if_else(logged, pc.struct_field(old_struct, n).cast(t),
+                         changes.column(n).cast(t)).filter(looks)
+              for n, t in zip(names, types, strict=True)]
+    return pa.table([*lookup, pc.multiply(changes.column(_ORD), 2).filter(looks)],
+                    names=[*keys, "_ord"])
 
 
 def _differs(old: Sequence[pa.ChunkedArray], new: Sequence[pa.ChunkedArray]) -> pa.Array:
@@ -339,16 +533,17 @@ def _semi_join(rows: pa.Table, keys_of: pa.Table, keys: Sequence[str]) -> pa.Tab
     return rows.join(keys_of, list(keys), join_type="left semi", use_threads=False)
 
 
-def _region(table: Table, name: str, attnums: Sequence[int], touched: pa.Table,
+def _region(table: Table, name: str, attnums: Sequence[int], touched: Sequence[pa.Table],
             max_keys: int) -> BooleanExpression:
     """A metrics filter for the data files that can hold a touched key (a superset: it only
     prunes), as :mod:`cdclake.lake.region` makes one: on each integer or text key column, as
     the mirror names it before this commit; every file past the region's limit of keys."""
     fields = mirror_fields(table.schema(), name)
-    if touched.num_rows > filter_limit(max_keys, row_count(table)):
+    if sum(t.num_rows for t in touched) > filter_limit(max_keys, row_count(table)):
         return AlwaysTrue()
+    keys = pa.concat_tables(touched)
     terms = [column_filter(fields[a], set(col.to_pylist()))
-             for a, col in zip(attnums, touched.columns, strict=True)
+             for a, col in zip(attnums, keys.columns, strict=True)
              if a in fields and (pa.types.is_integer(col.type) or pa.types.is_string(col.type))]
     return combine(terms, And) if terms else AlwaysTrue()
 
@@ -391,34 +586,24 @@ def _conform(rows: pa.Table, target: pa.Schema) -> pa.Table:
         [_cast(rows.select([f.name]), [f.type]).column(0) for f in target], schema=target)
 
 
-def _not_found(changes: pa.Table, events: pa.Table, keys: Sequence[str],
-               types: Sequence[pa.DataType], by_attnum: Mapping[int, str],
-               attnums: Sequence[int], in_mirror: pa.Table) -> int:
-    """The UPDATEs and DELETEs whose row was not there: the key they look up (the old key
-    when logged, else the new one) was last taken in the batch, or — when the batch had not
-    touched it before — is not among the mirror's keys ``in_mirror``."""
-    op = changes.column(stream.OP)
-    names = [by_attnum[a] for a in attnums]
-    looks = pc.is_in(op, value_set=pa.array([stream.OP_UPDATE, stream.OP_DELETE]))
-    if not pc.any(looks).as_py():
+def _not_found(lookups: pa.Table, events: pa.Table, keys: Sequence[str],
+               in_mirror: pa.Table) -> int:
+    """The UPDATEs and DELETEs whose row was not there: the key they look up
+    (:func:`_lookups`) was last taken in the batch, or — when the batch had not touched it
+    before — is not among the mirror's keys ``in_mirror``."""
+    if not lookups.num_rows:
         return 0
-    old_struct = changes.column(stream.OLD_KEY)
-    logged = pc.is_valid(old_struct)
-    lookup = [pc.if_else(logged, pc.struct_field(old_struct, n).cast(t),
-                         changes.column(n).cast(t)).filter(looks)
-              for n, t in zip(names, types, strict=True)]
-    index = pa.array(range(changes.num_rows), pa.int64())
     state = pa.int8()
     records = pa.concat_tables([
-        pa.table([*lookup, pc.multiply(index.filter(looks), 2),
-                  pa.nulls(len(lookup[0]), state)], names=[*keys, "_ord", "_state"]),
+        pa.table([*lookups.select(keys).columns, lookups.column("_ord"),
+                  pa.nulls(lookups.num_rows, state)], names=[*keys, "_ord", "_state"]),
         pa.table([*events.select(keys).columns, pc.add(pc.bit_wise_and(
             events.column("_ev"), pa.scalar(-2, pa.int64())), 1),
             pc.bit_wise_and(events.column("_ev"), 1).cast(state)],
             names=[*keys, "_ord", "_state"]),
     ]).sort_by([(k, "ascending") for k in keys] + [("_ord", "ascending")]).combine_chunks()
     n = records.num_rows
-    first = pa.array([True] + [False] * (n - 1))  # where each key's records begin
+    first = pa.array(np.arange(n) == 0)  # where each key's records begin
     for k in keys:
         col = records.column(k).chunk(0)
         first = pc.or_(first, pa.concat_arrays(
@@ -428,10 +613,10 @@ def _not_found(changes: pa.Table, events: pa.Table, keys: Sequence[str],
     marked = pc.fill_null_forward(pc.if_else(pc.and_(first, pc.is_null(own)), mirror, own))
     prior = pc.if_else(first, mirror,
                        pa.concat_arrays([pa.array([2], state), marked.slice(0, n - 1)]))
-    lookups = pc.is_null(own)
-    from_mirror = records.select(keys).filter(pc.and_(lookups, pc.equal(prior, 2)))
+    looked = pc.is_null(own)
+    from_mirror = records.select(keys).filter(pc.and_(looked, pc.equal(prior, 2)))
     absent = from_mirror.num_rows - _semi_join(from_mirror, in_mirror, keys).num_rows
-    taken = pc.sum(pc.and_(lookups, pc.equal(prior, 0)).cast(pa.int64())).as_py() or 0
+    taken = pc.sum(pc.and_(looked, pc.equal(prior, 0)).cast(pa.int64())).as_py() or 0
     return absent + taken
 
 
@@ -439,6 +624,8 @@ def _not_found(changes: pa.Table, events: pa.Table, keys: Sequence[str],
 _ORDER = (stream.COMMIT_LSN, stream.LSN, stream.SEQ)
 #: a change's position in the batch (its versions' parts in order), beside the narrow columns
 _POS = "_cdclake_pos"
+#: a change's rank in the source's order (its narrow columns' parts in order)
+_ORD = "_cdclake_ord"
 #: the change columns the Arrow merge reads for every change (the key's come with them)
 _SYSTEM = (stream.COMMIT_LSN, stream.LSN, stream.SEQ, stream.XID, stream.OP, stream.OLD_KEY,
            stream.UNCHANGED_TOAST, stream.PG_TEXT)

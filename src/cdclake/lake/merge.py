@@ -26,7 +26,6 @@ from traceback import format_exc
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
@@ -213,7 +212,7 @@ def merge_table(catalog: Catalog, config: Config, batch: Batch, entry: TableEntr
         return prepared[0]
 
     if arrow is not None:
-        last_lsn = pc.max(arrow.data.column(stream.COMMIT_LSN)).as_py()
+        last_lsn = arrow.last_lsn
         schema = iceberg_schema(arrow.info.relation, arrow.info.arrow_schema)
     else:
         last_lsn = replayed().last_lsn

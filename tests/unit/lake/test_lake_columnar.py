@@ -65,8 +65,11 @@ def _batches(stream: Stream, rng: random.Random, rel: Rel, key: Any, value: Any,
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("table", ["grid", "plain"])
+@pytest.mark.parametrize("bucket_rows", [columnar.BUCKET_ROWS, 4], ids=["whole", "buckets"])
 def test_columnar_equals_the_replay(tmp_path: Path, duck: Any, seed: int, table: str,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                    bucket_rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``buckets``, every batch of more than 4 pending changes is decided a bucket of
+    keys at a time (its events and look-ups in files), as a bulk load of millions is."""
     rng = random.Random(seed)
     if table == "grid":
         rel = grid()
@@ -88,6 +91,16 @@ def test_columnar_equals_the_replay(tmp_path: Path, duck: Any, seed: int, table:
     monkeypatch.setattr(columnar, "merge", lambda *a, **k: calls.append(1) or real(*a, **k))
     # the Arrow merge writes a file per part it reads (a mirror's rows are never all held)
     monkeypatch.setattr(columnar, "FILE_BYTES", 1)
+    monkeypatch.setattr(columnar, "BUCKET_ROWS", bucket_rows)
+    dealt: list[int] = []
+    real_buckets = columnar._Buckets
+
+    class Buckets(real_buckets):  # type: ignore[misc,valid-type]
+        def __init__(self, buckets: int, *args: Any) -> None:
+            dealt.append(buckets)
+            super().__init__(buckets, *args)
+
+    monkeypatch.setattr(columnar, "_Buckets", Buckets)
     for way in ("columnar", "replay"):
         if way == "replay":
             monkeypatch.setattr(columnar, "takes", lambda batch, entry: None)
@@ -106,3 +119,4 @@ def test_columnar_equals_the_replay(tmp_path: Path, duck: Any, seed: int, table:
         assert [t.strategy for t in again.tables] == ["none"] * len(again.tables)
     assert len(calls) == len(names) + 1  # every batch and the re-run went columnar
     assert merged["columnar"] == merged["replay"]
+    assert (max(dealt) > 1) == (bucket_rows == 4)
