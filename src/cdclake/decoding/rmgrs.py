@@ -205,7 +205,7 @@ RMGRS: tuple[Rmgr, ...] = (
           0xA0: "FPI_FOR_HINT", 0xB0: "FPI", 0xD0: "OVERWRITE_CONTRECORD",
           0xE0: "CHECKPOINT_REDO"},
          # the decoder reads the first record of the WAL only (a shutdown checkpoint means a
-         # clean start); that is a position, not a record type: see ``first`` in route()
+         # clean start); that is a position, not a record type: every decoder reads it
          decode="_xlog"),
     Rmgr(RM_XACT_ID, "Transaction", xact.OPNAMES, opmask=xact.XLOG_XACT_OPMASK,
          decode="_xact", route=_route_xact),
