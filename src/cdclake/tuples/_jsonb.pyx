@@ -6,8 +6,8 @@ Strings are escaped byte by byte, which is escape_json's result: the bytes it es
 controls, ``"`` and ``\\``) never occur inside a multi-byte UTF-8 sequence, and the one strict
 decode at the end checks every string is UTF-8. Numerics go through ``numeric.text`` (its own
 twin). Anything the twin does not take as well-formed — a header, entry or offset out of
-place, invalid UTF-8, a numeric that does not fit its entry — goes to the Python reference,
-which returns its text or raises its JsonbFormatError.
+place, invalid UTF-8, a numeric that does not fit its entry or does not read — goes to the
+Python reference, which returns its text or raises its JsonbFormatError.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -93,8 +93,11 @@ cdef int _scalar(Out *o, const unsigned char *b, Py_ssize_t n, Py_ssize_t base,
         size = _u32(b + start) >> 2
         if size < 4 or size > end - start:
             return 1
-        digits = numeric.text(PyBytes_FromStringAndSize(<const char *> b + start + 4,
-                                                        size - 4)).encode("ascii")
+        try:
+            digits = numeric.text(PyBytes_FromStringAndSize(<const char *> b + start + 4,
+                                                            size - 4)).encode("ascii")
+        except ValueError:  # a malformed numeric: the reference says what is wrong first
+            return 1
         put(o, PyBytes_AS_STRING(digits), PyBytes_GET_SIZE(digits))
     elif jtype == ISBOOL_TRUE:
         put(o, b"true", 4)
