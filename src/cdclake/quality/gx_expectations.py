@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 from great_expectations.compatibility import pydantic
 from great_expectations.execution_engine import PandasExecutionEngine
 from great_expectations.expectations.expectation import MulticolumnMapExpectation
@@ -139,16 +140,26 @@ def carries_identity(frame: pd.DataFrame, op_column: str, old_key_column: str,
     needs = ops.isin(_NEEDS_IDENTITY).to_numpy()
     if replica_identity == "n":
         return pd.Series(~needs, index=frame.index)
-    old = frame[old_key_column].to_numpy()
-    has_old = np.fromiter((not _is_null(v) for v in old), dtype=bool, count=len(old))
+    column = frame[old_key_column]
+    if isinstance(column.dtype, pd.ArrowDtype):  # an Arrow struct: checked as one
+        arrow = column.array.__arrow_array__()
+        has_old = pc.is_valid(arrow).to_numpy(zero_copy_only=False)
+        old_ok = has_old.copy()
+        if replica_identity != "f":
+            for k in key_columns:
+                old_ok &= pc.is_valid(pc.struct_field(arrow, k)).to_numpy(
+                    zero_copy_only=False)
+    else:
+        old = column.to_numpy()
+        has_old = np.fromiter((not _is_null(v) for v in old), dtype=bool, count=len(old))
+
+        def complete(mapping: Any) -> bool:
+            return all(not _is_null(mapping.get(k)) for k in key_columns)
+
+        old_ok = np.fromiter((h and complete(v) for h, v in zip(has_old, old, strict=True)),
+                             dtype=bool, count=len(old))
     if replica_identity == "f":
         return pd.Series(~needs | has_old, index=frame.index)
-
-    def complete(mapping: Any) -> bool:
-        return all(not _is_null(mapping.get(k)) for k in key_columns)
-
-    old_ok = np.fromiter((h and complete(v) for h, v in zip(has_old, old, strict=True)),
-                         dtype=bool, count=len(old))
     new_ok = frame[list(key_columns)].notna().all(axis=1).to_numpy()
     is_update = (ops == "U").to_numpy()
     # An UPDATE without an old key is identified by its new row (the key did not change).

@@ -156,12 +156,39 @@ def to_frame(table: pa.Table, columns: Sequence[str],
     """
     wanted = list(dict.fromkeys(c for c in columns if c in table.column_names))
     selected = table.select(wanted)
+    exact = identity is not None and bool(identity.key_columns) and _has_texts(selected)
     frame = pa.Table.from_arrays([_pandas_safe(c) for c in selected.columns],
                                  names=selected.column_names).to_pandas(
-        integer_object_nulls=True)
-    if identity is not None and identity.key_columns and PG_TEXT in frame.columns:
+        integer_object_nulls=True, types_mapper=None if exact else _nested_as_arrow)
+    if exact:
+        assert identity is not None
         _fill_exact_keys(frame, identity)
     return frame
+
+
+def _nested_as_arrow(t: pa.DataType) -> Any:
+    """Structs, maps and lists stay Arrow in pandas (``pd.ArrowDtype``): a row's ``_old_key``
+    or ``_unchanged_toast`` becomes a Python object only if a check prints that row, not
+    for every row of a million-row chunk."""
+    import pandas as pd
+
+    return pd.ArrowDtype(t) if pa.types.is_nested(t) else None
+
+
+def _has_texts(table: pa.Table) -> bool:
+    """Whether some row keeps a value as exact text, in the row or in its old key
+    (``_cdc_pg_text``): only then are key columns filled from texts, row by row."""
+    def some(texts: pa.ChunkedArray) -> bool:  # a map's entries, counted by its offsets
+        return any(len(c) and c.offsets[-1].as_py() > c.offsets[0].as_py()
+                   for c in texts.chunks)
+
+    if PG_TEXT in table.column_names and some(table.column(PG_TEXT)):
+        return True
+    if OLD_KEY not in table.column_names:
+        return False
+    old = table.column(OLD_KEY)
+    return pa.types.is_struct(old.type) and old.type.get_field_index(PG_TEXT) >= 0 and some(
+        pc.struct_field(old, PG_TEXT))
 
 
 #: the column of :func:`key_table` that says which chunk a key came from

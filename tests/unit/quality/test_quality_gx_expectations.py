@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
+from cdclake.quality import inputs
 from cdclake.quality.gx_expectations import (
     ExpectChangesToCarryReplicaIdentity,
     ExpectCompoundColumnsToBeIncreasingWithinGroups,
@@ -38,13 +40,28 @@ def test_lsns_past_float_precision_still_compare_exactly() -> None:
     assert _order([(BIG, BIG + 1, 0), (BIG, BIG, 0)]) == [True, False]
 
 
-def _identity(rows: list[tuple[str, object, object]], ident: str,
+@pytest.fixture(params=["objects", "arrow"])
+def old_keys(request: pytest.FixtureRequest) -> str:
+    """How the frame holds ``_old_key``: Python dicts (a chunk whose keys are filled from
+    exact texts) or an Arrow struct (every other chunk, :func:`inputs.to_frame`)."""
+    return str(request.param)
+
+
+def _identity(rows: list[tuple[str, object, object]], ident: str, held: str,
               keys: tuple[str, ...] = ("id",)) -> list[bool]:
-    frame = pd.DataFrame(rows, columns=["_op", "_old_key", "id"])
+    if held == "objects":
+        frame = pd.DataFrame(rows, columns=["_op", "_old_key", "id"])
+    else:
+        table = pa.table({"_op": [r[0] for r in rows],
+                          "_old_key": pa.array([r[1] for r in rows],
+                                               pa.struct([("id", pa.int64())])),
+                          "id": pa.array([r[2] for r in rows], pa.int64())})
+        frame = inputs.to_frame(table, table.column_names)
+        assert isinstance(frame["_old_key"].dtype, pd.ArrowDtype)
     return carries_identity(frame, "_op", "_old_key", list(keys), ident).tolist()
 
 
-def test_default_identity_rules() -> None:
+def test_default_identity_rules(old_keys: str) -> None:
     rows = [
         ("I", None, 1),            # inserts need nothing
         ("T", None, None),         # nor truncates
@@ -56,19 +73,20 @@ def test_default_identity_rules() -> None:
         ("U", None, None),         # update, no old key, null new key
         ("U", {"id": None}, 3),    # an old key that is there must be complete
     ]
-    assert _identity(rows, "d") == [True, True, True, True, True, False, False, False, False]
-    assert _identity(rows, "i") == _identity(rows, "d")
+    assert _identity(rows, "d", old_keys) == [True, True, True, True, True, False, False,
+                                              False, False]
+    assert _identity(rows, "i", old_keys) == _identity(rows, "d", old_keys)
 
 
-def test_full_identity_needs_the_old_row_whatever_its_values() -> None:
+def test_full_identity_needs_the_old_row_whatever_its_values(old_keys: str) -> None:
     rows = [("U", {"id": 1}, 1), ("U", None, 1), ("D", {"id": None}, None), ("D", None, None),
             ("I", None, 1)]
-    assert _identity(rows, "f", keys=()) == [True, False, True, False, True]
+    assert _identity(rows, "f", old_keys, keys=()) == [True, False, True, False, True]
 
 
-def test_nothing_identity_counts_every_update_and_delete() -> None:
+def test_nothing_identity_counts_every_update_and_delete(old_keys: str) -> None:
     rows = [("I", None, 1), ("U", None, 1), ("D", None, None), ("T", None, None)]
-    assert _identity(rows, "n", keys=()) == [True, False, False, True]
+    assert _identity(rows, "n", old_keys, keys=()) == [True, False, False, True]
 
 
 def test_group_must_be_part_of_the_columns_and_leave_something_to_order() -> None:
