@@ -71,7 +71,7 @@ from cdclake.spark.partition import PartitionContext, PartitionResult, run_parti
 from cdclake.spark.plan import BatchPlan, Waiting, next_plan
 from cdclake.spark.progress import Progress, committed, load_progress, save_progress
 from cdclake.spark.routing import RouteMap
-from cdclake.spark.segments import ParsedSegment, scan_segment, task_records
+from cdclake.spark.segments import ParsedSegment, scan_segments, task_records
 from cdclake.spark.writer import MergedVersion, merge_runs
 from cdclake.sparkenv import builder, ship, spark_errors, task
 from cdclake.wal.lsn import format_lsn, parse_segment_name
@@ -301,8 +301,8 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     # a Spark task scans consecutive segments, one after the other: per-task costs are paid
     # once per core, not once per segment
     tasks = sc.parallelize(list(plan.tasks), min(len(plan.tasks), config.spark_partitions))
-    summaries = tasks.map(task(
-        lambda t: scan_segment(t, store, layout, size, db, key))).collect()
+    summaries = tasks.mapPartitions(task(
+        lambda ts: scan_segments(ts, store, layout, size, db, key))).collect()
     timings.lap("scan")
     damaged = next((s.damaged for s in summaries if s.damaged), None)
     if damaged is not None:
@@ -335,8 +335,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     tasks_ = list(plan.tasks)
 
     def decode_partition(index: int, _: Iterator[int]) -> Iterator[PartitionResult]:
-        records = (rec for t in tasks_ for rec in task_records(t, store, layout, size))
-        return run_partition(index, records, ctx)
+        return run_partition(index, task_records(tasks_, store, layout, size), ctx)
 
     results = (sc.parallelize(range(n), n).mapPartitionsWithIndex(task(decode_partition))
                .collect())

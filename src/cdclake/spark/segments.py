@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from cdclake.archive.layout import Layout
@@ -54,8 +54,8 @@ class StoreWindow:
     """
 
     def __init__(self, store: ObjectStore, layout: Layout, segment_size: int,
-                 segments: list[SegmentName]) -> None:
-        self._source = StoreSegmentSource(store, layout, segment_size)
+                 segments: list[SegmentName], recent: RecentSegments | None = None) -> None:
+        self._source = recent or RecentSegments(StoreSegmentSource(store, layout, segment_size))
         self._size = segment_size
         self._segments = list(segments)
 
@@ -70,10 +70,29 @@ class StoreWindow:
         return self._source.read_segment(segment)
 
     def read_history(self, timeline: int) -> str | None:
-        return self._source.read_history(timeline)
+        return self._source.source.read_history(timeline)
 
     def describe(self, segment: SegmentName) -> str:
-        return self._source.describe(segment)
+        return self._source.source.describe(segment)
+
+
+class RecentSegments:
+    """The last two segments read, for the tasks one process reads one after the other: a
+    task reads its segment and, for the record that straddles its end, the next one — the
+    next task's own, which is then neither read nor checked against its sha256 again."""
+
+    def __init__(self, source: StoreSegmentSource) -> None:
+        self.source = source
+        self._held: dict[SegmentName, bytes] = {}
+
+    def read_segment(self, segment: SegmentName) -> bytes:
+        data = self._held.get(segment)
+        if data is None:
+            data = self.source.read_segment(segment)
+            self._held[segment] = data
+            if len(self._held) > 2:
+                del self._held[next(iter(self._held))]
+        return data
 
 
 @dataclass(frozen=True)
@@ -148,15 +167,24 @@ def is_dictionary_message(rec: XLogRecord, db_oid: int, key: bytes) -> bool:
     return isinstance(payload, dict) and payload.get("kind") == "dictionary"
 
 
+def scan_segments(tasks: Iterable[SegmentTask], store: ObjectStore, layout: Layout,
+                  segment_size: int, db_oid: int, key: bytes) -> Iterator[ParsedSegment]:
+    """:func:`scan_segment` of consecutive tasks, each segment read once."""
+    recent = RecentSegments(StoreSegmentSource(store, layout, segment_size))
+    for t in tasks:
+        yield scan_segment(t, store, layout, segment_size, db_oid, key, recent)
+
+
 def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
-                 db_oid: int, key: bytes) -> ParsedSegment:
+                 db_oid: int, key: bytes, recent: RecentSegments | None = None
+                 ) -> ParsedSegment:
     """What the task's range tells the driver: where it starts and ends, the routing facts,
     the first full dictionary. Only this summary leaves the task, not the records: the
     records are read again by :func:`task_records`, after the driver has what routes
     them. Parsing the segment twice costs less than keeping its records between the two
     stages (pickled Python objects, a multiple of the WAL's size, unpickled again).
     """
-    reader = _reader(task, store, layout, segment_size)
+    reader = _reader(task, store, layout, segment_size, recent)
     out = ParsedSegment(task.segment.segno)
     facts = FactCollector()
     try:
@@ -179,17 +207,20 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     return out
 
 
-def task_records(task: SegmentTask, store: ObjectStore, layout: Layout,
+def task_records(tasks: Iterable[SegmentTask], store: ObjectStore, layout: Layout,
                  segment_size: int) -> Iterator[XLogRecord]:
-    """Every record starting in the task's range, one at a time: a task holds one record at a
-    time, not its segment's (a segment of small records parses into hundreds of MB of Python
-    objects). Their payloads are views of the segment, valid until the next record."""
-    return iter(_reader(task, store, layout, segment_size))
+    """Every record starting in the ranges of consecutive tasks, one at a time: a task holds
+    one record at a time, not its segment's (a segment of small records parses into hundreds
+    of MB of Python objects). Their payloads are views of the segment, valid until the next
+    record. Each segment is read once (:class:`RecentSegments`)."""
+    recent = RecentSegments(StoreSegmentSource(store, layout, segment_size))
+    for t in tasks:
+        yield from _reader(t, store, layout, segment_size, recent)
 
 
-def _reader(task: SegmentTask, store: ObjectStore, layout: Layout,
-            segment_size: int) -> XLogReader:
-    source = StoreWindow(store, layout, segment_size, list(task.window))
+def _reader(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,
+            recent: RecentSegments | None = None) -> XLogReader:
+    source = StoreWindow(store, layout, segment_size, list(task.window), recent)
     # the window is on the plan's path; its newest timeline's history leads along it
     return XLogReader(source, start_lsn=task.read_from, end_lsn=task.end,
                       timeline=max(s.timeline for s in task.window))

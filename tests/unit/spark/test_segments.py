@@ -5,6 +5,7 @@ segments)."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from cdclake.errors import SegmentDigestError, WalCorruptError
 from cdclake.spark.job import _check_joins
 from cdclake.spark.plan import BatchPlan, plan_batch
 from cdclake.spark.progress import Progress
-from cdclake.spark.segments import ParsedSegment, scan_segment, task_records
+from cdclake.spark.segments import ParsedSegment, scan_segments, task_records
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
@@ -46,14 +47,19 @@ def test_the_tasks_read_every_record_of_the_batch_once(decfix: DecodingFixture,
     store = _store(decfix.dir, tmp_path)
     plan = plan_batch(store, Layout(), None, None)
     assert plan is not None and len(plan.tasks) > 1
-    read = [(row_of(rec), bytes(rec.main_data)) for t in plan.tasks
-            for rec in task_records(t, store, Layout(), plan.segment_size)]
+    got: Counter[str] = Counter()
+    get = store.get
+    store.get = lambda key: (got.update([key]), get(key))[1]  # type: ignore[method-assign]
+    read = [(row_of(rec), bytes(rec.main_data))
+            for rec in task_records(plan.tasks, store, Layout(), plan.segment_size)]
     whole = [(row_of(rec), bytes(rec.main_data)) for rec in XLogReader(DirectorySource(decfix.dir))]
     assert read == whole and read
+    segments = {k: n for k, n in got.items() if k.startswith(Layout().wal_prefix())}
+    assert len(segments) == len(plan.tasks) and set(segments.values()) == {1}  # each once
 
 
 def _scan(plan: BatchPlan, store: LocalStore) -> list[ParsedSegment]:
-    return [scan_segment(t, store, Layout(), plan.segment_size, 0, b"") for t in plan.tasks]
+    return list(scan_segments(plan.tasks, store, Layout(), plan.segment_size, 0, b""))
 
 
 def test_a_batch_links_back_to_the_last_record_the_previous_one_read(wal15: WalFixture,
@@ -127,4 +133,4 @@ def test_a_flipped_padding_byte_is_read_back_as_damage(wal15: WalFixture, tmp_pa
                      f"(segment {path.name})"):
             assert part in msg, part
     with pytest.raises(SegmentDigestError):
-        list(task_records(plan.tasks[1], store, Layout(), plan.segment_size))
+        list(task_records(plan.tasks[1:2], store, Layout(), plan.segment_size))
