@@ -227,6 +227,7 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
             raise_for_failures(report)
             if not params.dry_run:
                 record_validation(store, layout, decoded, params.tables, report.summary())
+            release_arrow_memory()
     return {"batches": out, "dry_run": params.dry_run}
 
 
@@ -283,6 +284,7 @@ def merge(config: Config, params: RunParams | None = None, *,
             held.update(f["oid"] for f in report.failed)
             follows = decoded.end_lsn
             reports.append(_merge_json(report))
+            release_arrow_memory()
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),
             "end_lsn": format_lsn_or_none(_merged_end(catalog, config)),
@@ -548,6 +550,7 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
             results[name] = fn()
         finally:
             seconds[name] = round(time.monotonic() - started, 3)
+            release_arrow_memory()
         if on_step is not None:
             on_step(name, results[name])
         return results[name]
@@ -580,6 +583,17 @@ def run_once(config: Config, params: RunParams | None = None, *, run_id: str | N
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def release_arrow_memory() -> None:
+    """Give the OS back what Arrow's allocator keeps of freed buffers. mimalloc holds them for
+    reuse, so one batch's or step's Arrow peak stayed the driver's RSS through what came
+    after, where pandas and GX allocate with malloc beside it (8 × 10M doubles sorted and
+    freed: RSS 1,951 MiB kept, 115 MiB once released). Called after each batch a step
+    validates or merges, and after each step of a run."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 class _Stopped(Exception):
