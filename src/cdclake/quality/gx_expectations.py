@@ -146,9 +146,10 @@ def carries_identity(frame: pd.DataFrame, op_column: str, old_key_column: str,
         has_old = pc.is_valid(arrow).to_numpy(zero_copy_only=False)
         old_ok = has_old.copy()
         if replica_identity != "f":
-            for k in key_columns:
+            fields = {f.name for f in arrow.type}
+            for k in key_columns:  # an old key without the column lacks it, as a dict would
                 old_ok &= pc.is_valid(pc.struct_field(arrow, k)).to_numpy(
-                    zero_copy_only=False)
+                    zero_copy_only=False) if k in fields else False
     else:
         old = column.to_numpy()
         has_old = np.fromiter((not _is_null(v) for v in old), dtype=bool, count=len(old))

@@ -78,6 +78,15 @@ def test_default_identity_rules(old_keys: str) -> None:
     assert _identity(rows, "i", old_keys) == _identity(rows, "d", old_keys)
 
 
+def test_an_old_key_without_a_key_column_is_incomplete() -> None:
+    table = pa.table({"_op": ["D", "I"],
+                      "_old_key": pa.array([{"other": 1}, None],
+                                           pa.struct([("other", pa.int64())])),
+                      "id": pa.array([None, 2], pa.int64())})
+    for frame in (table.to_pandas(), inputs.to_frame(table, table.column_names)):
+        assert carries_identity(frame, "_op", "_old_key", ["id"], "d").tolist() == [False, True]
+
+
 def test_full_identity_needs_the_old_row_whatever_its_values(old_keys: str) -> None:
     rows = [("U", {"id": 1}, 1), ("U", None, 1), ("D", {"id": None}, None), ("D", None, None),
             ("I", None, 1)]
