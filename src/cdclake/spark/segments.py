@@ -20,6 +20,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from cdclake import native
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
@@ -188,15 +189,7 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     out = ParsedSegment(task.segment.segno)
     facts = FactCollector()
     try:
-        for rec in reader:
-            if out.first_lsn is None:
-                out.first_lsn, out.first_prev = rec.lsn, rec.prev
-            out.last_lsn = rec.lsn
-            if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
-                out.dictionary_lsn = rec.lsn
-            kind = route_class(rec, db_oid)
-            if kind != IGNORE or rec.toplevel_xid:
-                facts.add(kind, rec, reader.version)
+        _scan(reader, out, facts, db_oid, key)
     except SegmentDigestError as exc:
         out.damaged = str(exc)
         return out
@@ -205,6 +198,29 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     out.end_reason = reader.end_reason
     out.facts = facts.facts()
     return out
+
+
+def _scan(reader: XLogReader, out: ParsedSegment, facts: FactCollector, db_oid: int,
+          key: bytes) -> None:
+    """Every record ``reader`` reads into ``out`` (the first and last, the first full
+    dictionary) and ``facts``. The compiled twin asks only the transaction and message
+    records of Python (:func:`take`), and takes the others' facts from their bytes."""
+    for rec in reader:
+        if out.first_lsn is None:
+            out.first_lsn, out.first_prev = rec.lsn, rec.prev
+        out.last_lsn = rec.lsn
+        take(rec, out, facts, db_oid, key, reader.version)
+
+
+def take(rec: XLogRecord, out: ParsedSegment, facts: FactCollector, db_oid: int, key: bytes,
+         version: int) -> None:
+    """What one record tells the scan: whether it is the first full dictionary, and its
+    routing facts."""
+    if out.dictionary_lsn is None and is_dictionary_message(rec, db_oid, key):
+        out.dictionary_lsn = rec.lsn
+    kind = route_class(rec, db_oid)
+    if kind != IGNORE or rec.toplevel_xid:
+        facts.add(kind, rec, version)
 
 
 def task_records(tasks: Iterable[SegmentTask], store: ObjectStore, layout: Layout,
@@ -251,3 +267,6 @@ class FactCollector:
     def facts(self) -> SegmentFacts:
         large = frozenset(x for x, size in self.changes.items() if size >= LARGE_BYTES)
         return SegmentFacts(dict(self.parent_of), large, array("I", sorted(self.unsplit)))
+
+
+_scan = native.twin(_scan, "cdclake.spark._segments")

@@ -309,8 +309,35 @@ cdef _decode(rec, const unsigned char *b, Py_ssize_t n, src, Py_ssize_t base, wh
     put(rec, R_MAIN_DATA, src[p:p + main_len])
 
 
+cdef class Sieve:
+    """Which records :func:`sift` builds: ``raw`` sees each record's header fields and its
+    bytes (checked: header, prev-link, CRC; ``n`` of them at ``d``, the whole record) and
+    says whether to build it (1) or read past it (0). This one builds every record."""
+
+    cdef int raw(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
+                 unsigned int rmid, unsigned int info, Py_ssize_t tot_len,
+                 const unsigned char *d, Py_ssize_t n) except -1:
+        return 1
+
+
+#: what _read returns for a record it read past (a sieve did not want it)
+cdef object _PASSED = object()
+
+
 def __iter__(self):
     """See ``XLogReader.__iter__``: the same loop, with the records read by ``_read``."""
+    return _walk(self, None)
+
+
+def sift(self, Sieve sieve):
+    """The records of reader ``self`` from its start LSN on that ``sieve`` asks for, read as
+    ``__iter__`` reads them (the same checks, ends and errors): the others are checked and
+    read past without a Python object built for them or their blocks — a pass that wants a
+    few records of a segment (the Spark job's scan) costs the walk, not the records."""
+    return _walk(self, sieve)
+
+
+def _walk(self, Sieve sieve):
     end_of_wal = sys.modules["cdclake.wal.reader"]._EndOfWal
     cdef unsigned long long pos = self._plan()
     cdef Py_ssize_t size = self.segment_size
@@ -319,7 +346,9 @@ def __iter__(self):
     cdef bint has_end = self.end_lsn is not None
     cdef unsigned long long start = self.start_lsn if has_start else 0
     cdef unsigned long long end = self.end_lsn if has_end else 0
+    cdef unsigned long long passed_to = 0
     cdef unsigned int info
+    cdef bint visible
     try:
         pos = self._first_record(pos)
         while True:
@@ -334,7 +363,12 @@ def __iter__(self):
             if has_end and pos >= end:
                 self.end_reason = "end LSN reached"
                 break
-            rec = _read(self, pos, prev_lsn)
+            visible = not has_start or pos >= start
+            rec = _read(self, pos, prev_lsn, sieve, visible, &passed_to)
+            if rec is _PASSED:
+                prev_lsn = pos
+                pos = passed_to
+                continue
             if rec is None:  # an overwritten contrecord: restart at the next page
                 pos = (pos // PAGE_SIZE + 1) * PAGE_SIZE
                 while True:
@@ -349,7 +383,7 @@ def __iter__(self):
             if get(rec, R_RMID) == 0 and get(rec, R_INFO) & 0xF0 == XLOG_SWITCH:
                 # The rest of the segment is padding.
                 put(rec, R_END_LSN, (prev_lsn // size + 1) * size)
-            if not has_start or prev_lsn >= start:
+            if visible:
                 yield rec
             pos = get(rec, R_END_LSN)
     except end_of_wal as stop:
@@ -360,10 +394,14 @@ def __iter__(self):
 
 def _read_record(self, pos, prev_lsn):
     """See ``XLogReader._read_record``."""
-    return _read(self, pos, prev_lsn)
+    return _read(self, pos, prev_lsn, None, True, NULL)
 
 
-cdef _read(self, pos, prev_lsn):
+cdef _read(self, unsigned long long pos, unsigned long long prev_lsn, Sieve sieve,
+           bint visible, unsigned long long *passed_to):
+    """The record at ``pos`` (None: an overwritten contrecord ends it); with a ``sieve``,
+    :data:`_PASSED` for one it does not want or that is not ``visible`` (before the start
+    LSN), and where the next record starts in ``passed_to``."""
     cdef Py_ssize_t size = self.segment_size
     cdef Py_ssize_t cpos = pos
     cached = self._seg_cache  # the reader's own cache, read here without a Python call
@@ -399,14 +437,18 @@ cdef _read(self, pos, prev_lsn):
         if assembled is None:
             return None
         data, end_pos = assembled
-        return _record(self, pos, end_pos, tot_len, data, 0, where, prev_lsn, tli)
-    return _record(self, pos, end_pos, tot_len, view, off, where, prev_lsn, tli)
+        return _record(self, pos, end_pos, tot_len, data, 0, where, prev_lsn, tli, sieve,
+                       visible, passed_to)
+    return _record(self, pos, end_pos, tot_len, view, off, where, prev_lsn, tli, sieve,
+                   visible, passed_to)
 
 
-cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t off, where,
-             prev_lsn, tli):
+cdef _record(self, unsigned long long pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src,
+             Py_ssize_t off, where, unsigned long long prev_lsn, tli, Sieve sieve,
+             bint visible, unsigned long long *passed_to):
     """The record of ``tot_len`` bytes at ``off`` in ``src`` (its segment's view, or the bytes
-    it was assembled into): header checks, CRC, then its body."""
+    it was assembled into): header checks, CRC, then its body — or, with a ``sieve`` that
+    does not want it, :data:`_PASSED` (see :func:`_read`)."""
     cdef Bytes b = payload(src)
     cdef const unsigned char *d = b.p + off
     cdef Py_ssize_t n = min(tot_len, b.n - off)
@@ -422,6 +464,12 @@ cdef _record(self, pos, Py_ssize_t end_pos, Py_ssize_t tot_len, src, Py_ssize_t 
         raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
     if _record_crc(d, n, src, off, tot_len) != crc:
         raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
+    if sieve is not None and (not visible or not sieve.raw(pos, prev, xid, rmid, info,
+                                                           tot_len, d, n)):
+        if rmid == 0 and info & 0xF0 == XLOG_SWITCH:  # the rest of the segment is padding
+            end_pos = (pos // self.segment_size + 1) * self.segment_size
+        passed_to[0] = end_pos
+        return _PASSED
     rec = blank(XLogRecord)
     put(rec, R_LSN, pos)
     put(rec, R_END_LSN, end_pos)

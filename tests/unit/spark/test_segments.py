@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cdclake import native
 from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
 from cdclake.archive.push import push_wal_file
@@ -60,6 +61,28 @@ def test_the_tasks_read_every_record_of_the_batch_once(decfix: DecodingFixture,
 
 def _scan(plan: BatchPlan, store: LocalStore) -> list[ParsedSegment]:
     return list(scan_segments(plan.tasks, store, Layout(), plan.segment_size, 0, b""))
+
+
+def test_the_compiled_scan_finds_the_facts_of_the_reference(decfix: DecodingFixture,
+                                                             tmp_path: Path) -> None:
+    """The compiled scan builds only transaction and message records and takes the others'
+    facts from their bytes (:mod:`cdclake.spark._segments`): the same summaries as the
+    reference, which builds every record, over WAL with subtransactions, aborts, two-phase,
+    TOAST, speculative inserts, TRUNCATE, rewrites, messages and the install's dictionary."""
+    assert "cdclake.spark.segments._scan" in native.twins()  # built, as make builds it
+    store = _store(decfix.dir, tmp_path)
+    plan = plan_batch(store, Layout(), None, None)
+    assert isinstance(plan, BatchPlan)
+    scans = []
+    for python in (False, True):
+        with native.use_python(python):
+            scans.append(list(scan_segments(plan.tasks, store, Layout(), plan.segment_size,
+                                            decfix.db_oid, decfix.ddl_key)))
+    assert scans[0] == scans[1]
+    facts = [s.facts for s in scans[0]]
+    assert any(f.parent_of for f in facts) and any(f.unsplit for f in facts)
+    assert [s.dictionary_lsn for s in scans[0] if s.dictionary_lsn] and all(
+        s.first_lsn and s.last_lsn for s in scans[0])
 
 
 def test_a_batch_links_back_to_the_last_record_the_previous_one_read(wal15: WalFixture,
