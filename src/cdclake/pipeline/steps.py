@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
     from cdclake.archive.store import ObjectStore
     from cdclake.catalog.model import RelationVersion
+    from cdclake.lake.batches import DecodedBatch
     from cdclake.lake.merge import MergeReport
     from cdclake.quality import QualityContext
 
@@ -201,10 +202,6 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
     recorded in the store (``state/validated/<batch>.json``; not by a dry run): the merge
     takes no other.
     """
-    from cdclake.lake.validated import record_validation
-    from cdclake.quality import raise_for_failures, validate_stream_chunks
-    from cdclake.quality.inputs import stream_columns
-
     params = params or RunParams()
     store, layout = open_store(config), Layout()
     _check_tables(config, store, _selections(config, params), "nothing was merged")
@@ -212,23 +209,37 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
     out: list[dict[str, Any]] = []
     with _lease(config, store, LAKE, "validate_stream", params.dry_run):
         todo = pending(list_batches(store, layout), _merged_end(catalog, config))
-        for decoded in todo:
-            batch = open_batch(config, store, layout, decoded)
-            report = validate_stream_chunks(
-                config, stream_chunks(batch, params.tables, config.quality_chunk_rows,
-                                      columns=stream_columns),
-                run_name=decoded.name, context=context)
-            tables = {r.table.partition("#")[0] for r in report.tables}
-            out.append({"batch": decoded.name, "tables": len(tables),
-                        "success": report.success,
-                        "warnings": [n.table for n in report.identity_nothing],
-                        "data_docs_index": report.data_docs_index,
-                        "summary": report.summary()})
-            raise_for_failures(report)
-            if not params.dry_run:
-                record_validation(store, layout, decoded, params.tables, report.summary())
-            release_arrow_memory()
+        if todo and context is None:  # one for all the batches
+            from cdclake.quality import QualityContext
+
+            context = QualityContext.for_config(config)
+        with context.publishing_once() if context is not None else contextlib.nullcontext():
+            for decoded in todo:
+                _validate_batch(config, params, store, layout, decoded, context, out)
     return {"batches": out, "dry_run": params.dry_run}
+
+
+def _validate_batch(config: Config, params: RunParams, store: ObjectStore, layout: Layout,
+                    decoded: DecodedBatch, context: QualityContext,
+                    out: list[dict[str, Any]]) -> None:
+    """Validate one batch's stream (its report into ``out``); recorded when it passed."""
+    from cdclake.lake.validated import record_validation
+    from cdclake.quality import raise_for_failures, validate_stream_chunks
+    from cdclake.quality.inputs import stream_columns
+
+    batch = open_batch(config, store, layout, decoded)
+    report = validate_stream_chunks(
+        config, stream_chunks(batch, params.tables, config.quality_chunk_rows,
+                              columns=stream_columns),
+        run_name=decoded.name, context=context)
+    tables = {r.table.partition("#")[0] for r in report.tables}
+    out.append({"batch": decoded.name, "tables": len(tables), "success": report.success,
+                "warnings": [n.table for n in report.identity_nothing],
+                "data_docs_index": report.data_docs_index, "summary": report.summary()})
+    raise_for_failures(report)
+    if not params.dry_run:
+        record_validation(store, layout, decoded, params.tables, report.summary())
+    release_arrow_memory()
 
 
 # -- 5. merge ----------------------------------------------------------------------------------

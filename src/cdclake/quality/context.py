@@ -16,7 +16,10 @@ suite files of the running version.
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from great_expectations.data_context import FileDataContext
 
     from cdclake.config import Config
+
+log = logging.getLogger(__name__)
 
 DATASOURCE = "cdclake"
 #: the Spark DataFrames' source (mirrors read by Spark executors, nothing collected)
@@ -85,6 +90,8 @@ class QualityContext:
         _no_fingerprints()
         #: suite name -> (what its stored objects were made from, its checkpoint)
         self._checkpoints: dict[str, tuple[str, Any]] = {}
+        #: the results whose pages :meth:`publishing_once` renders at its end (None: outside)
+        self._deferred: list[Any] | None = None
 
     @classmethod
     def for_config(cls, config: Config) -> QualityContext:
@@ -147,18 +154,55 @@ class QualityContext:
 
     def publish(self, keys: list[Any]) -> list[str | None]:
         """Render the Data Docs pages of the validation results ``keys`` (and of their
-        suites) and the site's index, once; the path of each result's page."""
+        suites) and the site's index, once; the path of each result's page. Inside
+        :meth:`publishing_once`, only noted: rendered at its end, and the paths they get."""
+        if not keys:
+            return []
+        if self._deferred is not None:
+            self._deferred.extend(keys)
+            return [self._page_of(k, rendered=False) for k in keys]
+        self._render(keys)
+        return [self._page_of(k) for k in keys]
+
+    @contextmanager
+    def publishing_once(self) -> Iterator[None]:
+        """Render the pages of every result published inside, and the index, once at the
+        end — also when what is inside fails, so a failed check has its page. Rendering the
+        index reads every stored result (up to ``keep_results`` per table and suite): a step
+        that validates a backlog batch by batch rendered it again for each."""
+        if self._deferred is not None:  # already inside: the outer one renders
+            yield
+            return
+        self._deferred = []
+        try:
+            yield
+        except BaseException:
+            keys, self._deferred = self._deferred, None
+            try:
+                self._render(keys)
+            except Exception as exc:  # the failure inside is the one to tell
+                log.warning("Data Docs were not rendered: %s", exc)
+            raise
+        keys, self._deferred = self._deferred, None
+        self._render(keys)
+
+    @property
+    def publishes_index(self) -> bool:
+        """Whether the Data Docs index exists, or is rendered at the end of
+        :meth:`publishing_once`."""
+        return self._deferred is not None or self.data_docs_index.exists()
+
+    def _render(self, keys: list[Any]) -> None:
+        if not keys:
+            return
         from great_expectations.data_context.types.resource_identifiers import (
             ExpectationSuiteIdentifier,
         )
 
-        if not keys:
-            return []
         self.prune(self.keep_results)
         suites = {ExpectationSuiteIdentifier(name=k.expectation_suite_identifier.name)
                   for k in keys}
         self.gx.build_data_docs(site_names=[SITE], resource_identifiers=[*keys, *suites])
-        return [self._page_of(k) for k in keys]
 
     def prune(self, keep: int) -> int:
         """Drop the stored results, and their pages, of each suite (a table's) but its newest
@@ -225,9 +269,11 @@ class QualityContext:
             return asset.get_batch_definition(BATCH_DEFINITION)
         return asset.add_batch_definition_whole_dataframe(BATCH_DEFINITION)
 
-    def _page_of(self, key: Any) -> str | None:
+    def _page_of(self, key: Any, *, rendered: bool = True) -> str | None:
+        """Where the page of result ``key`` is (None: not rendered, unless ``rendered`` is
+        False: where it will be)."""
         urls = self.gx.get_docs_sites_urls(resource_identifier=key, site_name=SITE,
-                                           only_if_exists=True)
+                                           only_if_exists=rendered)
         url = urls[0].get("site_url") if urls else None
         if not url:
             return None

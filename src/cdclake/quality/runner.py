@@ -203,14 +203,14 @@ class _Run:
         """The run's report, once its Data Docs pages are rendered (all at once)."""
         for result, page in zip(self.results, self.gx_context.publish(self.keys), strict=True):
             result.data_docs_page = page
-        index = self.gx_context.data_docs_index
+        context = self.gx_context
         return QualityReport(
             suite=self.suite,
             run_name=self.run_name,
             success=all(r.success for r in self.results),
             tables=self.results,
             identity_nothing=self.nothing,
-            data_docs_index=str(index) if index.exists() else None,
+            data_docs_index=str(context.data_docs_index) if context.publishes_index else None,
         )
 
 

@@ -320,6 +320,35 @@ def test_data_docs_index_lists_both_suites_under_reports(
         Path(page).read_text()
 
 
+def test_a_backlog_renders_its_data_docs_once(quality_config: Config) -> None:
+    """Batch after batch inside ``publishing_once``: each report names the pages its
+    results get, and the site (whose index reads every stored result) is rendered once, at
+    the end — also when a batch fails, so the failure has its page."""
+    ctx = QualityContext.for_config(quality_config)
+    rendered: list[int] = []
+    build = ctx.gx.build_data_docs
+    ctx.gx.build_data_docs = lambda **kw: (  # type: ignore[method-assign]
+        rendered.append(len(kw["resource_identifiers"])), build(**kw))[1]
+    rel = builders.relation("public.backlog", oid=16530)
+    bad = [Change("I", BIG + 9, BIG + 1, {"id": 1, "note": "a"}),
+           Change("I", BIG + 8, BIG + 2, {"id": 2, "note": "b"})]  # commit order broken
+    reports = []
+    with pytest.raises(QualityError), ctx.publishing_once():
+        for name, changes in (("b1", builders.good_changes()), ("b2", builders.good_changes()),
+                              ("b3", bad)):
+            report = validate_stream(quality_config, {"public.backlog": builders.stream(
+                rel, changes)}, {"public.backlog": rel}, run_name=name, context=ctx)
+            reports.append(report)
+            assert rendered == []
+            raise_for_failures(report)
+    assert rendered == [3 + 1]  # three results and their suite, in one rendering
+    pages = [r.tables[0].data_docs_page for r in reports]
+    assert all(p is not None and Path(p).is_file() for p in pages) and len(set(pages)) == 3
+    assert reports[2].data_docs_index == str(ctx.data_docs_index)
+    ctx.publish([])  # outside: nothing to render
+    assert rendered == [4]
+
+
 def test_empty_inputs_pass(quality_config: Config, gx_context: QualityContext) -> None:
     """A batch in which a table has no changes, and an empty mirror, are not failures."""
     rel = builders.relation()
