@@ -115,6 +115,12 @@ class Config:
     #: (merge-on-read), for the tables it can take (cdclake.lake.sparkmerge; the others go
     #: to the pyiceberg merge and the report says why).
     merge_engine: str = "pyiceberg"
+    #: CDCLAKE_MERGE_MAX_ROWS: the most changes one merge takes at once. Consecutive
+    #: validated batches are merged together up to it, one commit per table for all of them
+    #: (a batch with more goes alone): a copy-on-write merge rewrites every data file holding
+    #: a touched row, so a backlog of batches updating rows all over a table rewrote it once
+    #: a batch.
+    merge_max_rows: int = 4_000_000
     #: CDCLAKE_QUALITY_CHUNK_ROWS: the most rows the stream suite (change rows: a table's
     #: batch in chunks of whole Parquet files, order kept across them) or the mirror suite
     #: (mirror rows, keys compared across chunks) validates at once; a chunk also holds at
@@ -341,7 +347,7 @@ def _coerce(name: str, value: Any) -> Any:
                               f"got {value!r}")
         return seconds
     if name in ("spark_partitions", "max_batch_segments", "keep_snapshots",
-                "quality_chunk_rows", "quality_keep_results"):
+                "quality_chunk_rows", "quality_keep_results", "merge_max_rows"):
         try:
             n = int(value)
         except ValueError as exc:

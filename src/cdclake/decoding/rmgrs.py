@@ -28,10 +28,12 @@ collect before its partitions decode.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
+from cdclake import native
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID
 from cdclake.wal.record import (
     RM_BRIN_ID,
@@ -58,6 +60,9 @@ from cdclake.wal.record import (
     RM_XLOG_ID,
     XLogRecord,
 )
+
+if TYPE_CHECKING:
+    from cdclake.wal.reader import XLogReader
 from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
 
 # --- routing classes ---------------------------------------------------------------------
@@ -291,6 +296,20 @@ def route_class(rec: XLogRecord, db_oid: int) -> int:
     return _ROUTERS[rec.rmid](rec, db_oid)
 
 
+def decodable(reader: XLogReader, db_oid: int) -> Iterator[XLogRecord]:
+    """The records of ``reader`` a decoder of database ``db_oid`` reads: those the table
+    routes to decoding (:func:`route_class` not IGNORE), those naming their top-level
+    transaction (a subtransaction's first record, whatever it is) and the first one (the
+    decoder's start-up looks at it). The others — index and vacuum records, full-page images,
+    other databases' changes: nearly two thirds of the records of a pgbench load — the
+    decoder passes over; the compiled twin checks them as it reads them, and builds none."""
+    first = True
+    for rec in reader:
+        if first or rec.toplevel_xid or route_class(rec, db_oid) != IGNORE:
+            yield rec
+        first = False
+
+
 def memberships(rec: XLogRecord, version: int) -> list[tuple[int, int]]:
     """``(subxid, parent xid)`` facts the record states; the parent may itself be a subxact.
 
@@ -319,3 +338,6 @@ def memberships(rec: XLogRecord, version: int) -> list[tuple[int, int]]:
         assert isinstance(p, xact.XactPrepare)
         out.extend((s, rec.xid) for s in p.subxacts if s != rec.xid)
     return out
+
+
+decodable = native.twin(decodable, "cdclake.decoding._rmgrs")

@@ -15,6 +15,7 @@ from cdclake.decoding.collector import fewer_collections
 from cdclake.decoding.context import DecodeOptions, DecodingContext, create_decoding_context
 from cdclake.decoding.decode import CatalogTracker, DecodeStats
 from cdclake.decoding.reassembly import OutputPlugin
+from cdclake.decoding.rmgrs import decodable
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import SegmentSource
@@ -55,7 +56,7 @@ def decode(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions
     reader = XLogReader(source, start_lsn=options.read_from, end_lsn=options.end_lsn)
     ctx: DecodingContext | None = None
     with fewer_collections():
-        for rec in reader:
+        for rec in decodable(reader, options.db_oid):
             if ctx is None:
                 ctx = create_decoding_context(
                     options, dictionary, make_plugin(dictionary, reader.version),

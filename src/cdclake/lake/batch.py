@@ -206,6 +206,42 @@ class Batch:
                             f"{rows}; the batch is incomplete — decode it again")
 
 
+def combined(batches: Sequence[Batch]) -> Batch:
+    """Consecutive batches of one stream as one: each table's changes of all of them, a
+    relation version's parts one batch after the other (a later batch's transactions commit
+    after an earlier one's), its versions in ``valid_from`` order. Merging them at once writes
+    a table's mirror once for all of them: a copy-on-write merge rewrites the data files
+    holding touched rows, and a backlog of batches that each update rows all over a table
+    rewrote the whole table once a batch. Paths are relative to the directory holding the
+    batch directories."""
+    if len(batches) == 1:
+        return batches[0]
+    root = {b.directory.rpartition("/")[0] for b in batches}
+    if len(root) != 1:
+        raise ValueError(f"batches of different streams: {sorted(root)}")
+    tables: dict[int, tuple[str, list[VersionEntry]]] = {}
+    for b in batches:
+        name = b.directory.rpartition("/")[2]
+        for entry in b.entries:
+            versions = tables.setdefault(entry.oid, (entry.table, []))[1]
+            tables[entry.oid] = (entry.table, versions)  # as the newest batch names it
+            for v in entry.versions:
+                paths = tuple(f"{name}/{p}" for p in v.paths)
+                at = next((i for i, o in enumerate(versions) if o.relation == v.relation), None)
+                if at is None:
+                    versions.append(VersionEntry(v.relation, paths, v.rows))
+                else:
+                    o = versions[at]
+                    versions[at] = VersionEntry(o.relation, o.paths + paths, o.rows + v.rows)
+    entries = tuple(TableEntry(table, oid, tuple(sorted(versions,
+                                                        key=lambda v: v.relation.valid_from)))
+                    for oid, (table, versions) in tables.items())
+    first, last = batches[0], batches[-1]
+    return Batch(name=f"{first.name}..{last.name}", start_lsn=first.start_lsn,
+                 end_lsn=last.end_lsn, commits=sum(b.commits for b in batches), entries=entries,
+                 filesystem=first.filesystem, directory=root.pop())
+
+
 def _where(batch: Batch, entry: TableEntry, version: VersionEntry) -> str:
     return f"batch {batch.name}, table {entry.table}, version v{version.relation.valid_from:X}"
 

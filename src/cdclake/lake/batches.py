@@ -74,6 +74,24 @@ def pending(batches: list[DecodedBatch], merged_end_lsn: int | None) -> list[Dec
     return [b for b in batches if merged_end_lsn is None or b.end_lsn > merged_end_lsn]
 
 
+def merge_groups(batches: Sequence[DecodedBatch], max_rows: int
+                 ) -> Iterator[list[DecodedBatch]]:
+    """Consecutive ``batches`` in groups the merge takes at once
+    (:func:`cdclake.lake.batch.combined`): as many as hold at most ``max_rows`` changes
+    together, by their manifests; a batch with more is a group alone."""
+    group: list[DecodedBatch] = []
+    rows = 0
+    for b in batches:
+        n = sum(b.rows().values())
+        if group and rows + n > max_rows:
+            yield group
+            group, rows = [], 0
+        group.append(b)
+        rows += n
+    if group:
+        yield group
+
+
 def open_batch(config: Config, store: ObjectStore, layout: Layout,
                batch: DecodedBatch) -> Batch:
     """The lake's view of ``batch`` (tables read lazily), from the manifest already read."""

@@ -47,8 +47,15 @@ from cdclake.errors import (
     TableMergeBug,
     redact,
 )
-from cdclake.lake.batch import manifest_rows, selected, unselectable
-from cdclake.lake.batches import latest_relations, list_batches, open_batch, pending, stream_chunks
+from cdclake.lake.batch import combined, manifest_rows, selected, unselectable
+from cdclake.lake.batches import (
+    latest_relations,
+    list_batches,
+    merge_groups,
+    open_batch,
+    pending,
+    stream_chunks,
+)
 from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
@@ -279,21 +286,21 @@ def merge(config: Config, params: RunParams | None = None, *,
             spark = _merge_session(config)
         held: set[int] = set()  # the oids of tables that failed on a batch: not merged past it
         follows: int | None = None
-        for decoded, recorded in zip(todo, validated, strict=False):
-            if params.dry_run:
-                reports.append({"batch": decoded.name,
-                                "start_lsn": format_lsn(decoded.start_lsn),
-                                "end_lsn": format_lsn(decoded.end_lsn),
-                                "would_merge": decoded.rows(), "validated": recorded})
-                continue
-            batch = open_batch(config, store, layout, decoded)
-            log.info("merging batch %s (%s..%s)", decoded.name, format_lsn(decoded.start_lsn),
-                     format_lsn(decoded.end_lsn))
+        if params.dry_run:
+            reports = [{"batch": decoded.name, "start_lsn": format_lsn(decoded.start_lsn),
+                        "end_lsn": format_lsn(decoded.end_lsn), "would_merge": decoded.rows(),
+                        "validated": recorded}
+                       for decoded, recorded in zip(todo, validated, strict=False)]
+            todo = []
+        for group in merge_groups(todo, config.merge_max_rows):
+            batch = combined([open_batch(config, store, layout, d) for d in group])
+            log.info("merging batch %s (%s..%s)", batch.name, format_lsn(batch.start_lsn),
+                     format_lsn(batch.end_lsn))
             lease.check()
             report = merge_batch(catalog, config, batch, only=params.tables, spark=spark,
                                  held_back=held, follows=follows)
             held.update(f["oid"] for f in report.failed)
-            follows = decoded.end_lsn
+            follows = batch.end_lsn
             reports.append(_merge_json(report))
             release_arrow_memory()
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})

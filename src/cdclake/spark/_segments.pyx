@@ -13,57 +13,26 @@ A record whose headers do not parse is built too, so the reader raises what is w
 
 import sys
 
-from cdclake.wal._reader cimport Sieve
+from cdclake.decoding._rmgrs cimport CATALOG, TXN, heap_class
+from cdclake.wal._reader cimport Shape, Sieve, shape
 
-from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID
 from cdclake.wal import _reader
 from cdclake.wal.record import RM_HEAP2_ID, RM_HEAP_ID, RM_LOGICALMSG_ID, RM_XACT_ID
-from cdclake.wal.rmgr import heap, heap2
+from cdclake.wal.rmgr import heap
 
 cdef unsigned int HEAP = RM_HEAP_ID
 cdef unsigned int HEAP2 = RM_HEAP2_ID
 cdef unsigned int XACT = RM_XACT_ID
 cdef unsigned int LOGICALMSG = RM_LOGICALMSG_ID
-cdef unsigned int FIRST_NORMAL = FIRST_NORMAL_OBJECT_ID
 cdef unsigned int OPMASK = heap.XLOG_HEAP_OPMASK
 cdef unsigned int INSERT = heap.XLOG_HEAP_INSERT
 cdef unsigned int DELETE = heap.XLOG_HEAP_DELETE
 cdef unsigned int UPDATE = heap.XLOG_HEAP_UPDATE
 cdef unsigned int HOT_UPDATE = heap.XLOG_HEAP_HOT_UPDATE
-cdef unsigned int CONFIRM = heap.XLOG_HEAP_CONFIRM
 cdef unsigned int TRUNCATE = heap.XLOG_HEAP_TRUNCATE
-cdef unsigned int HEAP2_OPMASK = heap2.XLOG_HEAP2_OPMASK
-cdef unsigned int MULTI_INSERT = heap2.XLOG_HEAP2_MULTI_INSERT
 cdef unsigned int INSERT_NOT_PLAIN = (heap.XLH_INSERT_IS_SPECULATIVE
                                       | heap.XLH_INSERT_ON_TOAST_RELATION)
 cdef unsigned int DELETE_IS_SUPER = heap.XLH_DELETE_IS_SUPER
-
-# DecodeXLogRecord's block ids and flags (as in cdclake.wal._reader)
-cdef int RECORD_HEADER = 24
-cdef int XLR_MAX_BLOCK_ID = 32
-cdef int DATA_SHORT = 255
-cdef int DATA_LONG = 254
-cdef int ORIGIN = 253
-cdef int TOPLEVEL_XID = 252
-cdef int HAS_IMAGE = 0x10
-cdef int SAME_REL = 0x80
-cdef int IMAGE_HAS_HOLE = 0x01
-cdef int IMAGE_COMPRESSED = 0x04 | 0x08 | 0x10
-
-# routing classes (cdclake.decoding.rmgrs)
-cdef enum:
-    IGNORE = 0
-    ALL = 1
-    TXN = 2
-    CATALOG = 3
-
-
-cdef inline unsigned int _u16(const unsigned char *b) nogil:
-    return b[0] | (b[1] << 8)
-
-
-cdef inline unsigned int _u32(const unsigned char *b) nogil:
-    return b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24)
 
 
 cdef class _Facts(Sieve):
@@ -97,81 +66,16 @@ cdef class _Facts(Sieve):
         self.last = lsn
         if rmid == XACT or rmid == LOGICALMSG:
             return 1  # memberships, the dictionary: Python's
-        cdef Py_ssize_t p = RECORD_HEADER, datatotal = 0, main_len = 0
-        cdef unsigned int toplevel = 0, first_db = 0, first_rel = 0
-        cdef int block_id, flags, nblocks = 0
-        cdef unsigned int bimg_info
-        while tot_len - p > datatotal:
-            if p >= n:
-                return 1
-            block_id = d[p]
-            p += 1
-            if block_id == DATA_SHORT:
-                if p + 1 > n:
-                    return 1
-                main_len = d[p]
-                p += 1
-                datatotal += main_len
-                break
-            if block_id == DATA_LONG:
-                if p + 4 > n:
-                    return 1
-                main_len = _u32(d + p)
-                p += 4
-                datatotal += main_len
-                break
-            if block_id == ORIGIN:
-                p += 2
-                continue
-            if block_id == TOPLEVEL_XID:
-                if p + 4 > n:
-                    return 1
-                toplevel = _u32(d + p)
-                p += 4
-                continue
-            if block_id > XLR_MAX_BLOCK_ID:
-                return 1
-            if p + 3 > n:
-                return 1
-            flags = d[p]
-            datatotal += _u16(d + p + 1)
-            p += 3
-            if flags & HAS_IMAGE:
-                if p + 5 > n:
-                    return 1
-                datatotal += _u16(d + p)
-                bimg_info = d[p + 4]
-                p += 5
-                if bimg_info & IMAGE_HAS_HOLE and bimg_info & IMAGE_COMPRESSED:
-                    p += 2
-            if not flags & SAME_REL:
-                if p + 12 > n:
-                    return 1
-                if nblocks == 0:
-                    first_db = _u32(d + p + 4)
-                    first_rel = _u32(d + p + 8)
-                p += 12
-            elif nblocks == 0:
-                return 1
-            p += 4
-            nblocks += 1
-        if tot_len - p != datatotal or tot_len > n:
+        cdef Shape s
+        if shape(d, n, tot_len, &s) < 0:
             return 1
-        if toplevel and toplevel != xid:
-            self.parent_of[xid] = toplevel
-        cdef const unsigned char *main = d + tot_len - main_len
+        if s.toplevel and s.toplevel != xid:
+            self.parent_of[xid] = s.toplevel
+        if rmid != HEAP and rmid != HEAP2:
+            return 0
+        cdef int kind = heap_class(rmid, info, xid, &s, self.db)
         cdef unsigned int op = info & OPMASK
-        cdef int kind = IGNORE
-        cdef bint by_block = False
-        if rmid == HEAP:
-            if op == INSERT or op == UPDATE or op == HOT_UPDATE or op == DELETE or op == CONFIRM:
-                by_block = True
-            elif op == TRUNCATE:
-                kind = TXN if xid else ALL
-        elif rmid == HEAP2 and info & HEAP2_OPMASK == MULTI_INSERT:
-            by_block = True
-        if by_block and nblocks and first_db == self.db:
-            kind = ALL if not xid else CATALOG if first_rel < FIRST_NORMAL else TXN
+        cdef const unsigned char *main = d + tot_len - s.main_len
         if kind == TXN:
             if xid != self.run_xid:
                 self.flush()
@@ -179,8 +83,8 @@ cdef class _Facts(Sieve):
             self.run_bytes += tot_len
             if rmid == HEAP and not (
                     op == TRUNCATE or op == UPDATE or op == HOT_UPDATE
-                    or (op == INSERT and main_len > 2 and not main[2] & INSERT_NOT_PLAIN)
-                    or (op == DELETE and main_len > 7 and not main[7] & DELETE_IS_SUPER)):
+                    or (op == INSERT and s.main_len > 2 and not main[2] & INSERT_NOT_PLAIN)
+                    or (op == DELETE and s.main_len > 7 and not main[7] & DELETE_IS_SUPER)):
                 self.unsplit.add(xid)
         elif kind == CATALOG and (rmid == HEAP2 or op == INSERT):
             self.unsplit.add(xid)

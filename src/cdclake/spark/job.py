@@ -335,7 +335,7 @@ def _run(spark: SparkSession, config: Config, store: ObjectStore, layout: Layout
     tasks_ = list(plan.tasks)
 
     def decode_partition(index: int, _: Iterator[int]) -> Iterator[PartitionResult]:
-        return run_partition(index, task_records(tasks_, store, layout, size), ctx)
+        return run_partition(index, task_records(tasks_, store, layout, size, db), ctx)
 
     results = (sc.parallelize(range(n), n).mapPartitionsWithIndex(task(decode_partition))
                .collect())

@@ -29,6 +29,7 @@ from cdclake.decoding.rmgrs import (
     CATALOG,
     IGNORE,
     TXN,
+    decodable,
     is_truncate,
     memberships,
     plain_change,
@@ -224,14 +225,17 @@ def take(rec: XLogRecord, out: ParsedSegment, facts: FactCollector, db_oid: int,
 
 
 def task_records(tasks: Iterable[SegmentTask], store: ObjectStore, layout: Layout,
-                 segment_size: int) -> Iterator[XLogRecord]:
-    """Every record starting in the ranges of consecutive tasks, one at a time: a task holds
+                 segment_size: int, db_oid: int | None = None) -> Iterator[XLogRecord]:
+    """Every record starting in the ranges of consecutive tasks, one at a time — with
+    ``db_oid``, those a decoder of that database reads
+    (:func:`~cdclake.decoding.rmgrs.decodable`): a task holds
     one record at a time, not its segment's (a segment of small records parses into hundreds
     of MB of Python objects). Their payloads are views of the segment, valid until the next
     record. Each segment is read once (:class:`RecentSegments`)."""
     recent = RecentSegments(StoreSegmentSource(store, layout, segment_size))
     for t in tasks:
-        yield from _reader(t, store, layout, segment_size, recent)
+        reader = _reader(t, store, layout, segment_size, recent)
+        yield from reader if db_oid is None else decodable(reader, db_oid)
 
 
 def _reader(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size: int,

@@ -1,6 +1,18 @@
 # cython: language_level=3
 """What other compiled modules take from the compiled reader: :class:`Sieve`, which
-:func:`cdclake.wal._reader.sift` asks which records to build."""
+:func:`cdclake.wal._reader.sift` asks which records to build, and :func:`shape`, what a sieve
+reads of a record's headers."""
+
+
+# a record's headers, as far as a sieve reads them
+cdef struct Shape:
+    unsigned int toplevel  # the toplevel-xid block's xid; 0 without one
+    int nblocks
+    unsigned int first_db, first_rel  # the first block reference's relation
+    Py_ssize_t main_len  # the main data is the record's last main_len bytes
+
+
+cdef int shape(const unsigned char *d, Py_ssize_t n, Py_ssize_t tot_len, Shape *s) nogil
 
 
 cdef class Sieve:

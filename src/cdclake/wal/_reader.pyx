@@ -320,6 +320,83 @@ cdef class Sieve:
         return 1
 
 
+cdef inline unsigned int _le16(const unsigned char *b) nogil:
+    return b[0] | (b[1] << 8)
+
+
+cdef inline unsigned int _le32(const unsigned char *b) nogil:
+    return b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24)
+
+
+cdef int shape(const unsigned char *d, Py_ssize_t n, Py_ssize_t tot_len, Shape *s) nogil:
+    """DecodeXLogRecord's walk over the ``n`` bytes at ``d`` of a record of ``tot_len`` bytes
+    (checked by the reader) reading only what a sieve needs: 0, or -1 when its headers do
+    not parse (a sieve then has the record built, and the reader says what is wrong)."""
+    cdef Py_ssize_t p = RECORD_HEADER, datatotal = 0
+    cdef int block_id, flags
+    cdef unsigned int bimg_info
+    s.toplevel = 0
+    s.nblocks = 0
+    s.main_len = 0
+    while tot_len - p > datatotal:
+        if p >= n:
+            return -1
+        block_id = d[p]
+        p += 1
+        if block_id == XLR_BLOCK_ID_DATA_SHORT:
+            if p + 1 > n:
+                return -1
+            s.main_len = d[p]
+            p += 1
+            datatotal += s.main_len
+            break
+        if block_id == XLR_BLOCK_ID_DATA_LONG:
+            if p + 4 > n:
+                return -1
+            s.main_len = _le32(d + p)
+            p += 4
+            datatotal += s.main_len
+            break
+        if block_id == XLR_BLOCK_ID_ORIGIN:
+            p += 2
+            continue
+        if block_id == XLR_BLOCK_ID_TOPLEVEL_XID:
+            if p + 4 > n:
+                return -1
+            s.toplevel = _le32(d + p)
+            p += 4
+            continue
+        if block_id > XLR_MAX_BLOCK_ID:
+            return -1
+        if p + 3 > n:
+            return -1
+        flags = d[p]
+        datatotal += _le16(d + p + 1)
+        p += 3
+        if flags & BKPBLOCK_HAS_IMAGE:
+            if p + 5 > n:
+                return -1
+            datatotal += _le16(d + p)
+            bimg_info = d[p + 4]
+            p += 5
+            if bimg_info & BKPIMAGE_HAS_HOLE and bimg_info & BKPIMAGE_COMPRESSED:
+                p += 2
+        if not flags & BKPBLOCK_SAME_REL:
+            if p + 12 > n:
+                return -1
+            if s.nblocks == 0:
+                s.first_db = _le32(d + p + 4)
+                s.first_rel = _le32(d + p + 8)
+            p += 12
+        elif s.nblocks == 0:
+            return -1
+        p += 4
+        s.nblocks += 1
+    if tot_len - p != datatotal or tot_len > n:
+        return -1
+    return 0
+
+
 #: what _read returns for a record it read past (a sieve did not want it)
 cdef object _PASSED = object()
 

@@ -55,6 +55,7 @@ def test_the_decode_loop_runs_under_it(monkeypatch: pytest.MonkeyPatch) -> None:
             return iter(())
 
     monkeypatch.setattr(session, "XLogReader", Reader)
+    monkeypatch.setattr(session, "decodable", lambda reader, _db: iter(reader))
     gc.set_threshold(700, 10, 10)
     options = DecodeOptions(db_oid=1, start_lsn=0)
     session.decode(None, None, options, None)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cdclake import native
 from cdclake.decoding import rmgrs
 from cdclake.decoding.rmgrs import ALL, CATALOG, IGNORE, TXN
 from cdclake.decoding.startup import Startup
@@ -187,3 +188,22 @@ def test_committed_wal_routed_ignore_is_ignored_by_the_decoder(walfix: WalFixtur
         assert _untouched(d, rec) is None and not calls.calls, \
             (rmgrs.rmgr_name(rec.rmid), rmgrs.identify(rec, reader.version), rec.lsn)
     assert ignored > 100
+
+
+@pytest.mark.parametrize("db_oid", [16384, 1])
+def test_a_decoder_is_fed_what_routing_keeps(walfix: WalFixture, db_oid: int) -> None:
+    """``decodable`` passes over the records routed IGNORE (the property above) but the
+    first; the compiled twin builds none of them, and keeps the same records as the
+    reference, over real WAL of every kind."""
+    assert "cdclake.decoding.rmgrs.decodable" in native.twins()  # built, as make builds it
+
+    def kept(python: bool) -> list[tuple[int, int]]:
+        with native.use_python(python):
+            reader = XLogReader(DirectorySource([str(walfix.dir)]))
+            return [(r.lsn, r.end_lsn) for r in rmgrs.decodable(reader, db_oid)]
+
+    every = [r for r in XLogReader(DirectorySource([str(walfix.dir)]))]
+    wanted = [(r.lsn, r.end_lsn) for i, r in enumerate(every)
+              if i == 0 or r.toplevel_xid or rmgrs.route_class(r, db_oid) != IGNORE]
+    assert kept(False) == kept(True) == wanted
+    assert 0 < len(wanted) < len(every)

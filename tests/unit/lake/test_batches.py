@@ -16,7 +16,7 @@ from cdclake.config import Config
 from cdclake.decoding import stream as contract
 from cdclake.errors import LakeError
 from cdclake.lake import batches as batches_module
-from cdclake.lake.batch import Batch, manifest_rows, selected, unselectable
+from cdclake.lake.batch import Batch, combined, manifest_rows, selected, unselectable
 from cdclake.lake.batches import (
     DecodedBatch,
     latest_relations,
@@ -147,6 +147,41 @@ def test_latest_relations_take_the_newest_version_across_batches(config: Config,
                                                           "public.owners": 0x1000}
     first = latest_relations(config, store, Layout(), batches(config)[:1])
     assert first["public.items"].valid_from == 0x1000
+
+
+def test_combined_batches_are_one_batch_of_all_their_changes(config: Config,
+                                                             stream: Stream) -> None:
+    """What a merge of several batches at once reads: each table once, a relation version's
+    parts one batch after the other, a newer version after them; the LSN range and commits of
+    all of them, the parts read where the store keeps them."""
+    old = items()
+    new = old.evolve(0x2000, add=[("qty", pa.int64())])
+    b1 = stream.batch("b1")
+    with b1.txn() as t:
+        t.insert(old, {"id": 1, "name": "a"})
+        t.insert(owners(), {"id": 1, "email": "e"})
+    b1.write()
+    b2 = stream.batch("b2")
+    with b2.txn() as t:
+        t.update(old, {"id": 1, "name": "b"}, old={"id": 1})
+    with b2.txn() as t:
+        t.insert(new, {"id": 2, "name": "c", "qty": 3})
+    b2.write()
+    store = open_store(config)
+    parts = [open_batch(config, store, Layout(), d) for d in batches(config)]
+    both = combined(parts)
+    assert (both.name, both.start_lsn, both.end_lsn, both.commits) == (
+        "b1..b2", parts[0].start_lsn, parts[1].end_lsn, 3)
+    assert both.directory == parts[0].directory.rpartition("/")[0]
+    assert [(e.table, [(v.relation.valid_from, v.rows) for v in e.versions])
+            for e in both.entries] == [("public.items", [(0x1000, 2), (0x2000, 1)]),
+                                       ("public.owners", [(0x1000, 1)])]
+    assert [p.split("/")[0] for p in both.entries[0].versions[0].paths] == ["b1", "b2"]
+    items_, owners_ = both
+    assert [v.changes.column("name").to_pylist() for v in items_.versions] == [["a", "b"],
+                                                                                ["c"]]
+    assert owners_.versions[0].changes.column("email").to_pylist() == ["e"]
+    assert combined(parts[:1]) is parts[0]
 
 
 def stream_tables(batch: Batch, only: tuple[str, ...] = ()) -> tuple[

@@ -5,6 +5,7 @@ what the next decode takes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -48,7 +49,10 @@ from tests.unit.spark.test_plan import _progress, _push
 
 @pytest.fixture
 def config(tmp_path: Path) -> Config:
-    return Config(home=tmp_path / "home", store_url=(tmp_path / "store").as_uri())
+    """Each batch merged alone (``merge_max_rows`` 1): these tests follow a batch at a time;
+    :func:`test_a_backlog_is_merged_at_once_up_to_merge_max_rows` merges them together."""
+    return Config(home=tmp_path / "home", store_url=(tmp_path / "store").as_uri(),
+                  merge_max_rows=1)
 
 
 @pytest.fixture
@@ -113,6 +117,34 @@ def test_merge_takes_every_validated_batch_then_a_rerun_commits_nothing(
     again = merge(config)
     assert again["batches"] == [] and again["end_lsn"] == result["end_lsn"]
     assert {n: snapshot(config, n) for n in ("items", "owners")} == before
+
+
+def test_a_backlog_is_merged_at_once_up_to_merge_max_rows(config: Config,
+                                                          stream: Stream) -> None:
+    """Consecutive validated batches whose changes fit in ``merge_max_rows`` go in as one
+    merge: one commit per table for all of them (a copy-on-write merge rewrites a touched
+    file once, not once a batch), the mirrors as merging them one by one leaves them; a
+    batch past the bound is merged next."""
+    two_batches(stream)
+    validate_stream(config)
+    together = dataclasses.replace(config, merge_max_rows=6)  # b000001 holds 3, b000002 3
+    result = merge(together)
+    assert [b["batch"] for b in result["batches"]] == ["b000001..b000002"]
+    assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
+    assert mirror(config, "owners") == [{"id": 11, "email": "y@example.com"}]
+    for name in ("items", "owners"):
+        table = open_catalog(config).load_table((config.namespace, f"public__{name}"))
+        assert {s.summary["cdclake.batch"] for s in table.snapshots()} == {"b000001..b000002"}
+    assert result["end_lsn"] == format_lsn(list_batches(open_store(config), Layout())[-1].end_lsn)
+    assert merge(together)["batches"] == []
+
+
+def test_a_batch_past_merge_max_rows_is_merged_apart(tmp_path: Path, stream: Stream) -> None:
+    config = Config(home=tmp_path / "home", store_url=(tmp_path / "store").as_uri(),
+                    merge_max_rows=5)
+    two_batches(stream)
+    validate_stream(config)
+    assert [b["batch"] for b in merge(config)["batches"]] == ["b000001", "b000002"]
 
 
 def test_merging_some_tables_leaves_the_batches_pending_for_the_others(
@@ -217,9 +249,9 @@ def test_a_bug_in_one_tables_merge_is_a_bug_once_the_others_committed(
     log = config.home / "logs" / "cdclake.log"
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == ("cdclake run: internal error: TableMergeBug: the merge of 1 table(s) "
-                       "failed: public.items (batch b000001: internal error: KeyError: "
-                       "'_cdc_lsn'); the other tables committed, and the next run retries it "
-                       f"(a bug: its traceback is in {log})")
+                       "failed: public.items (batch b000001..b000002: internal error: "
+                       "KeyError: '_cdc_lsn'); the other tables committed, and the next run "
+                       f"retries it (a bug: its traceback is in {log})")
     assert 'raise KeyError("_cdc_lsn")' in log.read_text()
 
 
