@@ -131,7 +131,9 @@ def describe(step: str, r: dict[str, Any]) -> str:
     if step == "validate_stream":
         return f"{len(r['batches'])} batch(es) checked"
     if step == "merge":
-        n = len(r["batches"])
+        from cdclake.pipeline.steps import merged_batches
+
+        n = len(merged_batches(r))
         line = (f"{n} batch(es) {'would be ' if r['dry_run'] else ''}merged; stream merged "
                 f"up to {r['end_lsn']}")
         failed = sorted({f["table"] for f in r.get("failed", ())})

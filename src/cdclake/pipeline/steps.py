@@ -301,7 +301,7 @@ def merge(config: Config, params: RunParams | None = None, *,
                                  held_back=held, follows=follows)
             held.update(f["oid"] for f in report.failed)
             follows = batch.end_lsn
-            reports.append(_merge_json(report))
+            reports.append({**_merge_json(report), "decoded_batches": [d.name for d in group]})
             release_arrow_memory()
     touched = sorted({t["table"] for r in reports for t in r.get("tables", ())})
     return {"previous_end_lsn": format_lsn_or_none(before),
@@ -364,6 +364,13 @@ def _merge_session(config: Config) -> Any:
         f"merge_engine is spark, but Spark does not start ({line}); nothing was merged"))
 
 
+def merged_batches(merged: Mapping[str, Any]) -> list[str]:
+    """The decoded batches the merge step's result took (or, a dry run, would take): a
+    merge of several at once names them all."""
+    return [name for b in merged.get("batches", ())
+            for name in b.get("decoded_batches", [b["batch"]])]
+
+
 def _merge_json(report: MergeReport) -> dict[str, Any]:
     out = report.to_json()
     for key in ("previous_end_lsn", "end_lsn"):
@@ -395,7 +402,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
     store, layout = open_store(config), Layout()
     batches = list_batches(store, layout)
     if merged is not None:
-        names = {b["batch"] for b in merged.get("batches", ())}
+        names = set(merged_batches(merged))
         batches = [b for b in batches if b.name in names]
         wanted = set(merged.get("tables", ()))
     else:

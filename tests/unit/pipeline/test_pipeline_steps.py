@@ -136,6 +136,9 @@ def test_a_backlog_is_merged_at_once_up_to_merge_max_rows(config: Config,
         table = open_catalog(config).load_table((config.namespace, f"public__{name}"))
         assert {s.summary["cdclake.batch"] for s in table.snapshots()} == {"b000001..b000002"}
     assert result["end_lsn"] == format_lsn(list_batches(open_store(config), Layout())[-1].end_lsn)
+    assert describe("merge", result).startswith("2 batch(es) merged")
+    checked = validate_tables(together, merged=result)  # the mirrors of both batches
+    assert checked["tables"] == ["public.items", "public.owners"] and checked["success"]
     assert merge(together)["batches"] == []
 
 
