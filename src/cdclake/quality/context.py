@@ -193,6 +193,9 @@ class QualityContext:
         return self._deferred is not None or self.data_docs_index.exists()
 
     def _render(self, keys: list[Any]) -> None:
+        """The pages of ``keys`` and of their suites, and the index, once the stored results
+        are pruned (of a step that validated more than ``keep_results`` chunks of a table,
+        GX renders the newest: the others are gone)."""
         if not keys:
             return
         from great_expectations.data_context.types.resource_identifiers import (

@@ -349,6 +349,23 @@ def test_a_backlog_renders_its_data_docs_once(quality_config: Config) -> None:
     assert rendered == [4]
 
 
+def test_a_backlog_longer_than_the_results_kept_renders_the_newest(
+        quality_config: Config, tmp_path: Path) -> None:
+    """More results of a table inside ``publishing_once`` than the context keeps: the older
+    are pruned before the rendering, which renders the newest."""
+    ctx = QualityContext(tmp_path / "reports", keep_results=1)
+    rel = builders.relation("public.kept", oid=16531)
+    reports = []
+    with ctx.publishing_once():
+        for name in ("k1", "k2"):
+            reports.append(validate_stream(quality_config, {"public.kept": builders.stream(
+                rel, builders.good_changes())}, {"public.kept": rel}, run_name=name,
+                context=ctx))
+    old, new = (r.tables[0].data_docs_page for r in reports)
+    assert new is not None and Path(new).is_file()
+    assert old is not None and not Path(old).exists()
+
+
 def test_empty_inputs_pass(quality_config: Config, gx_context: QualityContext) -> None:
     """A batch in which a table has no changes, and an empty mirror, are not failures."""
     rel = builders.relation()
