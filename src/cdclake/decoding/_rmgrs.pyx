@@ -28,6 +28,9 @@ cdef unsigned int CONFIRM = heap.XLOG_HEAP_CONFIRM
 cdef unsigned int TRUNCATE = heap.XLOG_HEAP_TRUNCATE
 cdef unsigned int HEAP2_OPMASK = heap2.XLOG_HEAP2_OPMASK
 cdef unsigned int MULTI_INSERT = heap2.XLOG_HEAP2_MULTI_INSERT
+cdef unsigned int INSERT_NOT_PLAIN = (heap.XLH_INSERT_IS_SPECULATIVE
+                                      | heap.XLH_INSERT_ON_TOAST_RELATION)
+cdef unsigned int DELETE_IS_SUPER = heap.XLH_DELETE_IS_SUPER
 
 assert (IGNORE, ALL, TXN, CATALOG) == (rmgrs.IGNORE, rmgrs.ALL, rmgrs.TXN, rmgrs.CATALOG)
 
@@ -47,6 +50,21 @@ cdef int heap_class(unsigned int rmid, unsigned int info, unsigned int xid, Shap
     if not s.nblocks or s.first_db != db:
         return IGNORE
     return ALL if not xid else CATALOG if s.first_rel < FIRST_NORMAL else TXN
+
+
+cdef bint shared_out(unsigned int rmid, unsigned int info, const unsigned char *main,
+                     Py_ssize_t main_len) nogil:
+    """``plain_change(rec) or is_truncate(rec)`` of a TXN record whose main data is the
+    ``main_len`` bytes at ``main``: a change one decoder takes alone, or a TRUNCATE, which
+    every decoder sharing its transaction queues and one emits."""
+    if rmid == HEAP2:
+        return True
+    cdef unsigned int op = info & OPMASK
+    if op == INSERT:
+        return main_len > 2 and not main[2] & INSERT_NOT_PLAIN
+    if op == DELETE:
+        return main_len > 7 and not main[7] & DELETE_IS_SUPER
+    return op == UPDATE or op == HOT_UPDATE or op == TRUNCATE
 
 
 #: by rmgr id and the high nibble of xl_info, whether a decoder reads a record (heap and

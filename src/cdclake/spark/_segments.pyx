@@ -13,7 +13,7 @@ A record whose headers do not parse is built too, so the reader raises what is w
 
 import sys
 
-from cdclake.decoding._rmgrs cimport CATALOG, TXN, heap_class
+from cdclake.decoding._rmgrs cimport CATALOG, TXN, heap_class, shared_out
 from cdclake.wal._reader cimport Shape, Sieve, shape
 
 from cdclake.wal import _reader
@@ -26,13 +26,6 @@ cdef unsigned int XACT = RM_XACT_ID
 cdef unsigned int LOGICALMSG = RM_LOGICALMSG_ID
 cdef unsigned int OPMASK = heap.XLOG_HEAP_OPMASK
 cdef unsigned int INSERT = heap.XLOG_HEAP_INSERT
-cdef unsigned int DELETE = heap.XLOG_HEAP_DELETE
-cdef unsigned int UPDATE = heap.XLOG_HEAP_UPDATE
-cdef unsigned int HOT_UPDATE = heap.XLOG_HEAP_HOT_UPDATE
-cdef unsigned int TRUNCATE = heap.XLOG_HEAP_TRUNCATE
-cdef unsigned int INSERT_NOT_PLAIN = (heap.XLH_INSERT_IS_SPECULATIVE
-                                      | heap.XLH_INSERT_ON_TOAST_RELATION)
-cdef unsigned int DELETE_IS_SUPER = heap.XLH_DELETE_IS_SUPER
 
 
 cdef class _Facts(Sieve):
@@ -74,19 +67,14 @@ cdef class _Facts(Sieve):
         if rmid != HEAP and rmid != HEAP2:
             return 0
         cdef int kind = heap_class(rmid, info, xid, &s, self.db)
-        cdef unsigned int op = info & OPMASK
-        cdef const unsigned char *main = d + tot_len - s.main_len
         if kind == TXN:
             if xid != self.run_xid:
                 self.flush()
                 self.run_xid = xid
             self.run_bytes += tot_len
-            if rmid == HEAP and not (
-                    op == TRUNCATE or op == UPDATE or op == HOT_UPDATE
-                    or (op == INSERT and s.main_len > 2 and not main[2] & INSERT_NOT_PLAIN)
-                    or (op == DELETE and s.main_len > 7 and not main[7] & DELETE_IS_SUPER)):
+            if not shared_out(rmid, info, d + tot_len - s.main_len, s.main_len):
                 self.unsplit.add(xid)
-        elif kind == CATALOG and (rmid == HEAP2 or op == INSERT):
+        elif kind == CATALOG and (rmid == HEAP2 or info & OPMASK == INSERT):
             self.unsplit.add(xid)
         return 0
 

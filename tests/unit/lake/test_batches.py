@@ -128,32 +128,9 @@ def test_open_batch_reads_the_tables_where_the_store_keeps_them(config: Config,
 # -- relations and the stream suite's input ------------------------------------------------------
 
 
-def test_latest_relations_take_the_newest_version_across_batches(config: Config,
-                                                                 stream: Stream) -> None:
-    old = items()
-    new = old.evolve(0x2000, add=[("qty", pa.int64())])
-    b1 = stream.batch("b1")
-    with b1.txn() as t:
-        t.insert(old, {"id": 1, "name": "a"})
-        t.insert(owners(), {"id": 1, "email": "e"})
-    b1.write()
-    b2 = stream.batch("b2")
-    with b2.txn() as t:
-        t.insert(new, {"id": 2, "name": "b", "qty": 3})
-    b2.write()
-    store = open_store(config)
-    every = latest_relations(config, store, Layout(), batches(config))
-    assert {k: v.valid_from for k, v in every.items()} == {"public.items": 0x2000,
-                                                          "public.owners": 0x1000}
-    first = latest_relations(config, store, Layout(), batches(config)[:1])
-    assert first["public.items"].valid_from == 0x1000
-
-
-def test_combined_batches_are_one_batch_of_all_their_changes(config: Config,
-                                                             stream: Stream) -> None:
-    """What a merge of several batches at once reads: each table once, a relation version's
-    parts one batch after the other, a newer version after them; the LSN range and commits of
-    all of them, the parts read where the store keeps them."""
+def evolving_batches(stream: Stream) -> None:
+    """b1: items (v0x1000) and owners inserted; b2: an items row updated under v0x1000, then
+    one inserted under v0x2000 (a column added)."""
     old = items()
     new = old.evolve(0x2000, add=[("qty", pa.int64())])
     b1 = stream.batch("b1")
@@ -167,6 +144,25 @@ def test_combined_batches_are_one_batch_of_all_their_changes(config: Config,
     with b2.txn() as t:
         t.insert(new, {"id": 2, "name": "c", "qty": 3})
     b2.write()
+
+
+def test_latest_relations_take_the_newest_version_across_batches(config: Config,
+                                                                 stream: Stream) -> None:
+    evolving_batches(stream)
+    store = open_store(config)
+    every = latest_relations(config, store, Layout(), batches(config))
+    assert {k: v.valid_from for k, v in every.items()} == {"public.items": 0x2000,
+                                                          "public.owners": 0x1000}
+    first = latest_relations(config, store, Layout(), batches(config)[:1])
+    assert first["public.items"].valid_from == 0x1000
+
+
+def test_combined_batches_are_one_batch_of_all_their_changes(config: Config,
+                                                             stream: Stream) -> None:
+    """What a merge of several batches at once reads: each table once, a relation version's
+    parts one batch after the other, a newer version after them; the LSN range and commits of
+    all of them, the parts read where the store keeps them."""
+    evolving_batches(stream)
     store = open_store(config)
     parts = [open_batch(config, store, Layout(), d) for d in batches(config)]
     both = combined(parts)
