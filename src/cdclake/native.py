@@ -106,6 +106,14 @@ def _from_archive(module: str) -> ModuleType | None:
     sys.modules[module] = mod
     try:
         loader.exec_module(mod)
+    except ModuleNotFoundError as exc:
+        # an extension that cimports another (``_rmgrs`` the reader's ``Sieve``) imports it
+        # by name, which the zip cannot serve: load that one from the zip first, then retry
+        sys.modules.pop(module, None)
+        if exc.name in sys.modules or not (exc.name or "").startswith("cdclake.") \
+                or _from_archive(exc.name or "") is None:
+            raise
+        return _from_archive(module)
     except BaseException:
         sys.modules.pop(module, None)
         raise

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from cdclake import native, sparkenv, waldump  # noqa: F401 - waldump registers its twins
-from cdclake.decoding import decode, parallel, reassembly  # noqa: F401 - they register twins
+from cdclake.decoding import decode, parallel, reassembly, rmgrs  # noqa: F401 - register twins
 from cdclake.decoding.plugins import arrow, test_decoding  # noqa: F401 - register twins
+from cdclake.spark import segments  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
 from cdclake.wal import reader
 
@@ -36,6 +37,8 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.decode.Decoder.process",
          "cdclake.decoding.parallel._Framer.write",
          "cdclake.decoding.reassembly.Replayer.replay",
+         "cdclake.decoding.rmgrs.decodable",
+         "cdclake.spark.segments._scan",
          "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.begin",
@@ -120,8 +123,9 @@ def _import_from_zip(zip_path: Path) -> dict[str, object]:
     """What a Python that imports cdclake from ``zip_path`` (as a Spark executor does) binds."""
     code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
             "from cdclake import native, waldump\n"
-            "from cdclake.decoding import decode, parallel, reassembly\n"
+            "from cdclake.decoding import decode, parallel, reassembly, rmgrs\n"
             "from cdclake.decoding.plugins import arrow, test_decoding\n"
+            "from cdclake.spark import segments\n"
             "from cdclake.tuples import heap\n"
             "from cdclake.wal import reader\n"
             "print(json.dumps({'file': cdclake.__file__, 'twins': native.twins(),\n"
