@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from cdclake import native, sparkenv, waldump  # noqa: F401 - waldump registers its twins
-from cdclake.decoding import decode, parallel, reassembly, rmgrs  # noqa: F401 - register twins
+from cdclake.decoding import (  # noqa: F401 - they register twins
+    decode,
+    parallel,
+    reassembly,
+    rmgrs,
+    spill,
+)
 from cdclake.decoding.plugins import arrow, test_decoding  # noqa: F401 - register twins
 from cdclake.spark import segments  # noqa: F401 - registers its twin
 from cdclake.tuples import heap
@@ -38,12 +44,16 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.parallel._Framer.write",
          "cdclake.decoding.reassembly.Replayer.replay",
          "cdclake.decoding.rmgrs.decodable",
+         "cdclake.decoding.spill.encode_runs",
+         "cdclake.decoding.spill.decode_entries",
          "cdclake.spark.segments._scan",
          "cdclake.decoding.plugins.test_decoding.TestDecoding._tuple",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.change",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.begin",
          "cdclake.decoding.plugins.test_decoding.TestDecoding.commit",
          "cdclake.decoding.plugins.arrow.ArrowRows.change",
+         "cdclake.decoding.plugins.arrow.new_columns",
+         "cdclake.decoding.plugins.arrow.column_array",
          "cdclake.tuples.numeric.text",
          "cdclake.tuples.jsonb.text",
          "cdclake.tuples.arrays.text",
@@ -123,7 +133,7 @@ def _import_from_zip(zip_path: Path) -> dict[str, object]:
     """What a Python that imports cdclake from ``zip_path`` (as a Spark executor does) binds."""
     code = (f"import json, sys; sys.path.insert(0, {str(zip_path)!r}); import cdclake\n"
             "from cdclake import native, waldump\n"
-            "from cdclake.decoding import decode, parallel, reassembly, rmgrs\n"
+            "from cdclake.decoding import decode, parallel, reassembly, rmgrs, spill\n"
             "from cdclake.decoding.plugins import arrow, test_decoding\n"
             "from cdclake.spark import segments\n"
             "from cdclake.tuples import heap\n"

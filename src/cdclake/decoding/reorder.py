@@ -12,14 +12,14 @@ LSN-ordered stream, reading spilled changes back lazily (commit processing:
 from __future__ import annotations
 
 import heapq
-import itertools
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cdclake.decoding.changes import Change
 from cdclake.decoding.spill import (
-    append_changes,
+    append_entries,
+    encode_runs,
     private_dir,
     read_changes,
     remove_files,
@@ -147,13 +147,13 @@ class ReorderBuffer:
         """Write ``t``'s in-memory changes to its spill files and release their memory."""
         private_dir(self.spill_dir)
         seg = self.segment_size
-        for segno, group in itertools.groupby(t.changes, key=lambda c: c.lsn // seg):
+        for segno, count, data in encode_runs(t.changes, seg):
             path = t.spill_files.get(segno)
             if path is None:
                 path = t.spill_files[segno] = self.spill_dir / spill_file_name(t.xid, segno * seg)
-            batch = list(group)
-            self.spilled_bytes += append_changes(path, batch)
-            self.spilled_changes += len(batch)
+            append_entries(path, data)
+            self.spilled_bytes += len(data)
+            self.spilled_changes += count
         if t.nspilled == 0:
             self.spilled_xids.add(t.xid)
         t.nspilled += len(t.changes)

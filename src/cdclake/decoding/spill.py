@@ -10,18 +10,26 @@ spill files also carry open transactions from one batch to the next through the 
     body   := u8 action, u64 lsn, u32 seq, u16 origin, u8 flags, [locator 3*u32],
               [old tuple], [new tuple], [payload]
     tuple  := u16 infomask2, u16 infomask, u8 t_hoff, u32 len, bytes
+
+A large transaction (a bulk load, ``pgbench -i``) spills nearly every change it has and reads
+each back at its commit, so both directions have compiled twins (:func:`encode_runs`,
+:func:`decode_entries`); a profile of a 684,000-change pgbench WAL gave the Python ones 1.5 s
+of a 4.3 s decode. A spill file is read back in blocks of :data:`READ_SIZE`, not an entry at a
+time.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 import crc32c
 
+from cdclake import native
 from cdclake.decoding.changes import (
     MESSAGE,
     TOAST_CHUNK,
@@ -130,6 +138,41 @@ def decode_change(body: bytes) -> Change:
                   payload)
 
 
+def encode_runs(changes: Sequence[Change], segment_size: int) -> list[tuple[int, int, bytes]]:
+    """``changes`` (in LSN order) as spill entries, one run per WAL segment their records lie
+    in (each run goes to its segment's spill file): (segment number, changes, entries)."""
+    out = []
+    for segno, group in itertools.groupby(changes, key=lambda c: c.lsn // segment_size):
+        run = list(group)
+        out.append((segno, len(run), b"".join(encode_change(c) for c in run)))
+    return out
+
+
+def decode_entries(data: bytes, offset: int, path: str) -> tuple[list[Change], int]:
+    """The changes of the whole entries at the start of ``data`` (read from ``path`` at
+    ``offset``), and the bytes they take; an entry whose CRC does not match is a SpillError."""
+    out = []
+    pos = 0
+    while pos + _ENTRY.size <= len(data):
+        n, crc = _ENTRY.unpack_from(data, pos)
+        end = pos + _ENTRY.size + n
+        if end > len(data):
+            break
+        body = data[pos + _ENTRY.size:end]
+        if crc32c.crc32c(body) != crc:
+            raise SpillError(f"spill file {path} is corrupt at offset {offset + pos}")
+        out.append(decode_change(body))
+        pos = end
+    return out, pos
+
+
+#: what the compiled twins hand the changes that carry a payload (TRUNCATE, MESSAGE, TOAST)
+_python_encode_change = encode_change
+_python_decode_change = decode_change
+encode_runs = native.twin(encode_runs, "cdclake.decoding._spill")
+decode_entries = native.twin(decode_entries, "cdclake.decoding._spill")
+
+
 def open_private(path: Path, mode: str) -> BinaryIO:
     """Open a spill file for writing, created readable by this user only (0600): it holds
     row values, which other users of the machine must not read."""
@@ -142,16 +185,19 @@ def private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
-def append_changes(path: Path, changes: list[Change]) -> int:
-    """Append ``changes`` to the spill file at ``path`` (created with its magic); bytes written."""
+def append_entries(path: Path, data: bytes) -> None:
+    """Append spill entries (:func:`encode_runs`) to the spill file at ``path``, created with
+    its magic."""
     new = not path.exists()
-    data = b"".join(encode_change(c) for c in changes)
     with open_private(path, "ab") as f:
         if new:
             f.write(MAGIC)
         f.write(data)
         f.flush()
-    return len(data)
+
+
+#: the bytes a spill file is read in (PostgreSQL restores 4096 changes at a time)
+READ_SIZE = 1 << 20
 
 
 def read_changes(path: Path) -> Iterator[Change]:
@@ -164,18 +210,24 @@ def read_changes(path: Path) -> Iterator[Change]:
         if f.read(len(MAGIC)) != MAGIC:
             raise SpillError(f"spill file {path} is not a cdclake spill file (bad magic)")
         offset = len(MAGIC)
+        rest = b""
         while True:
-            head = f.read(_ENTRY.size)
-            if not head:
+            # an entry longer than a block (a large message) is read whole
+            want = READ_SIZE
+            if len(rest) >= _ENTRY.size:
+                want = max(want, _ENTRY.size + _U32.unpack_from(rest)[0] - len(rest))
+            block = f.read(want)
+            if not block:
+                if rest:
+                    raise SpillError(f"spill file {path} is "
+                                     f"{'truncated' if len(rest) < _ENTRY.size else 'corrupt'} "
+                                     f"at offset {offset}")
                 return
-            if len(head) < _ENTRY.size:
-                raise SpillError(f"spill file {path} is truncated at offset {offset}")
-            n, crc = _ENTRY.unpack(head)
-            body = f.read(n)
-            if len(body) < n or crc32c.crc32c(body) != crc:
-                raise SpillError(f"spill file {path} is corrupt at offset {offset}")
-            yield decode_change(body)
-            offset += _ENTRY.size + n
+            data = rest + block if rest else block
+            changes, used = decode_entries(data, offset, str(path))
+            offset += used
+            rest = data[used:]
+            yield from changes
     finally:
         f.close()
 

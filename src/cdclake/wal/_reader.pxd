@@ -1,7 +1,7 @@
 # cython: language_level=3
 """What other compiled modules take from the compiled reader: :class:`Sieve`, which
-:func:`cdclake.wal._reader.sift` asks which records to build, and :func:`shape`, what a sieve
-reads of a record's headers."""
+:func:`cdclake.wal._reader.sift` asks which records to build, :func:`shape`, what a sieve
+reads of a record's headers, and :func:`crc32c_of`, the CRC step the reader checks with."""
 
 
 # a record's headers, as far as a sieve reads them
@@ -10,6 +10,9 @@ cdef struct Shape:
     int nblocks
     unsigned int first_db, first_rel  # the first block reference's relation
     Py_ssize_t main_len  # the main data is the record's last main_len bytes
+
+
+cdef unsigned int crc32c_of(const unsigned char *d, Py_ssize_t n) except? 0
 
 
 cdef int shape(const unsigned char *d, Py_ssize_t n, Py_ssize_t tot_len, Shape *s) nogil

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cdclake.decoding import spill
 from cdclake.decoding.changes import (
     INSERT,
     MESSAGE,
@@ -17,7 +18,13 @@ from cdclake.decoding.changes import (
     Truncate,
 )
 from cdclake.decoding.reorder import ReorderBuffer, clean_spill_dir, xid_precedes
-from cdclake.decoding.spill import encode_change, read_changes, spill_file_name
+from cdclake.decoding.spill import (
+    append_entries,
+    encode_change,
+    encode_runs,
+    read_changes,
+    spill_file_name,
+)
 from cdclake.errors import SpillError
 from cdclake.wal.record import RelFileLocator, WalTuple
 
@@ -27,6 +34,13 @@ SEG = 1 << 20
 
 def ins(lsn: int, size: int = 10, seq: int = 0) -> Change:
     return Change(INSERT, lsn, seq, LOC, None, WalTuple(3, 0x0802, 24, b"x" * size), True, 0)
+
+
+def append_changes(path: Path, changes: list[Change]) -> None:
+    """``changes``, all of one segment, appended to the spill file at ``path``."""
+    ((_segno, count, data),) = encode_runs(changes, 1 << 62)
+    assert count == len(changes)
+    append_entries(path, data)
 
 
 def test_spill_file_name_follows_postgres() -> None:
@@ -43,8 +57,6 @@ def test_spill_round_trip_every_payload_kind(tmp_path: Path) -> None:
         Change(TOAST_CHUNK, 400, 0, LOC, None, None, False, 0, ToastChunk(99, 2, b"chunk")),
     ]
     path = tmp_path / "x.spill"
-    from cdclake.decoding.spill import append_changes
-
     append_changes(path, changes[:2])
     append_changes(path, changes[2:])
     back = list(read_changes(path))
@@ -55,8 +67,6 @@ def test_spill_round_trip_every_payload_kind(tmp_path: Path) -> None:
 
 
 def test_corrupt_spill_file_is_an_error_naming_file_and_offset(tmp_path: Path) -> None:
-    from cdclake.decoding.spill import append_changes
-
     path = tmp_path / "xid-1-lsn-0-0.spill"
     append_changes(path, [ins(10), ins(20)])
     data = bytearray(path.read_bytes())
@@ -67,6 +77,29 @@ def test_corrupt_spill_file_is_an_error_naming_file_and_offset(tmp_path: Path) -
     path.write_bytes(bytes(data[:-5]))
     with pytest.raises(SpillError, match=r"corrupt|truncated"):
         list(read_changes(path))
+
+
+def test_entries_are_the_reference_encoding_in_runs_per_segment_read_back_in_blocks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whichever implementation runs, an entry is ``encode_change``'s bytes (the reference's,
+    which the carry writes too), a run per segment; read back in blocks smaller than an
+    entry, across block ends, and an entry longer than a block."""
+    changes = [ins(10, seq=1), ins(SEG - 1, size=3000),
+               Change(MESSAGE, SEG + 5, 0, None, None, None, False, 0,
+                      Message("p", b"m" * 5000, True)),
+               Change(INSERT, SEG + 9, 2, RelFileLocator(1663, 5, 16390),
+                      WalTuple(2, 1, 24, b"old"), None, True, 3), ins(SEG + 20)]
+    runs = encode_runs(changes, SEG)
+    assert [(segno, count) for segno, count, _ in runs] == [(0, 2), (1, 3)]
+    assert b"".join(data for *_, data in runs) == b"".join(map(encode_change, changes))
+    path = tmp_path / "x.spill"
+    for *_, data in runs:
+        append_entries(path, data)
+    monkeypatch.setattr(spill, "READ_SIZE", 1000)
+    back = list(read_changes(path))
+    assert [encode_change(c) for c in back] == [encode_change(c) for c in changes]
+    assert back[3].locator == RelFileLocator(1663, 5, 16390) and back[4].locator == LOC
+    assert back[3].new is None and back[3].old.data == b"old" and back[3].origin == 3
 
 
 def test_memory_is_bounded_and_the_heaviest_transaction_spills(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def version_dir(rel: RelationVersion) -> str:
     return f"{rel.schema}.{rel.name}/v{rel.valid_from:016X}"
 
 
-@dataclass
+@dataclass(slots=True)
 class _TableBuffer:
     rel: RelationVersion
     layout: RowLayout
@@ -213,7 +213,7 @@ class ArrowRows:
         old_key_type = stream.old_key_type(
             [pa.field(lc.column.name, lc.codec.arrow_type) for lc in key])
         schema = pa.schema(fields + stream.system_fields(old_key_type))
-        buf = _TableBuffer(rel, layout, key, schema, [[] for _ in schema])
+        buf = _TableBuffer(rel, layout, key, schema, new_columns(layout, schema))
         self._buffers[id(rel)] = buf
         self._order.append(buf)
         return buf
@@ -234,14 +234,14 @@ class ArrowRows:
             self._flush(buf)
 
     def _flush(self, buf: _TableBuffer) -> None:
-        if not buf.columns[0]:
+        if not len(buf.columns[0]):
             return
-        arrays = [pa.array(col, type=f.type) for col, f in zip(buf.columns, buf.schema,
-                                                                 strict=True)]
+        arrays = [column_array(col, f.type) for col, f in zip(buf.columns, buf.schema,
+                                                                strict=True)]
         table = pa.Table.from_arrays(arrays, schema=buf.schema)
         buf.paths.append(self.sink.part(buf.rel, buf.parts, table))
         buf.parts += 1
-        buf.columns = [[] for _ in buf.schema]
+        buf.columns = new_columns(buf.layout, buf.schema)
         buf.pending_bytes = 0
 
     # -- end of batch ----------------------------------------------------------------------
@@ -253,6 +253,20 @@ class ArrowRows:
             self._flush(buf)
         return [(buf.rel, buf.paths, buf.rows) for buf in self._order]
 
+
+def new_columns(layout: RowLayout, schema: pa.Schema) -> list[Any]:
+    """A buffer's empty columns, one per field of ``schema`` (``layout``'s, then the system
+    columns): lists of Python values here; the compiled twin builds most in Arrow's layout."""
+    return [[] for _ in schema]
+
+
+def column_array(column: Any, arrow_type: pa.DataType) -> pa.Array:
+    """A column of :func:`new_columns` as an Arrow array of ``arrow_type``."""
+    return pa.array(column, type=arrow_type)
+
+
+new_columns = native.twin(new_columns, "cdclake.decoding.plugins._arrow")
+column_array = native.twin(column_array, "cdclake.decoding.plugins._arrow")
 
 #: what the compiled ``change`` hands a change with an old key or without a new tuple
 ArrowRows._python_change = ArrowRows.change  # type: ignore[attr-defined]

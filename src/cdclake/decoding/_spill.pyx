@@ -1,0 +1,228 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled twins of ``encode_runs`` and ``decode_entries`` (:mod:`cdclake.decoding.spill`, see
+:mod:`cdclake.native`): a spilled change's entry written into one buffer, and read back into a
+Change and its WalTuples without ``struct``, slices or their ``__init__`` (the Python frames a
+change cost each way). The changes that carry a payload (TRUNCATE, MESSAGE, TOAST chunks) go
+to the Python reference's ``encode_change`` and ``decode_change``, whose bytes are the same;
+the decoding suites run with both (``test_reorder`` reads what the other wrote).
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.string cimport memcmp, memcpy
+
+from cdclake.wal._reader cimport crc32c_of
+from cdclake.wal._slots cimport blank, get, offset, put
+
+from cdclake.decoding import spill
+from cdclake.decoding.changes import MESSAGE, TOAST_CHUNK, TRUNCATE, Change
+from cdclake.errors import SpillError
+from cdclake.wal.record import RelFileLocator, WalTuple
+
+cdef int HEAD = 16  # u8 action, u64 lsn, u32 seq, u16 origin, u8 flags
+cdef int ENTRY = 8  # u32 body length, u32 crc
+cdef int LOC = 12
+cdef int TUP = 9  # u16 infomask2, u16 infomask, u8 t_hoff, u32 len
+cdef int F_CLEAR_TOAST = spill.F_CLEAR_TOAST
+cdef int F_LOCATOR = spill.F_LOCATOR
+cdef int F_OLD = spill.F_OLD
+cdef int F_NEW = spill.F_NEW
+cdef int A_TRUNCATE = TRUNCATE
+cdef int A_MESSAGE = MESSAGE
+cdef int A_TOAST_CHUNK = TOAST_CHUNK
+cdef Py_ssize_t C_ACTION = offset(Change, "action")
+cdef Py_ssize_t C_LSN = offset(Change, "lsn")
+cdef Py_ssize_t C_SEQ = offset(Change, "seq")
+cdef Py_ssize_t C_LOCATOR = offset(Change, "locator")
+cdef Py_ssize_t C_OLD = offset(Change, "old")
+cdef Py_ssize_t C_NEW = offset(Change, "new")
+cdef Py_ssize_t C_CLEAR_TOAST = offset(Change, "clear_toast")
+cdef Py_ssize_t C_ORIGIN = offset(Change, "origin")
+cdef Py_ssize_t C_PAYLOAD = offset(Change, "payload")
+cdef Py_ssize_t T_INFOMASK2 = offset(WalTuple, "infomask2")
+cdef Py_ssize_t T_INFOMASK = offset(WalTuple, "infomask")
+cdef Py_ssize_t T_T_HOFF = offset(WalTuple, "t_hoff")
+cdef Py_ssize_t T_DATA = offset(WalTuple, "data")
+
+
+cdef inline void _le(unsigned char *p, unsigned long long v, int n) noexcept:
+    cdef int i
+    for i in range(n):
+        p[i] = (v >> (8 * i)) & 0xFF
+
+
+cdef inline unsigned long long _un(const unsigned char *p, int n) noexcept:
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline bint _plain(c) except -1:
+    """A change whose entry is made here: a Change with no payload, its tuples WalTuples."""
+    if type(c) is not Change or get(c, C_PAYLOAD) is not None:
+        return False
+    old, new = get(c, C_OLD), get(c, C_NEW)
+    return ((old is None or type(old) is WalTuple) and (new is None or type(new) is WalTuple)
+            and get(c, C_ACTION) not in (A_TRUNCATE, A_MESSAGE, A_TOAST_CHUNK))
+
+
+cdef inline Py_ssize_t _tuple_size(t):
+    return 0 if t is None else TUP + PyBytes_GET_SIZE(<bytes> get(t, T_DATA))
+
+
+cdef Py_ssize_t _put_tuple(unsigned char *p, t) except -1:
+    data = <bytes> get(t, T_DATA)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    _le(p, <unsigned short> get(t, T_INFOMASK2), 2)
+    _le(p + 2, <unsigned short> get(t, T_INFOMASK), 2)
+    p[4] = <unsigned char> get(t, T_T_HOFF)
+    _le(p + 5, <unsigned int> n, 4)
+    memcpy(p + TUP, PyBytes_AS_STRING(data), n)
+    return TUP + n
+
+
+cdef Py_ssize_t _entry_size(c) except -1:
+    return (ENTRY + HEAD + (LOC if get(c, C_LOCATOR) is not None else 0)
+            + _tuple_size(get(c, C_OLD)) + _tuple_size(get(c, C_NEW)))
+
+
+cdef Py_ssize_t _put_entry(unsigned char *p, c) except -1:
+    """Write ``c``'s entry at ``p`` (``_entry_size`` bytes); the bytes written."""
+    loc, old, new = get(c, C_LOCATOR), get(c, C_OLD), get(c, C_NEW)
+    cdef int flags = F_CLEAR_TOAST if get(c, C_CLEAR_TOAST) else 0
+    if loc is not None:
+        flags |= F_LOCATOR
+    if old is not None:
+        flags |= F_OLD
+    if new is not None:
+        flags |= F_NEW
+    cdef unsigned char *b = p + ENTRY
+    b[0] = <unsigned char> get(c, C_ACTION)
+    _le(b + 1, <unsigned long long> get(c, C_LSN), 8)
+    _le(b + 9, <unsigned int> get(c, C_SEQ), 4)
+    _le(b + 13, <unsigned short> get(c, C_ORIGIN), 2)
+    b[15] = flags
+    cdef Py_ssize_t n = HEAD
+    if loc is not None:
+        spc, db, rel = loc
+        _le(b + n, <unsigned int> spc, 4)
+        _le(b + n + 4, <unsigned int> db, 4)
+        _le(b + n + 8, <unsigned int> rel, 4)
+        n += LOC
+    if old is not None:
+        n += _put_tuple(b + n, old)
+    if new is not None:
+        n += _put_tuple(b + n, new)
+    _le(p, <unsigned int> n, 4)
+    _le(p + 4, crc32c_of(b, n), 4)
+    return ENTRY + n
+
+
+def encode_runs(changes, long long segment_size):
+    """See ``spill.encode_runs``."""
+    cdef list out = []
+    cdef Py_ssize_t i = 0, j, k = len(changes), total
+    cdef unsigned char *p
+    cdef list entries
+    while i < k:
+        segno = changes[i].lsn // segment_size
+        j = i
+        total = 0
+        entries = []  # the reference's bytes of the changes with a payload, in order
+        while j < k and changes[j].lsn // segment_size == segno:
+            c = changes[j]
+            if _plain(c):
+                total += _entry_size(c)
+            else:
+                e = spill._python_encode_change(c)
+                entries.append(e)
+                total += PyBytes_GET_SIZE(e)
+            j += 1
+        data = PyBytes_FromStringAndSize(NULL, total)
+        p = <unsigned char *> PyBytes_AS_STRING(data)
+        entries.reverse()
+        for c in changes[i:j]:
+            if _plain(c):
+                p += _put_entry(p, c)
+            else:
+                e = entries.pop()
+                memcpy(p, PyBytes_AS_STRING(e), PyBytes_GET_SIZE(e))
+                p += PyBytes_GET_SIZE(e)
+        out.append((segno, j - i, data))
+        i = j
+    return out
+
+
+cdef object _tuple_at(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end):
+    cdef Py_ssize_t at = pos[0]
+    if at + TUP > end:
+        raise SpillError("tuple header past the entry")
+    cdef Py_ssize_t n = <Py_ssize_t> _un(b + at + 5, 4)
+    if at + TUP + n > end:
+        raise SpillError("tuple past the entry")
+    t = blank(WalTuple)
+    put(t, T_INFOMASK2, <int> _un(b + at, 2))
+    put(t, T_INFOMASK, <int> _un(b + at + 2, 2))
+    put(t, T_T_HOFF, <int> b[at + 4])
+    put(t, T_DATA, PyBytes_FromStringAndSize(<const char *> b + at + TUP, n))
+    pos[0] = at + TUP + n
+    return t
+
+
+def decode_entries(bytes data, offset, path):
+    """See ``spill.decode_entries``."""
+    cdef const unsigned char *d = <const unsigned char *> PyBytes_AS_STRING(data)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = 0, n, at, end
+    cdef unsigned int crc
+    cdef int action, flags
+    cdef const unsigned char *b
+    cdef const unsigned char *last_loc = NULL
+    cdef list out = []
+    loc = None
+    while pos + ENTRY <= size:
+        n = <Py_ssize_t> _un(d + pos, 4)
+        end = pos + ENTRY + n
+        if end > size:
+            break
+        b = d + pos + ENTRY
+        crc = <unsigned int> _un(d + pos + 4, 4)
+        if crc32c_of(b, n) != crc:
+            raise SpillError(f"spill file {path} is corrupt at offset {offset + pos}")
+        action = b[0] if n else -1
+        if n < HEAD or action in (A_TRUNCATE, A_MESSAGE, A_TOAST_CHUNK):
+            out.append(spill._python_decode_change(data[pos + ENTRY:end]))
+            pos = end
+            continue
+        flags = b[15]
+        c = blank(Change)
+        put(c, C_ACTION, action)
+        put(c, C_LSN, _un(b + 1, 8))
+        put(c, C_SEQ, <unsigned int> _un(b + 9, 4))
+        put(c, C_ORIGIN, <int> _un(b + 13, 2))
+        put(c, C_CLEAR_TOAST, bool(flags & F_CLEAR_TOAST))
+        put(c, C_PAYLOAD, None)
+        at = HEAD
+        if flags & F_LOCATOR:
+            if at + LOC > n:
+                raise SpillError(f"spill file {path} is corrupt at offset {offset + pos}")
+            # consecutive changes of one table share its locator
+            if last_loc == NULL or memcmp(last_loc, b + at, LOC) != 0:
+                loc = RelFileLocator(<unsigned int> _un(b + at, 4),
+                                     <unsigned int> _un(b + at + 4, 4),
+                                     <unsigned int> _un(b + at + 8, 4))
+            last_loc = b + at
+            put(c, C_LOCATOR, loc)
+            at += LOC
+        else:
+            put(c, C_LOCATOR, None)
+        try:
+            put(c, C_OLD, _tuple_at(b, &at, n) if flags & F_OLD else None)
+            put(c, C_NEW, _tuple_at(b, &at, n) if flags & F_NEW else None)
+        except SpillError:
+            raise SpillError(f"spill file {path} is corrupt at offset {offset + pos}") from None
+        out.append(c)
+        pos = end
+    return out, pos
+
