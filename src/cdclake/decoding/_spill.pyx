@@ -3,7 +3,7 @@
 :mod:`cdclake.native`): a spilled change's entry written into one buffer, and read back into a
 Change and its WalTuples without ``struct``, slices or their ``__init__`` (the Python frames a
 change cost each way). The changes that carry a payload (TRUNCATE, MESSAGE, TOAST chunks) go
-to the Python reference's ``encode_change`` and ``decode_change``, whose bytes are the same;
+to the reference's ``encode_change`` and ``decode_change``, whose bytes are the same;
 the decoding suites run with both (``test_reorder`` reads what the other wrote).
 """
 
@@ -135,7 +135,7 @@ def encode_runs(changes, long long segment_size):
             if _plain(c):
                 total += _entry_size(c)
             else:
-                e = spill._python_encode_change(c)
+                e = spill.encode_change(c)
                 entries.append(e)
                 total += PyBytes_GET_SIZE(e)
             j += 1
@@ -192,7 +192,7 @@ def decode_entries(bytes data, offset, path):
             raise SpillError(f"spill file {path} is corrupt at offset {offset + pos}")
         action = b[0] if n else -1
         if n < HEAD or action in (A_TRUNCATE, A_MESSAGE, A_TOAST_CHUNK):
-            out.append(spill._python_decode_change(data[pos + ENTRY:end]))
+            out.append(spill.decode_change(data[pos + ENTRY:end]))
             pos = end
             continue
         flags = b[15]

@@ -166,9 +166,6 @@ def decode_entries(data: bytes, offset: int, path: str) -> tuple[list[Change], i
     return out, pos
 
 
-#: what the compiled twins hand the changes that carry a payload (TRUNCATE, MESSAGE, TOAST)
-_python_encode_change = encode_change
-_python_decode_change = decode_change
 encode_runs = native.twin(encode_runs, "cdclake.decoding._spill")
 decode_entries = native.twin(decode_entries, "cdclake.decoding._spill")
 

@@ -212,12 +212,16 @@ cdef class Column:
 cdef dict _WIDTHS = {pa.int16(): (2, False), pa.int32(): (4, False), pa.int64(): (8, False),
                      pa.float64(): (8, True), pa.timestamp("us", tz="UTC"): (8, False),
                      pa.string(): (0, False)}
+#: the Arrow type a data column of each kind made here must have to be a Column
+cdef dict _KIND_TYPES = {INT2: pa.int16(), INT4: pa.int32(), INT8: pa.int64(),
+                         FLOAT8: pa.float64(), UTF8: pa.string()}
 
 
 def new_columns(layout, schema):
     """See ``arrow.new_columns``: Columns for the values this module makes (int2, int4,
-    int8, float8 and UTF-8 text columns) and for the system columns but the old key, the
-    unchanged TOAST columns and the texts (None in almost every row), lists for the others."""
+    int8, float8 and UTF-8 text columns of their usual types) and for the system columns but
+    the old key, the unchanged TOAST columns and the texts (None in almost every row), lists
+    for the others."""
     cdef list out = []
     cdef _Step step
     steps = _steps(layout)
@@ -225,7 +229,7 @@ def new_columns(layout, schema):
     for i, f in enumerate(schema):
         if i < live:
             step = steps[i]
-            fits = step.kind in (INT2, INT4, INT8, FLOAT8, UTF8)
+            fits = _KIND_TYPES.get(step.kind) == f.type
         else:
             fits = f.name not in _SPARSE
         shape = _WIDTHS.get(f.type) if fits else None
