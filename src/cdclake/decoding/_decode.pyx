@@ -25,6 +25,7 @@ from cdclake.catalog._dictionary cimport newest_version
 from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
+from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.wal._slots cimport blank, get, offset, put
 
 from operator import itemgetter
@@ -88,19 +89,7 @@ cdef unsigned int XI_REFERENCE = xact.XACT_XINFO_HAS_TWOPHASE | xact.XACT_XINFO_
 cdef Py_ssize_t INVAL_MSG_SIZE = xact.INVAL_MSG_SIZE
 cdef Py_ssize_t LOCATOR_SIZE = 12  # RelFileLocator: spcOid, dbOid, relNumber
 _by_lsn = itemgetter(0)
-cdef Py_ssize_t T_INFOMASK2 = offset(WalTuple, "infomask2")
-cdef Py_ssize_t T_INFOMASK = offset(WalTuple, "infomask")
-cdef Py_ssize_t T_T_HOFF = offset(WalTuple, "t_hoff")
-cdef Py_ssize_t T_DATA = offset(WalTuple, "data")
-cdef Py_ssize_t C_ACTION = offset(Change, "action")
-cdef Py_ssize_t C_LSN = offset(Change, "lsn")
-cdef Py_ssize_t C_SEQ = offset(Change, "seq")
-cdef Py_ssize_t C_LOCATOR = offset(Change, "locator")
-cdef Py_ssize_t C_OLD = offset(Change, "old")
-cdef Py_ssize_t C_NEW = offset(Change, "new")
-cdef Py_ssize_t C_CLEAR_TOAST = offset(Change, "clear_toast")
-cdef Py_ssize_t C_ORIGIN = offset(Change, "origin")
-cdef Py_ssize_t C_PAYLOAD = offset(Change, "payload")
+cdef ChangeSlots CS = change_slots(Change, WalTuple)
 cdef Py_ssize_t I_XID = offset(TxnInfo, "xid")
 cdef Py_ssize_t I_FIRST_LSN = offset(TxnInfo, "first_lsn")
 cdef Py_ssize_t I_FINAL_LSN = offset(TxnInfo, "final_lsn")
@@ -139,25 +128,25 @@ cdef inline object _r(rec, Py_ssize_t at, str name):
 cdef object _tuple(Bytes b, Py_ssize_t off):
     """wal_tuple: xl_heap_header at ``off``, then the tuple's bytes from t_bits on."""
     t = blank(WalTuple)
-    put(t, T_INFOMASK2, b.p[off] | (b.p[off + 1] << 8))
-    put(t, T_INFOMASK, b.p[off + 2] | (b.p[off + 3] << 8))
-    put(t, T_T_HOFF, b.p[off + 4])
-    put(t, T_DATA, PyBytes_FromStringAndSize(<const char *> b.p + off + HEADER,
+    put(t, CS.t_infomask2, b.p[off] | (b.p[off + 1] << 8))
+    put(t, CS.t_infomask, b.p[off + 2] | (b.p[off + 3] << 8))
+    put(t, CS.t_hoff, b.p[off + 4])
+    put(t, CS.t_data, PyBytes_FromStringAndSize(<const char *> b.p + off + HEADER,
                                              b.n - off - HEADER))
     return t
 
 
 cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=True):
     c = blank(Change)
-    put(c, C_ACTION, action)
-    put(c, C_LSN, _r(rec, R_LSN, "lsn"))
-    put(c, C_SEQ, seq)
-    put(c, C_LOCATOR, loc)
-    put(c, C_OLD, old)
-    put(c, C_NEW, new)
-    put(c, C_CLEAR_TOAST, clear_toast)
-    put(c, C_ORIGIN, _r(rec, R_ORIGIN, "origin"))
-    put(c, C_PAYLOAD, None)
+    put(c, CS.action, action)
+    put(c, CS.lsn, _r(rec, R_LSN, "lsn"))
+    put(c, CS.seq, seq)
+    put(c, CS.locator, loc)
+    put(c, CS.old, old)
+    put(c, CS.new, new)
+    put(c, CS.clear_toast, clear_toast)
+    put(c, CS.origin, _r(rec, R_ORIGIN, "origin"))
+    put(c, CS.payload, None)
     return c
 
 
@@ -445,11 +434,11 @@ def _heap2(self, rec):
         p = (p + 1) & ~1
         dlen = bd.p[p] | (bd.p[p + 1] << 8)
         t = blank(WalTuple)
-        put(t, T_INFOMASK2, bd.p[p + 2] | (bd.p[p + 3] << 8))
-        put(t, T_INFOMASK, bd.p[p + 4] | (bd.p[p + 5] << 8))
-        put(t, T_T_HOFF, bd.p[p + 6])
+        put(t, CS.t_infomask2, bd.p[p + 2] | (bd.p[p + 3] << 8))
+        put(t, CS.t_infomask, bd.p[p + 4] | (bd.p[p + 5] << 8))
+        put(t, CS.t_hoff, bd.p[p + 6])
         p += MULTI_TUPLE
-        put(t, T_DATA, PyBytes_FromStringAndSize(<const char *> bd.p + p, dlen))
+        put(t, CS.t_data, PyBytes_FromStringAndSize(<const char *> bd.p + p, dlen))
         p += dlen
         _buffer(rb, xid, _change(INSERT, rec, loc, None, t, i,
                                  last_in_multi and i == count - 1))

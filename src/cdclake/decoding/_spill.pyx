@@ -11,7 +11,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.string cimport memcmp, memcpy
 
 from cdclake.wal._reader cimport crc32c_of
-from cdclake.wal._slots cimport blank, get, offset, put
+from cdclake.decoding._changes cimport ChangeSlots, change_slots
+from cdclake.wal._slots cimport blank, get, put
 
 from cdclake.decoding import spill
 from cdclake.decoding.changes import MESSAGE, TOAST_CHUNK, TRUNCATE, Change
@@ -29,19 +30,7 @@ cdef int F_NEW = spill.F_NEW
 cdef int A_TRUNCATE = TRUNCATE
 cdef int A_MESSAGE = MESSAGE
 cdef int A_TOAST_CHUNK = TOAST_CHUNK
-cdef Py_ssize_t C_ACTION = offset(Change, "action")
-cdef Py_ssize_t C_LSN = offset(Change, "lsn")
-cdef Py_ssize_t C_SEQ = offset(Change, "seq")
-cdef Py_ssize_t C_LOCATOR = offset(Change, "locator")
-cdef Py_ssize_t C_OLD = offset(Change, "old")
-cdef Py_ssize_t C_NEW = offset(Change, "new")
-cdef Py_ssize_t C_CLEAR_TOAST = offset(Change, "clear_toast")
-cdef Py_ssize_t C_ORIGIN = offset(Change, "origin")
-cdef Py_ssize_t C_PAYLOAD = offset(Change, "payload")
-cdef Py_ssize_t T_INFOMASK2 = offset(WalTuple, "infomask2")
-cdef Py_ssize_t T_INFOMASK = offset(WalTuple, "infomask")
-cdef Py_ssize_t T_T_HOFF = offset(WalTuple, "t_hoff")
-cdef Py_ssize_t T_DATA = offset(WalTuple, "data")
+cdef ChangeSlots CS = change_slots(Change, WalTuple)
 
 
 cdef inline void _le(unsigned char *p, unsigned long long v, int n) noexcept:
@@ -60,37 +49,37 @@ cdef inline unsigned long long _un(const unsigned char *p, int n) noexcept:
 
 cdef inline bint _plain(c) except -1:
     """A change whose entry is made here: a Change with no payload, its tuples WalTuples."""
-    if type(c) is not Change or get(c, C_PAYLOAD) is not None:
+    if type(c) is not Change or get(c, CS.payload) is not None:
         return False
-    old, new = get(c, C_OLD), get(c, C_NEW)
+    old, new = get(c, CS.old), get(c, CS.new)
     return ((old is None or type(old) is WalTuple) and (new is None or type(new) is WalTuple)
-            and get(c, C_ACTION) not in (A_TRUNCATE, A_MESSAGE, A_TOAST_CHUNK))
+            and get(c, CS.action) not in (A_TRUNCATE, A_MESSAGE, A_TOAST_CHUNK))
 
 
 cdef inline Py_ssize_t _tuple_size(t):
-    return 0 if t is None else TUP + PyBytes_GET_SIZE(<bytes> get(t, T_DATA))
+    return 0 if t is None else TUP + PyBytes_GET_SIZE(<bytes> get(t, CS.t_data))
 
 
 cdef Py_ssize_t _put_tuple(unsigned char *p, t) except -1:
-    data = <bytes> get(t, T_DATA)
+    data = <bytes> get(t, CS.t_data)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
-    _le(p, <unsigned short> get(t, T_INFOMASK2), 2)
-    _le(p + 2, <unsigned short> get(t, T_INFOMASK), 2)
-    p[4] = <unsigned char> get(t, T_T_HOFF)
+    _le(p, <unsigned short> get(t, CS.t_infomask2), 2)
+    _le(p + 2, <unsigned short> get(t, CS.t_infomask), 2)
+    p[4] = <unsigned char> get(t, CS.t_hoff)
     _le(p + 5, <unsigned int> n, 4)
     memcpy(p + TUP, PyBytes_AS_STRING(data), n)
     return TUP + n
 
 
 cdef Py_ssize_t _entry_size(c) except -1:
-    return (ENTRY + HEAD + (LOC if get(c, C_LOCATOR) is not None else 0)
-            + _tuple_size(get(c, C_OLD)) + _tuple_size(get(c, C_NEW)))
+    return (ENTRY + HEAD + (LOC if get(c, CS.locator) is not None else 0)
+            + _tuple_size(get(c, CS.old)) + _tuple_size(get(c, CS.new)))
 
 
 cdef Py_ssize_t _put_entry(unsigned char *p, c) except -1:
     """Write ``c``'s entry at ``p`` (``_entry_size`` bytes); the bytes written."""
-    loc, old, new = get(c, C_LOCATOR), get(c, C_OLD), get(c, C_NEW)
-    cdef int flags = F_CLEAR_TOAST if get(c, C_CLEAR_TOAST) else 0
+    loc, old, new = get(c, CS.locator), get(c, CS.old), get(c, CS.new)
+    cdef int flags = F_CLEAR_TOAST if get(c, CS.clear_toast) else 0
     if loc is not None:
         flags |= F_LOCATOR
     if old is not None:
@@ -98,10 +87,10 @@ cdef Py_ssize_t _put_entry(unsigned char *p, c) except -1:
     if new is not None:
         flags |= F_NEW
     cdef unsigned char *b = p + ENTRY
-    b[0] = <unsigned char> get(c, C_ACTION)
-    _le(b + 1, <unsigned long long> get(c, C_LSN), 8)
-    _le(b + 9, <unsigned int> get(c, C_SEQ), 4)
-    _le(b + 13, <unsigned short> get(c, C_ORIGIN), 2)
+    b[0] = <unsigned char> get(c, CS.action)
+    _le(b + 1, <unsigned long long> get(c, CS.lsn), 8)
+    _le(b + 9, <unsigned int> get(c, CS.seq), 4)
+    _le(b + 13, <unsigned short> get(c, CS.origin), 2)
     b[15] = flags
     cdef Py_ssize_t n = HEAD
     if loc is not None:
@@ -129,24 +118,19 @@ def encode_runs(changes, long long segment_size):
         segno = changes[i].lsn // segment_size
         j = i
         total = 0
-        entries = []  # the reference's bytes of the changes with a payload, in order
+        entries = []  # per change: None (its entry made here), or the reference's bytes
         while j < k and changes[j].lsn // segment_size == segno:
             c = changes[j]
-            if _plain(c):
-                total += _entry_size(c)
-            else:
-                e = spill.encode_change(c)
-                entries.append(e)
-                total += PyBytes_GET_SIZE(e)
+            e = None if _plain(c) else spill.encode_change(c)
+            entries.append(e)
+            total += _entry_size(c) if e is None else PyBytes_GET_SIZE(e)
             j += 1
         data = PyBytes_FromStringAndSize(NULL, total)
         p = <unsigned char *> PyBytes_AS_STRING(data)
-        entries.reverse()
-        for c in changes[i:j]:
-            if _plain(c):
+        for c, e in zip(changes[i:j], entries):
+            if e is None:
                 p += _put_entry(p, c)
             else:
-                e = entries.pop()
                 memcpy(p, PyBytes_AS_STRING(e), PyBytes_GET_SIZE(e))
                 p += PyBytes_GET_SIZE(e)
         out.append((segno, j - i, data))
@@ -162,10 +146,10 @@ cdef object _tuple_at(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end):
     if at + TUP + n > end:
         raise SpillError("tuple past the entry")
     t = blank(WalTuple)
-    put(t, T_INFOMASK2, <int> _un(b + at, 2))
-    put(t, T_INFOMASK, <int> _un(b + at + 2, 2))
-    put(t, T_T_HOFF, <int> b[at + 4])
-    put(t, T_DATA, PyBytes_FromStringAndSize(<const char *> b + at + TUP, n))
+    put(t, CS.t_infomask2, <int> _un(b + at, 2))
+    put(t, CS.t_infomask, <int> _un(b + at + 2, 2))
+    put(t, CS.t_hoff, <int> b[at + 4])
+    put(t, CS.t_data, PyBytes_FromStringAndSize(<const char *> b + at + TUP, n))
     pos[0] = at + TUP + n
     return t
 
@@ -197,12 +181,12 @@ def decode_entries(bytes data, offset, path):
             continue
         flags = b[15]
         c = blank(Change)
-        put(c, C_ACTION, action)
-        put(c, C_LSN, _un(b + 1, 8))
-        put(c, C_SEQ, <unsigned int> _un(b + 9, 4))
-        put(c, C_ORIGIN, <int> _un(b + 13, 2))
-        put(c, C_CLEAR_TOAST, bool(flags & F_CLEAR_TOAST))
-        put(c, C_PAYLOAD, None)
+        put(c, CS.action, action)
+        put(c, CS.lsn, _un(b + 1, 8))
+        put(c, CS.seq, <unsigned int> _un(b + 9, 4))
+        put(c, CS.origin, <int> _un(b + 13, 2))
+        put(c, CS.clear_toast, bool(flags & F_CLEAR_TOAST))
+        put(c, CS.payload, None)
         at = HEAD
         if flags & F_LOCATOR:
             if at + LOC > n:
@@ -213,13 +197,13 @@ def decode_entries(bytes data, offset, path):
                                      <unsigned int> _un(b + at + 4, 4),
                                      <unsigned int> _un(b + at + 8, 4))
             last_loc = b + at
-            put(c, C_LOCATOR, loc)
+            put(c, CS.locator, loc)
             at += LOC
         else:
-            put(c, C_LOCATOR, None)
+            put(c, CS.locator, None)
         try:
-            put(c, C_OLD, _tuple_at(b, &at, n) if flags & F_OLD else None)
-            put(c, C_NEW, _tuple_at(b, &at, n) if flags & F_NEW else None)
+            put(c, CS.old, _tuple_at(b, &at, n) if flags & F_OLD else None)
+            put(c, CS.new, _tuple_at(b, &at, n) if flags & F_NEW else None)
         except SpillError:
             raise SpillError(f"spill file {path} is corrupt at offset {offset + pos}") from None
         out.append(c)

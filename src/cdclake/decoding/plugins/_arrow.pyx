@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from cdclake.decoding.plugins._plans cimport cached_steps, keep_steps
 from cdclake.tuples._bytes cimport le_int, plain_payload
+from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.wal._slots cimport get, offset, put
 
 from cdclake.decoding import stream
@@ -39,6 +40,7 @@ from cdclake.decoding.rows import UNCHANGED_TOAST, column_payload, exact_text
 from cdclake.tuples import codecs, scalars
 from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
+from cdclake.wal.record import WalTuple
 
 # codecs whose values are made here (well-formed datums only)
 cdef enum Kind:
@@ -53,10 +55,7 @@ cdef dict _OPS = {_OP_INSERT: _OP_INSERT.encode(), _OP_UPDATE: _OP_UPDATE.encode
                   _OP_DELETE: _OP_DELETE.encode()}
 cdef object _PG_EPOCH_US = stream.PG_EPOCH_US
 # the fields read per change, at their slots (a lookup through the type otherwise)
-cdef Py_ssize_t C_LSN = offset(Change, "lsn")
-cdef Py_ssize_t C_SEQ = offset(Change, "seq")
-cdef Py_ssize_t C_OLD = offset(Change, "old")
-cdef Py_ssize_t C_NEW = offset(Change, "new")
+cdef ChangeSlots CS = change_slots(Change, WalTuple)
 cdef Py_ssize_t I_XID = offset(TxnInfo, "xid")
 cdef Py_ssize_t I_FINAL_LSN = offset(TxnInfo, "final_lsn")
 cdef Py_ssize_t I_COMMIT_TIME = offset(TxnInfo, "commit_time")
@@ -431,8 +430,8 @@ def change(self, txn, rel, int action, change, toast):
     """See ``ArrowRows.change``."""
     if type(change) is not Change:
         return self._python_change(txn, rel, action, change, toast)
-    new = get(change, C_NEW)
-    if get(change, C_OLD) is not None or new is None:
+    new = get(change, CS.new)
+    if get(change, CS.old) is not None or new is None:
         return self._python_change(txn, rel, action, change, toast)
     buf = self._buffers.get(PyLong_FromVoidPtr(<void *> rel))
     if buf is None or get(buf, B_REL) is not rel:
@@ -441,7 +440,7 @@ def change(self, txn, rel, int action, change, toast):
     cdef list cols = get(buf, B_COLUMNS)
     cdef Py_ssize_t rows = len(cols[0])
     layout = get(buf, B_LAYOUT)
-    lsn = get(change, C_LSN)
+    lsn = get(change, CS.lsn)
     op = _OP_INSERT if action == _INSERT else _OP_DELETE if action == _DELETE else _OP_UPDATE
     size = len(new.data)
     if toast:
@@ -450,7 +449,7 @@ def change(self, txn, rel, int action, change, toast):
                 size += len(c)
     try:
         texts = _row(cols, layout, new, lsn, toast, unchanged)
-        _append(cols, txn, lsn, get(change, C_SEQ), op, unchanged or None, texts,
+        _append(cols, txn, lsn, get(change, CS.seq), op, unchanged or None, texts,
                 len(layout.live))
     except BaseException:
         _undo(cols, rows)
