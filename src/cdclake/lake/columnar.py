@@ -72,6 +72,7 @@ from cdclake.lake.schema import (
 )
 from cdclake.lake.tables import row_count
 from cdclake.lake.visibility import SnapshotFacts, in_snapshot_arrow
+from cdclake.mixing import splitmix64
 from cdclake.wal.lsn import format_lsn
 
 _OPS = {stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE}
@@ -243,12 +244,7 @@ def bucket_ids(keys: pa.ChunkedArray | pa.Array, buckets: int) -> np.ndarray:
     """The bucket of each key (its first column, an integer): a mix of its bits (SplitMix64's
     finaliser) modulo ``buckets``, so every change of one key lands in one bucket and keys
     spread evenly however they are spaced."""
-    x = pc.fill_null(keys, 0).cast(pa.int64(), safe=False).to_numpy().view(np.uint64)
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    x = x ^ (x >> np.uint64(31))
+    x = splitmix64(pc.fill_null(keys, 0).cast(pa.int64(), safe=False).to_numpy().view(np.uint64))
     return (x % np.uint64(buckets)).astype(np.int64)
 
 

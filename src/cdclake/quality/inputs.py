@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -189,52 +188,6 @@ def _has_texts(table: pa.Table) -> bool:
     old = table.column(OLD_KEY)
     return pa.types.is_struct(old.type) and old.type.get_field_index(PG_TEXT) >= 0 and some(
         pc.struct_field(old, PG_TEXT))
-
-
-#: the column of :func:`key_table` that says which chunk a key came from
-CHUNK = "_chunk"
-
-
-def key_table(data: pa.Table, keys: Sequence[str], chunk: int) -> pa.Table:
-    """The typed key columns of a mirror chunk, with its number: what
-    :func:`keys_in_chunks` compares across chunks. Rows with a null key are left out (the
-    not-null check reports them; a key the decoder could only keep as text is one)."""
-    selected = data.select(list(keys))
-    present = pc.and_(*[pc.is_valid(c) for c in selected.columns]) if len(keys) > 1 \
-        else pc.is_valid(selected.column(0))
-    selected = selected.filter(present)
-    return selected.append_column(CHUNK, pa.array([chunk] * selected.num_rows, pa.int32()))
-
-
-def keys_in_chunks(pieces: Sequence[pa.Table], samples: int
-                   ) -> tuple[int, int, list[dict[str, Any]]]:
-    """Of a mirror's :func:`key_table` pieces: the rows whose key is in more than one chunk,
-    all rows, and up to ``samples`` such keys with how many rows hold each.
-
-    Sorted by key, a repeated key is a row equal to the one before it: the sort costs a few
-    bytes a row, where grouping every key would hold a hash table of them all; only the
-    repeated keys (none in a healthy mirror) are grouped, by chunk."""
-    keys = [c for c in pieces[0].column_names if c != CHUNK]
-    both = pa.concat_tables(pieces)
-    ordered = both.sort_by([(k, "ascending") for k in keys])
-    if ordered.num_rows < 2:
-        return 0, both.num_rows, []
-    same: Any = None
-    for k in keys:
-        column = ordered.column(k)
-        equal = pc.equal(column.slice(1), column.slice(0, ordered.num_rows - 1))
-        same = equal if same is None else pc.and_(same, equal)
-    after = np.flatnonzero(same.to_numpy(zero_copy_only=False))  # row i+1 repeats row i
-    if not len(after):
-        return 0, both.num_rows, []
-    repeated = ordered.take(np.union1d(after, after + 1))
-    groups = repeated.group_by(keys).aggregate([(CHUNK, "count_distinct"), (CHUNK, "count")])
-    spread = groups.filter(pc.greater(groups.column(f"{CHUNK}_count_distinct"), 1))
-    rows = spread.column(f"{CHUNK}_count")
-    shown = spread.sort_by([(k, "ascending") for k in keys]).slice(0, samples).select(
-        [*keys, f"{CHUNK}_count"]).to_pylist()
-    return (int(pc.sum(rows).as_py() or 0), both.num_rows,
-            [{**{k: s[k] for k in keys}, "rows": s[f"{CHUNK}_count"]} for s in shown])
 
 
 def _fill_exact_keys(frame: pd.DataFrame, identity: Identity) -> None:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from cdclake.catalog.model import IDENTITY_NOTHING, RelationVersion
 from cdclake.config import Config
-from cdclake.quality import inputs, outcomes
+from cdclake.quality import crosskeys, inputs, outcomes
 from cdclake.quality.context import QualityContext, gx_name, is_spark
 from cdclake.quality.report import IdentityNothingTable, QualityReport, TableResult
 from cdclake.quality.suites import CHANGE_STREAM, MIRROR_TABLE, build_suite, expand, load_template
@@ -59,28 +59,42 @@ def validate_mirror_chunks(config: Config,
 
     The suite runs on every chunk (``table#2``, … as in :func:`validate_stream_chunks`). A
     key held in two chunks is a duplicate no chunk's check sees: the key columns of a table's
-    chunks are kept (only those) and checked across them once its last chunk is done."""
+    chunks are spilled to local files (:mod:`cdclake.quality.crosskeys`) and checked across
+    them once its last chunk is done, in memory bounded by ``quality_chunk_rows``."""
     run = _Run(MIRROR_TABLE, config, run_name, context)
     seen: dict[str, int] = {}
-    keys: dict[str, list[pa.Table]] = {}
+    spills: dict[str, crosskeys.KeySpill] = {}
     firsts: dict[str, TableResult] = {}  #: each table's first chunk's result
-    for table, relation, data in chunks:
-        seen[table] = seen.get(table, 0) + 1
-        result = run.table(table, data, relation, chunk=seen[table])
-        firsts.setdefault(table, result)
-        if (not is_spark(data) and result.key_columns
-                and set(result.key_columns) <= set(data.column_names)):
-            keys.setdefault(table, []).append(
-                inputs.key_table(data, result.key_columns, seen[table]))
-    for table, pieces in keys.items():
-        if len(pieces) > 1:
-            first = firsts[table]
-            across = outcomes.keys_across(first.key_columns,
-                                          *inputs.keys_in_chunks(pieces, SAMPLE_ROWS))
-            if across is not None:
-                first.failures.insert(0, across)
-                first.success = False
+    try:
+        for table, relation, data in chunks:
+            seen[table] = seen.get(table, 0) + 1
+            result = run.table(table, data, relation, chunk=seen[table])
+            firsts.setdefault(table, result)
+            if (not is_spark(data) and result.key_columns
+                    and set(result.key_columns) <= set(data.column_names)):
+                if table not in spills:
+                    for done in list(spills):  # a mirror's chunks come one after another
+                        _keys_across(firsts[done], spills.pop(done))
+                    spills[table] = crosskeys.KeySpill(config.spill_path() / "quality",
+                                                       config.quality_chunk_rows)
+                spills[table].add(crosskeys.key_table(data, result.key_columns, seen[table]))
+        for table in list(spills):
+            _keys_across(firsts[table], spills.pop(table))
+    finally:
+        for spill in spills.values():
+            spill.close()
     return run.report()
+
+
+def _keys_across(first: TableResult, spill: crosskeys.KeySpill) -> None:
+    """A key in more than one of the mirror's chunks: a failure of its first chunk."""
+    try:
+        across = outcomes.keys_across(first.key_columns, *spill.repeated(SAMPLE_ROWS))
+    finally:
+        spill.close()
+    if across is not None:
+        first.failures.insert(0, across)
+        first.success = False
 
 
 def validate_stream_chunks(config: Config,
