@@ -151,7 +151,11 @@ class Layout:
         return self._p(f"dictionary/{_name(batch, 'batch name')}/")
 
     def dictionary_key(self, batch: str, generation: int) -> str:
-        return self._k(f"{self.dictionary_prefix(batch)}{self.generation(generation)}.json")
+        return check_key(f"{self.dictionary_prefix(batch)}{self.generation(generation)}.json")
+
+    def spill_root(self) -> str:
+        """The open transactions of every batch."""
+        return self._p("spill/")
 
     def spill_prefix(self, batch: str, generation: int | None = None) -> str:
         """The open transactions batch ``batch`` carries out; of one generation's decode."""
@@ -165,7 +169,7 @@ class Layout:
         if not 0 <= xid < 1 << 32 or not 0 <= lsn < 1 << 64:
             raise ValueError(f"spill key needs a 32-bit xid and 64-bit LSN, got {xid}, {lsn}")
         tail = "" if part is None else f"-p{part}"
-        return self._k(f"{self.spill_prefix(batch, generation)}"
+        return check_key(f"{self.spill_prefix(batch, generation)}"
                        f"xid-{xid}-lsn-{lsn >> 32:X}-{lsn & 0xFFFFFFFF:X}{tail}.spill")
 
     def changes_root(self) -> str:
@@ -180,7 +184,7 @@ class Layout:
     def batch_manifest_key(self, batch: str, generation: int | None = None) -> str:
         """A batch's ``_manifest.json``: the one readers take, or one generation's, which that
         generation publishes there once its progress is committed (cdclake.spark.job)."""
-        return self._k(f"{self.changes_prefix(batch, generation)}_manifest.json")
+        return check_key(f"{self.changes_prefix(batch, generation)}_manifest.json")
 
     def changes_key(self, batch: str, path: str) -> str:
         """A file of a batch; ``path`` is relative to the batch directory."""

@@ -1,12 +1,18 @@
 """Carrying open transactions from one batch to the next.
 
 A batch ends at a segment boundary, usually with transactions still running. Each one leaves
-two things: its changes, as the bytes of a spill file (the format of
+two things: its changes, as the bytes of spill files (the format of
 :mod:`cdclake.decoding.spill`, so restoring them is writing the bytes back to a file), and its
 bookkeeping as JSON (:class:`OpenTxn`: subtransactions, prepare state, buffered DDL events).
 The next batch restores them into an empty reorder buffer before it reads any record, so a
 transaction open across the cut decodes exactly as in one batch. With the decoder's start-up
 state (:mod:`cdclake.decoding.startup`) this is everything a continued decoder needs.
+
+A transaction's changes are carried as a list of stored objects, one per batch it was open in,
+oldest first: what earlier batches stored is restored as a reference
+(:class:`~cdclake.decoding.reorder.Carried`), fetched only when the transaction commits, and
+carried on by its key; each batch stores only the changes it added. A bulk load open across
+twenty batches is written twenty times once, not 1 + 2 + … + 20 times.
 
 Where the bytes go is the caller's business: ``put``/``get`` callbacks name and fetch them
 (the Spark job keeps them in the object store, ``spill/<batch>/...``). When several decoders
@@ -36,7 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from cdclake.decoding.changes import Change
-from cdclake.decoding.reorder import TXN, ReorderBuffer
+from cdclake.decoding.reorder import TXN, Carried, ReorderBuffer
 from cdclake.decoding.spill import (
     MAGIC,
     encode_change,
@@ -48,8 +54,9 @@ from cdclake.decoding.spill import (
 from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
 from cdclake.errors import SpillError
 
-#: key of restored spill files in TXN.spill_files: before every segment number, so changes
-#: restored from the previous batch stream before those spilled in this one
+#: key of a reunited spill file in TXN.spill_files: before every segment number, so changes
+#: restored from the previous batch stream before those spilled in this one (carried objects
+#: restored as they are take -n … -1, in order)
 RESTORED = -1
 
 
@@ -78,7 +85,8 @@ def decode_event(d: dict[str, Any]) -> tuple[int, object]:
 
 @dataclass(frozen=True)
 class OpenTxn:
-    """Bookkeeping of one open (sub)transaction; ``spill`` is the store key of its changes."""
+    """Bookkeeping of one open (sub)transaction; ``spill`` are the store keys of its changes,
+    oldest first (one per batch that added some)."""
 
     xid: int
     top: int
@@ -87,7 +95,7 @@ class OpenTxn:
     prepared: bool
     gid: str
     ddl: tuple[dict[str, Any], ...]
-    spill: str | None
+    spill: tuple[str, ...]
     changes: int
     #: of a split transaction: which part of how many (the decoder's index, their number),
     #: and the LSN its changes are split from (before it, they are all in the owner's part)
@@ -106,14 +114,17 @@ class OpenTxn:
         d = dataclasses.asdict(self)
         d["subxids"] = list(self.subxids)
         d["ddl"] = list(self.ddl)
+        d["spill"] = list(self.spill)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> OpenTxn:
         part = d.get("part")
+        spill = d.get("spill") or ()  # one key, or none, as a version carrying one object said
         return cls(int(d["xid"]), int(d["top"]), int(d["first_lsn"]),
                    tuple(int(x) for x in d["subxids"]), bool(d["prepared"]), str(d["gid"]),
-                   tuple(d["ddl"]), d.get("spill"), int(d.get("changes", 0)),
+                   tuple(d["ddl"]), (spill,) if isinstance(spill, str) else tuple(spill),
+                   int(d.get("changes", 0)),
                    None if part is None else int(part), int(d.get("parts", 0)),
                    # carried by a version that did not say: never split, to be safe
                    int(d.get("since", 0)), bool(d.get("unsplit", True)))
@@ -150,37 +161,37 @@ def save_open(buffer: ReorderBuffer, owns: Callable[[int], bool], put: Put,
               part_of: PartOf | None = None) -> list[OpenTxn]:
     """Store the changes of the open transactions this decoder owns; their bookkeeping.
 
-    Each transaction's changes are streamed into one spill file in the buffer's spill
-    directory and handed to ``put`` as a file: a transaction larger than memory stays out of
-    it (:meth:`cdclake.archive.store.ObjectStore.put_file` streams it on). Of a transaction
-    ``part_of`` says is split, what this decoder holds is its part."""
+    The changes a transaction was restored with stay where they are (their keys are carried
+    on); what this batch added — spilled or in memory — is streamed into one spill file in the
+    buffer's spill directory and handed to ``put`` as a file: a transaction larger than memory
+    stays out of it (:meth:`cdclake.archive.store.ObjectStore.put_file` streams it on). Of a
+    transaction ``part_of`` says is split, what this decoder holds is its part."""
     out = []
     for t in buffer.by_txn.values():
         top = t.top or t.xid
         if not owns(top):
             continue
         part, parts, since = (part_of(top) if part_of is not None else None) or (None, 0, 0)
-        key = None
-        n = 0
-        if t.changes or t.spill_files:
+        keys = [f.key for f in t.spill_files.values() if isinstance(f, Carried)]
+        local = [f for f in t.spill_files.values() if not isinstance(f, Carried)]
+        if local or t.changes:
             private_dir(buffer.spill_dir)
             path = buffer.spill_dir / f"carry-{spill_file_name(t.xid, t.first_lsn)}"
             try:
                 with open_private(path, "wb") as f:
                     f.write(MAGIC)
-                    # spilled changes (restored ones too) are in the carried format already:
-                    # their bytes are copied, not decoded and encoded again
-                    for spilled in t.spill_files.values():
+                    # spilled changes are in the carried format already: their bytes are
+                    # copied, not decoded and encoded again
+                    for spilled in local:
                         _copy_entries(spilled, f)
                     for ch in t.changes:
                         f.write(encode_change(ch))
-                n = t.nspilled + len(t.changes)
-                key = put(t.xid, t.first_lsn, part, path)
+                keys.append(put(t.xid, t.first_lsn, part, path))
             finally:
                 path.unlink(missing_ok=True)
         out.append(OpenTxn(t.xid, t.top, t.first_lsn, tuple(t.subxids), t.prepared, t.gid,
-                           tuple(encode_event(lsn, e) for lsn, e in t.ddl), key, n,
-                           part, parts, since))
+                           tuple(encode_event(lsn, e) for lsn, e in t.ddl), tuple(keys),
+                           t.nspilled + len(t.changes), part, parts, since))
     return out
 
 
@@ -195,8 +206,9 @@ def _copy_entries(path: Path, out: BinaryIO) -> None:
 def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], keeps: Callable[[OpenTxn], bool],
                  get: Get, spill_dir: Path) -> None:
     """Recreate the previous batch's open transactions in an empty reorder buffer: the
-    bookkeeping of all, the changes of those ``keeps`` says this decoder takes (parts of one
-    transaction, several of them, are reunited)."""
+    bookkeeping of all, the changes of those ``keeps`` says this decoder takes — as
+    references to their stored objects, fetched at commit (parts of one transaction, several
+    of them, are fetched now and reunited)."""
     taken: dict[int, list[OpenTxn]] = {}
     for o in txns:
         t: TXN = buffer.txn(o.xid, o.first_lsn)
@@ -210,21 +222,36 @@ def restore_open(buffer: ReorderBuffer, txns: list[OpenTxn], keeps: Callable[[Op
     for xid, parts in taken.items():
         private_dir(spill_dir)
         t = buffer.by_txn[xid]
-        path = spill_dir / spill_file_name(xid, t.first_lsn)
+        name = spill_file_name(xid, t.first_lsn)
+        t.nspilled = sum(o.changes for o in parts)
         if len(parts) == 1:
-            get(parts[0].spill, path)  # type: ignore[arg-type]
-            t.nspilled = parts[0].changes
-        else:
-            files = [spill_dir / f"part{o.part}-{spill_file_name(xid, t.first_lsn)}"
-                     for o in parts]
+            keys = parts[0].spill
+            for i, key in enumerate(keys):
+                t.spill_files[i - len(keys)] = Carried(key, spill_dir / f"carried{i}-{name}",
+                                                       get)
+            continue
+        files = [spill_dir / f"part{o.part}-{name}" for o in parts]
+        try:
+            for o, f in zip(parts, files, strict=True):
+                _fetch(o.spill, get, f)
+            t.nspilled = reunite(files, spill_dir / name)
+        finally:
+            for f in files:
+                f.unlink(missing_ok=True)
+        t.spill_files[RESTORED] = spill_dir / name
+
+
+def _fetch(keys: Iterable[str], get: Get, path: Path) -> None:
+    """The stored objects ``keys`` as one spill file at ``path``, in order."""
+    with open_private(path, "wb") as f:
+        f.write(MAGIC)
+        for key in keys:
+            one = path.with_name(f"fetch-{path.name}")
             try:
-                for o, f in zip(parts, files, strict=True):
-                    get(o.spill, f)  # type: ignore[arg-type]
-                t.nspilled = reunite(files, path)
+                get(key, one)
+                _copy_entries(one, f)
             finally:
-                for f in files:
-                    f.unlink(missing_ok=True)
-        t.spill_files[RESTORED] = path
+                one.unlink(missing_ok=True)
 
 
 def _tagged(part: int, path: Path) -> Iterator[tuple[int, int, Change]]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cdclake.decoding.changes import Change
@@ -27,6 +28,29 @@ from cdclake.decoding.spill import (
 )
 
 _SPILL_RE = re.compile(r"^xid-\d+-lsn-[0-9A-F]+-[0-9A-F]+\.spill$")
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """Changes of a transaction carried from an earlier batch, still in the store under
+    ``key`` (:mod:`cdclake.decoding.carry`): fetched into ``path`` only when the transaction
+    is streamed, and carried on by its key, not copied, while it stays open — a transaction
+    open across many batches is not written again in each."""
+
+    key: str
+    path: Path
+    get: Callable[[str, Path], None]
+
+    def stream(self) -> Iterator[Change]:
+        self.get(self.key, self.path)
+        try:
+            yield from read_changes(self.path)
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def local_path(entry: Path | Carried) -> Path:
+    return entry.path if isinstance(entry, Carried) else entry
 
 
 def xid_precedes(a: int, b: int) -> bool:
@@ -60,8 +84,9 @@ class TXN:
         self.first_lsn = first_lsn
         self.changes: list[Change] = []
         self.size = 0
-        #: spill files in WAL order (one per segment the spilled changes came from)
-        self.spill_files: dict[int, Path] = {}
+        #: spill files in WAL order (one per segment the spilled changes came from), after
+        #: the changes carried from earlier batches (negative keys)
+        self.spill_files: dict[int, Path | Carried] = {}
         self.nspilled = 0
         self.subxids: list[int] = []
         self.prepared = False
@@ -78,8 +103,8 @@ class TXN:
 
     def stream(self) -> Iterator[Change]:
         """All changes of this (sub)transaction in LSN order: spilled ones first."""
-        for path in self.spill_files.values():
-            yield from read_changes(path)
+        for entry in self.spill_files.values():
+            yield from (entry.stream() if isinstance(entry, Carried) else read_changes(entry))
         yield from self.changes
 
 
@@ -151,6 +176,7 @@ class ReorderBuffer:
             path = t.spill_files.get(segno)
             if path is None:
                 path = t.spill_files[segno] = self.spill_dir / spill_file_name(t.xid, segno * seg)
+            assert isinstance(path, Path)  # carried changes have negative keys
             append_entries(path, data)
             self.spilled_bytes += len(data)
             self.spilled_changes += count
@@ -199,7 +225,7 @@ class ReorderBuffer:
             # peak is sampled where memory goes down (and before eviction), not per change
             self.peak_size = max(self.peak_size, self.size)
             self.size -= t.size
-            remove_files(list(t.spill_files.values()))
+            remove_files([local_path(f) for f in t.spill_files.values()])
 
     def discard_all(self) -> None:
         """Drop everything still buffered (end of a run that does not carry state on)."""

@@ -11,8 +11,9 @@ writing the rows it emits to the store as sorted runs; one task per
 relation version merges the runs by commit LSN into the stream's parts
 (:mod:`cdclake.spark.writer`). The driver sees keys, counts and LSNs, never rows, and writes
 the manifest. A batch is at most ``max_batch_segments`` segments (``max_batch_bytes`` of
-WAL). Open transactions go to ``spill/<batch>/`` and come back in the next batch; the
-progress (:mod:`cdclake.spark.progress`) says where that batch starts.
+WAL). What a batch adds to the transactions open at its end goes to ``spill/<batch>/``; they
+come back in the next batch, and stay as long as one of them is open; the progress
+(:mod:`cdclake.spark.progress`) says where that batch starts.
 
 Fencing: every object a decode writes is under its decode lease generation
 (``changes/<batch>/g<G>/``, ``spill/<batch>/g<G>/``, ``dictionary/<batch>/g<G>.json``), and
@@ -441,8 +442,7 @@ def _finish(spark: SparkSession, store: ObjectStore, layout: Layout, plan: Batch
         generation=own.generation)
     save_progress(store, layout, saved)
     publish(store, layout, saved, staged)
-    if progress is not None:  # the previous batch's open transactions are now ours
-        _clear(store, layout.spill_prefix(progress.batch))
+    _clear_carried(store, layout, plan.seq, open_txns)
     stats: dict[str, int] = {}
     for r in results:
         for k, v in r.stats.items():
@@ -508,6 +508,22 @@ def _merge_runs(spark: SparkSession, store: ObjectStore, root: str,
     merged = spark.sparkContext.parallelize(jobs, len(jobs)).map(
         task(lambda job: merge_runs(store, root, job[0], job[1]))).collect()
     return sorted(merged, key=lambda m: m.first)
+
+
+def _clear_carried(store: ObjectStore, layout: Layout, seq: int,
+                   open_txns: list[OpenTxn]) -> None:
+    """Remove the open transactions' objects nothing carries any more, once batch ``seq``,
+    which took them over, is committed: a transaction's changes stay in the store, under the
+    batch that stored them, as long as it is open (:mod:`cdclake.decoding.carry`). Only
+    earlier batches' objects are looked at: a later batch's belong to a run that may be
+    writing them now."""
+    keep = {key for t in open_txns for key in t.spill}
+    root = layout.spill_root()
+    for info in list(store.list(root)):
+        batch = info.key[len(root):].split("/", 1)[0]
+        number = batch.split("-", 1)[0]
+        if number.isdigit() and int(number) < seq and info.key not in keep:
+            store.delete(info.key)
 
 
 def _clear(store: ObjectStore, prefix: str) -> None:

@@ -146,7 +146,7 @@ def test_batches_cut_at_segment_boundaries_equal_one_batch(pg: LocalPostgres,
         assert progress is not None
         carried += sum(1 for t in progress.open_txns if t.spill)
         for t in progress.open_txns:  # the spill objects the next batch restores exist
-            assert t.spill is None or store.exists(t.spill)
+            assert all(store.exists(k) for k in t.spill)
     assert carried, "no transaction was open across a cut: the test would prove nothing"
     assert sum(b.stats["spilled_changes"] for b in batches) > 0
     assert [s for b in batches for s in b.segments] == segs
@@ -200,6 +200,8 @@ def test_large_transactions_open_across_cuts_are_carried_in_parts(
     ship_to(cut, arch)
     store = open_store(cut)
     batches, parted = [], set()
+    kept: dict[tuple[int, int | None], tuple[str, ...]] = {}
+    longest = 0
     for until in arch.segments:
         result = decode_batch(cut, spark=spark, until_segment=until)
         assert result is not None
@@ -207,11 +209,17 @@ def test_large_transactions_open_across_cuts_are_carried_in_parts(
         progress = load_progress(store, Layout())
         assert progress is not None
         parts = {(t.xid, t.part) for t in progress.open_txns if t.part is not None}
-        assert all(store.exists(t.spill) for t in progress.open_txns if t.spill)
+        assert all(store.exists(k) for t in progress.open_txns for k in t.spill)
+        for t in progress.open_txns:  # what earlier batches stored is carried by its keys
+            before = kept.get((t.xid, t.part), ())
+            assert t.spill[:len(before)] == before or len(t.spill) == 1, (before, t.spill)
+            longest = max(longest, len(t.spill))
+        kept = {(t.xid, t.part): t.spill for t in progress.open_txns}
         parted |= {x for x, _ in parts}
         if parts:  # every partition carries a part
             assert {p for _, p in parts} == set(range(cut.spark_partitions))
     assert set(xids) <= parted, (xids, parted)
+    assert longest > 1  # a part open across batches named what several of them stored
     got = tables_of(Path(cut.home) / "store" / "changes", batches)
     assert set(got) == set(expected)
     for name, table in expected.items():
@@ -387,7 +395,7 @@ def test_a_decode_that_lost_its_lease_leaves_the_new_holders_batch_alone(
     assert _objects(store) == committed  # nothing of B's touched, nothing of A's left
     assert load_progress(store, Layout()) == progress
     for t in progress.open_txns:
-        assert t.spill is None or store.exists(t.spill)
+        assert all(store.exists(k) for k in t.spill)
     a.release()
 
 

@@ -61,6 +61,12 @@ def test_prefix_nests_every_key() -> None:
     assert lay.manifest_prefix() == "streams/orders/manifest/wal/"
     assert lay.wal_file_of(f"streams/orders/wal/{SEG}.zst") == (SEG, True)
     assert lay.wal_file_of(f"wal/{SEG}") is None
+    # keys built on a batch's directory are nested once, under the directory listed
+    assert lay.spill_key("b1", 7, 0, generation=1) == \
+        "streams/orders/spill/b1/g0000000001/xid-7-lsn-0-0.spill"
+    assert lay.spill_key("b1", 7, 0, generation=1).startswith(lay.spill_root())
+    assert lay.dictionary_key("b1", 1) == "streams/orders/dictionary/b1/g0000000001.json"
+    assert lay.batch_manifest_key("b1") == "streams/orders/changes/b1/_manifest.json"
 
 
 def test_inverse_parsing_of_listed_keys() -> None:

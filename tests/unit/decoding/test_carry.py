@@ -9,7 +9,7 @@ from cdclake.archive.local import LocalStore
 from cdclake.decoding.carry import OpenTxn, restore_open, save_open
 from cdclake.decoding.changes import INSERT, TRUNCATE, Change, Truncate
 from cdclake.decoding.reorder import ReorderBuffer
-from cdclake.decoding.spill import encode_change
+from cdclake.decoding.spill import encode_change, read_changes
 from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
 from cdclake.wal.record import RelFileLocator, WalTuple
 
@@ -56,7 +56,7 @@ def test_open_transactions_round_trip_through_the_store(tmp_path: Path) -> None:
     # spilled bytes copied as they are, the rest encoded: every change counted once
     assert {t.xid: t.changes for t in saved} == {
         x: len(list(before.by_txn[x].stream())) for x in (10, 11)}
-    assert all(t.spill and store.exists(t.spill) for t in saved)
+    assert all(len(t.spill) == 1 and store.exists(t.spill[0]) for t in saved)
     as_json = [OpenTxn.from_json(t.to_json()) for t in saved]
     assert as_json == saved
 
@@ -97,9 +97,13 @@ def test_spilled_and_restored_changes_are_private(tmp_path: Path) -> None:
     assert sorted((tmp_path / "spill").iterdir()) == sorted(files)  # and it is gone
     after = ReorderBuffer(1, tmp_path / "restored", 1 << 20)
     restore_open(after, saved, lambda o: True, store.get_file, tmp_path / "restored")
+    assert list((tmp_path / "restored").iterdir()) == []  # fetched when it streams
+    stream = after.txn(10, 0).stream()
+    first = next(stream)
     (restored,) = (tmp_path / "restored").iterdir()
     assert restored.stat().st_mode & 0o777 == 0o600
-    assert [c.lsn for c in after.txn(10, 0).stream()] == [100]
+    assert [first.lsn, *(c.lsn for c in stream)] == [100]
+    assert list((tmp_path / "restored").iterdir()) == []  # and removed once read
 
 
 def _truncate(lsn: int) -> Change:
@@ -127,7 +131,7 @@ def test_a_split_transaction_is_carried_in_parts_and_reunited(tmp_path: Path) ->
             buffer.queue(10, _truncate(lsn) if lsn == 250 else _change(lsn))
         saved += save_open(buffer, lambda xid: True, put, lambda top, p=part: (p, 2, 0))
     assert [(o.part, o.parts, o.changes) for o in saved] == [(0, 2, 4), (1, 2, 3)]
-    assert saved[0].spill != saved[1].spill and saved[1].spill.endswith("-p1.spill")
+    assert saved[0].spill != saved[1].spill and saved[1].spill[0].endswith("-p1.spill")
     assert [OpenTxn.from_json(o.to_json()) for o in saved] == saved
 
     mine = ReorderBuffer(600, tmp_path / "mine", 1 << 20)
@@ -141,3 +145,44 @@ def test_a_split_transaction_is_carried_in_parts_and_reunited(tmp_path: Path) ->
         (INSERT, 100), (INSERT, 200), (TRUNCATE, 250), (INSERT, 300), (INSERT, 400),
         (INSERT, 500)]
     assert t.nspilled == 6 and list((tmp_path / "whole").iterdir()) == [t.spill_files[-1]]
+
+
+def test_a_transaction_open_across_batches_stores_what_each_batch_added(tmp_path: Path) -> None:
+    """Batch after batch, the changes a transaction was restored with stay in the store
+    under their keys; each batch stores only its own changes (a bulk load open across many
+    batches is not written again in each), and a batch that adds none stores nothing."""
+    store = LocalStore(tmp_path / "store")
+    stored: list[list[int]] = []  # the LSNs of the changes each put held
+
+    def put(xid: int, first_lsn: int, part: int | None, path: Path) -> str:
+        stored.append([c.lsn for c in read_changes(path)])
+        key = f"spill/{len(stored):06d}/xid-{xid}.spill"
+        store.put_file(key, path)
+        return key
+
+    carried: list[OpenTxn] = []
+    lsns: list[int] = []
+    for batch, added in enumerate([range(100, 1000, 100), range(1000, 1500, 100), range(0),
+                                   range(1500, 1700, 100)]):
+        buffer = ReorderBuffer(300, tmp_path / f"spill-{batch}", 1 << 20)  # some spill
+        restore_open(buffer, carried, lambda o: True, store.get_file, tmp_path / f"spill-{batch}")
+        for lsn in added:
+            buffer.queue(10, _change(lsn))
+        lsns += added
+        carried = [OpenTxn.from_json(o.to_json()) for o in save_open(buffer, lambda x: True, put)]
+        assert carried[0].changes == len(lsns)
+        assert len(carried[0].spill) == len(stored)
+    assert stored == [list(range(100, 1000, 100)), list(range(1000, 1500, 100)),
+                      list(range(1500, 1700, 100))]
+    last = ReorderBuffer(300, tmp_path / "last", 1 << 20)
+    restore_open(last, carried, lambda o: True, store.get_file, tmp_path / "last")
+    assert [c.lsn for c in ReorderBuffer.merged_changes(last.members(10, []))] == lsns
+    last.discard(10)
+    assert list((tmp_path / "last").iterdir()) == []
+
+
+def test_a_progress_written_before_lists_carries_its_one_object() -> None:
+    old = {"xid": 10, "top": 0, "first_lsn": 100, "subxids": [], "prepared": False, "gid": "",
+           "ddl": [], "spill": "spill/000001-x/g1/xid-10-lsn-0-64.spill", "changes": 3}
+    assert OpenTxn.from_json(old).spill == ("spill/000001-x/g1/xid-10-lsn-0-64.spill",)
+    assert OpenTxn.from_json({**old, "spill": None, "changes": 0}).spill == ()

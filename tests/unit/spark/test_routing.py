@@ -124,7 +124,7 @@ def test_nested_parents_resolve_to_the_top_level_transaction() -> None:
 
 def test_carried_memberships_include_the_subxid_lists() -> None:
     def txn(xid: int, top: int = 0, subxids: tuple[int, ...] = ()) -> OpenTxn:
-        return OpenTxn(xid, top, 1, subxids, False, "", (), None, 0)
+        return OpenTxn(xid, top, 1, subxids, False, "", (), (), 0)
 
     carried = open_memberships([txn(TOP, subxids=(SUB, NESTED)), txn(SUB, TOP), txn(7)])
     assert carried == {SUB: TOP, NESTED: TOP}
@@ -176,7 +176,7 @@ def test_a_large_transaction_is_split_by_stripes(tmp_path: Path) -> None:
 
 def _open(xid: int, part: int | None = None, parts: int = 0, since: int = 0,
           unsplit: bool = False) -> OpenTxn:
-    return OpenTxn(xid, 0, 100, (), False, "", (), None, 0, part, parts, since, unsplit)
+    return OpenTxn(xid, 0, 100, (), False, "", (), (), 0, part, parts, since, unsplit)
 
 
 def test_a_split_transaction_carried_in_parts_stays_split_while_it_can() -> None:
