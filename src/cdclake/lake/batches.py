@@ -144,6 +144,7 @@ def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 1_000_
                                              None if columns is None else columns(relation)))
             for chunk in chunked(parts, max_rows):
                 yield name, relation, chunk
+                del chunk  # not held while the next is read
 
 
 def chunked(pieces: Iterable[pa.Table | pa.RecordBatch], max_rows: int

@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table, Transaction
@@ -57,6 +57,7 @@ from cdclake.lake import labels
 from cdclake.lake.apply import Counts
 from cdclake.lake.batch import Batch, TableEntry
 from cdclake.lake.changes import KEY, VersionInfo
+from cdclake.lake.datafiles import DataFiles
 from cdclake.lake.metrics import guard_metrics
 from cdclake.lake.region import MAX_FILTER_KEYS, column_filter, combine, filter_limit
 from cdclake.lake.retype import evolved_columns
@@ -393,12 +394,10 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
             region = _region(table, name, attnums, touched, max_keys)
             if snap is not None and region == AlwaysTrue():
                 strategy = "full-scan"
-            stored_keys = ArrowScan(tx.table_metadata, table.io, schema.select(*keys),
-                                    AlwaysTrue())
+            stored_keys = DataFiles(tx.table_metadata, table.io, schema.select(*keys))
             found: list[list[pa.Table]] = [[] for _ in range(buckets)]
             for task in table.scan(row_filter=region).plan_files() if snap is not None else ():
-                keys_of = _split(_cast(stored_keys.to_table([task]), key_types), keys[0],
-                                 buckets)
+                keys_of = _split(_cast(stored_keys.table(task), key_types), keys[0], buckets)
                 hits = [_semi_join(k, t, keys) for k, t in zip(keys_of, touched, strict=True)]
                 if any(h.num_rows for h in hits):
                     rewritten.append(task)
@@ -411,11 +410,11 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
                        deal.read("events", b, events_schema), keys, in_mirror[b])
             for b in range(buckets))
 
-    kept = ArrowScan(tx.table_metadata, table.io, schema, AlwaysTrue())
+    kept = DataFiles(tx.table_metadata, table.io, schema)
 
     def rows() -> Iterator[pa.Table]:
         for task in rewritten:  # a file at a time, a record batch at a time
-            for part in kept.to_record_batches([task]):
+            for part in kept.batches(task):
                 stored_rows = pa.Table.from_batches([part])
                 index = pa.array(range(stored_rows.num_rows), pa.int64())
                 keyed = _split(_cast(stored_rows.select(keys), key_types).append_column(

@@ -31,7 +31,7 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.expressions import AlwaysTrue, And, GreaterThan, In, Or
-from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, StringType
@@ -41,6 +41,7 @@ from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.batches import chunked
 from cdclake.lake.changes import KEY, Identity
+from cdclake.lake.datafiles import DataFiles
 from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
 from cdclake.lake.visibility import facts_of
@@ -263,19 +264,19 @@ def mirror_chunks(config: Config, catalog: Catalog, relations: Mapping[str, Rela
                       else _written_since(table, rel, lsn, fields))
             for chunk in chunked(pieces, max_rows):
                 yield name, rel, chunk
+                del chunk  # not held while the next is read
     return chunks(), missing
 
 
 def _read(table: Table, fields: tuple[str, ...], row_filter: Any = None
           ) -> Iterator[pa.RecordBatch]:
-    """The scan's record batches, a data file at a time: pyiceberg's own batch reader reads
-    every file of the scan at once on its thread pool (each into a list), so it would hold
-    the whole table."""
+    """The scan's record batches, a data file at a time and a batch at a time
+    (:mod:`cdclake.lake.datafiles`): pyiceberg's own batch reader reads every file of the scan
+    at once on its thread pool (each into a list), so it would hold the whole table."""
     scan = table.scan(row_filter=row_filter if row_filter is not None else AlwaysTrue(),
                       selected_fields=fields)
-    reader = ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter,
-                       scan.case_sensitive)
-    batches = (b for task in scan.plan_files() for b in reader.to_record_batches([task]))
+    files = DataFiles(scan.table_metadata, scan.io, scan.projection(), scan.row_filter)
+    batches = (b for task in scan.plan_files() for b in files.batches(task))
     # as pyiceberg's reader: each file's batches in the table's types (files written at
     # different times may hold string or large_string)
     target = schema_to_pyarrow(scan.projection())

@@ -419,12 +419,11 @@ def validate_tables(config: Config, params: RunParams | None = None,
             chunks, missing = _spark_mirrors(config, catalog, relations, since)
         else:
             chunks, missing = _arrow_mirrors(config, catalog, relations, since)
-        first = next(chunks, None)
-        if first is None:
+        chunks = _nonempty(chunks)
+        if chunks is None:
             return {"tables": [], "missing": missing, "success": True}
         run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
-        report = validate_mirror_chunks(config, itertools.chain([first], chunks),
-                                        run_name=run_name, context=context)
+        report = validate_mirror_chunks(config, chunks, run_name=run_name, context=context)
     rows: dict[str, int] = {}
     for t in report.tables:  # a table's chunks (table#2, ...) add up
         name = t.table.split("#", 1)[0]
@@ -436,6 +435,21 @@ def validate_tables(config: Config, params: RunParams | None = None,
               "data_docs_index": report.data_docs_index, "summary": report.summary()}
     raise_for_failures(report)
     return result
+
+
+def _nonempty(items: Iterator[Any]) -> Iterator[Any] | None:
+    """``items``, or None when there are none. The first, taken to know, is handed on and
+    not held: a chunk of a mirror is freed once checked, the first too."""
+    try:
+        head = [next(items)]
+    except StopIteration:
+        return None
+
+    def again() -> Iterator[Any]:
+        while head:
+            yield head.pop()
+        yield from items
+    return again()
 
 
 def _arrow_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, RelationVersion],

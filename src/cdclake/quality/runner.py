@@ -78,6 +78,7 @@ def validate_mirror_chunks(config: Config,
                     spills[table] = crosskeys.KeySpill(config.spill_path() / "quality",
                                                        config.quality_chunk_rows)
                 spills[table].add(crosskeys.key_table(data, result.key_columns, seen[table]))
+            del data  # freed before the next chunk is read, not after
         for table in list(spills):
             _keys_across(firsts[table], spills.pop(table))
     finally:
@@ -123,6 +124,7 @@ def validate_stream_chunks(config: Config,
                     result.failures.insert(0, broken)
                     result.success = False
             last[table] = _order_key(data, data.num_rows - 1)
+        del data  # freed before the next chunk is read, not after
     run.nothing = outcomes.combine_nothing(run.nothing)
     return run.report()
 
