@@ -148,7 +148,10 @@ class QualityContext:
         Returns the validation result and its key in the context's store.
         """
         checkpoint = self._checkpoint(suite, asset, is_spark(frame), result_format)
-        outcome = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
+        try:
+            outcome = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
+        finally:
+            _forget_batches(checkpoint)
         ((key, result),) = outcome.run_results.items()
         return result, key
 
@@ -282,3 +285,13 @@ class QualityContext:
             return None
         parsed = urlparse(str(url))
         return str(Path(unquote(parsed.path)).resolve()) if parsed.scheme == "file" else url
+
+
+def _forget_batches(checkpoint: Any) -> None:
+    """Drop the data GX's execution engines keep of the batches a run validated: each asset's
+    last frame would stay cached until that asset runs again — a chunk in memory per table
+    checked, while the next chunk is read."""
+    for definition in checkpoint.validation_definitions:
+        engine = definition.batch_definition.data_asset.datasource.get_execution_engine()
+        engine.batch_manager.reset_batch_cache()
+        engine.batch_manager.batch_data_cache.clear()

@@ -158,20 +158,20 @@ def to_frame(table: pa.Table, columns: Sequence[str],
     exact = identity is not None and bool(identity.key_columns) and _has_texts(selected)
     frame = pa.Table.from_arrays([_pandas_safe(c) for c in selected.columns],
                                  names=selected.column_names).to_pandas(
-        integer_object_nulls=True, types_mapper=None if exact else _nested_as_arrow)
+        integer_object_nulls=True, types_mapper=None if exact else _as_arrow)
     if exact:
         assert identity is not None
         _fill_exact_keys(frame, identity)
     return frame
 
 
-def _nested_as_arrow(t: pa.DataType) -> Any:
-    """Structs, maps and lists stay Arrow in pandas (``pd.ArrowDtype``): a row's ``_old_key``
-    or ``_unchanged_toast`` becomes a Python object only if a check prints that row, not
-    for every row of a million-row chunk."""
+def _as_arrow(t: pa.DataType) -> Any:
+    """Structs, maps, lists and strings stay Arrow in pandas (``pd.ArrowDtype``): a row's
+    ``_old_key``, ``_unchanged_toast`` or text becomes a Python object only if a check prints
+    that row, not for every row of a million-row chunk."""
     import pandas as pd
 
-    return pd.ArrowDtype(t) if pa.types.is_nested(t) else None
+    return pd.ArrowDtype(t) if pa.types.is_nested(t) or _is_text(t) else None
 
 
 def _has_texts(table: pa.Table) -> bool:
