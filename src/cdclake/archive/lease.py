@@ -305,9 +305,15 @@ class Lease:
 
     def check(self) -> None:
         """Raise :class:`~cdclake.errors.ConcurrentRunError` unless the lease is still held:
-        call it before committing anything a newer holder may have done instead."""
+        call it before committing anything a newer holder may have done instead.
+
+        A lease that expired while the whole process stood still (a paused VM, a starved
+        host: the renewer could not run either) is still held when no newer generation
+        exists — nobody took over — and is renewed here, as the renewer would on waking. A
+        contender taking over at this very moment is what the fencing tokens are for: the
+        commit after this check names this run's generation and cannot overwrite its."""
         if self._lost is None and self.clock() >= self.expires:
-            self._lost = "it expired before it could be renewed"
+            self.renew()
         if self._lost is None:
             newest, _doc = self._newest()
             if newest != self.generation:

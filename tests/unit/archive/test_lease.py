@@ -72,6 +72,20 @@ def test_an_expired_lease_is_taken_over_and_its_holder_learns_it(tmp_path: Path)
     stalled.release()  # does not mark the newer generation released
 
 
+def test_a_holder_that_stood_still_past_its_ttl_keeps_a_lease_nobody_took(
+        tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    clock = Clock()
+    paused = lease(store, ttl=10, clock=clock).acquire()
+    paused._stop.set()  # the whole process stood still: its renewer did not run either
+    clock.now += 11
+    paused.check()  # nobody took over: renewed, not given up
+    assert paused.expires == clock.now + 10
+    with pytest.raises(ConcurrentRunError, match="another run holds the decode lease"):
+        lease(store, ttl=10, clock=clock).acquire()
+    paused.release()
+
+
 def test_renewal_keeps_a_lease_past_its_ttl(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     with lease(store, ttl=1.5) as held:
