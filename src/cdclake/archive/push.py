@@ -50,8 +50,13 @@ class PushResult:
 
 
 def push_wal_file(store: ObjectStore, layout: Layout, name: str, data: bytes, *,
-                  compress: bool = False, shipped_by: str = "wal-push") -> PushResult:
+                  compress: bool = False, shipped_by: str = "wal-push",
+                  record: bool = True) -> PushResult:
     """Archive one WAL file (segment, ``.partial``, ``.history`` or ``.backup``) named ``name``.
+
+    Without ``record`` a segment's manifest entry is returned, not written: a caller that
+    uploads several segments at once (:mod:`cdclake.archive.ship`) records them in order, so
+    the manifest never shows a later segment without the ones before it.
 
     Segments are checked against their name first (WalError if they are not what the name
     says) and against the stream's identity (ArchiveConflictError for another cluster).
@@ -107,9 +112,11 @@ def push_wal_file(store: ObjectStore, layout: Layout, name: str, data: bytes, *,
 
     entry = None
     if kind is WalFileKind.SEGMENT and seg is not None and hdr is not None:
-        entry = manifest.record(ManifestEntry.for_segment(
+        entry = ManifestEntry.for_segment(
             seg, hdr, sha256=digest, key=key, compressed=key.endswith(ZST_SUFFIX),
-            stored_size=stored_size, shipped_by=shipped_by))
+            stored_size=stored_size, shipped_by=shipped_by)
+        if record:
+            entry = manifest.record(entry)
     return PushResult(name, kind, key, digest, uploaded, entry)
 
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +37,7 @@ from cdclake.archive import Layout, ObjectStore, open_store, require_store
 from cdclake.archive.gaps import Gap, GapKind, check_continuity
 from cdclake.archive.layout import WalFileKind, wal_file_kind
 from cdclake.archive.manifest import Manifest
-from cdclake.archive.push import push_wal_file
+from cdclake.archive.push import PushResult, push_wal_file
 from cdclake.archive.segment import LONG_HEADER_SIZE, SegmentHeader, read_long_header
 from cdclake.archive.store import sha256_hex
 from cdclake.config import Config
@@ -54,6 +56,10 @@ from cdclake.wal.lsn import (
     parse_segment_name,
 )
 from cdclake.wal.timelines import newest_path
+
+#: segments uploaded at once: each is a file read, a SHA-256 and a store round trip (an
+#: fsync, an HTTP PUT), which all let other threads run; more keeps a 2-core host no busier
+UPLOADS = 4
 
 #: order of kinds at one segment number: the segment, then files that refer to it
 _KIND_ORDER = {WalFileKind.SEGMENT: 0, WalFileKind.PARTIAL: 1, WalFileKind.BACKUP: 2}
@@ -214,18 +220,57 @@ def ship(config: Config, from_dir: Path | str | None = None, *,
     plan = plan_ship(store, layout, directory)
     report = ShipReport(plan, store.url(), dry_run=dry_run)
     if not dry_run:
-        for f in plan.to_ship:
-            try:
-                data = f.path.read_bytes()
-            except OSError as exc:
-                raise WalError(f"cannot read {f.path}: {exc.strerror or exc}",
-                               segment=f.name) from exc
-            result = push_wal_file(store, layout, f.name, data, compress=compress,
-                                   shipped_by="ship")
-            (report.shipped if result.uploaded else report.unchanged).append(f.name)
+        _upload_all(store, layout, plan.to_ship, report, compress)
     if plan.gap is not None:
         raise ArchiveGapError(_gap_message(report, plan.gap))
     return report
+
+
+def _upload_all(store: ObjectStore, layout: Layout, files: Sequence[LocalWalFile],
+                report: ShipReport, compress: bool) -> None:
+    """Upload ``files`` in order, up to :data:`UPLOADS` segments at once, and record each
+    segment in the manifest in order once it and every one before it is stored. Any other
+    file (a timeline history, a ``.partial``) goes alone, after all before it: a segment's
+    check against the stream's timelines must see the history files shipped before it. On
+    an error nothing after the failed file is recorded; the uploads already under way finish
+    and are completed, not duplicated, by the next run."""
+    manifest = Manifest(store, layout)
+
+    def upload(f: LocalWalFile, record: bool) -> PushResult:
+        try:
+            data = f.path.read_bytes()
+        except OSError as exc:
+            raise WalError(f"cannot read {f.path}: {exc.strerror or exc}",
+                           segment=f.name) from exc
+        return push_wal_file(store, layout, f.name, data, compress=compress,
+                             shipped_by="ship", record=record)
+
+    def settle(f: LocalWalFile, result: PushResult) -> None:
+        if result.entry is not None:
+            manifest.record(result.entry)
+        (report.shipped if result.uploaded else report.unchanged).append(f.name)
+
+    window: deque[tuple[LocalWalFile, Future[PushResult]]] = deque()
+    with ThreadPoolExecutor(UPLOADS, thread_name_prefix="cdclake-ship") as pool:
+        try:
+            for f in files:
+                if f.kind is not WalFileKind.SEGMENT:
+                    while window:
+                        settle(*_done(window.popleft()))
+                    settle(f, upload(f, record=True))
+                    continue
+                window.append((f, pool.submit(upload, f, False)))
+                if len(window) >= UPLOADS:
+                    settle(*_done(window.popleft()))
+            while window:
+                settle(*_done(window.popleft()))
+        finally:
+            for _f, future in window:
+                future.cancel()
+
+
+def _done(item: tuple[LocalWalFile, Future[PushResult]]) -> tuple[LocalWalFile, PushResult]:
+    return item[0], item[1].result()
 
 
 def _gap_message(report: ShipReport, gap: Gap) -> str:
