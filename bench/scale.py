@@ -155,16 +155,19 @@ def _tree(root: int) -> list[int]:
 def run_child(code: str, env: dict[str, str], what: str) -> tuple[float, dict[str, int], str]:
     """Run ``code`` in a process of its own: seconds, peak KiB per kind of process, stdout."""
     started = time.monotonic()
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    peak = Peak(child.pid)
-    peak.start()
-    out = child.stdout.read() if child.stdout else ""
-    status = child.wait()
-    seconds = time.monotonic() - started
-    peak.stop()
-    if status:
-        raise SystemExit(f"{what} failed (status {status})")
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=err)
+        peak = Peak(child.pid)
+        peak.start()
+        out = child.stdout.read() if child.stdout else ""
+        status = child.wait()
+        seconds = time.monotonic() - started
+        peak.stop()
+        if status:
+            err.seek(0)
+            tail = "".join(err.readlines()[-20:])
+            raise SystemExit(f"{what} failed (status {status}); its last lines:\n{tail}")
     return seconds, peak.kib, out
 
 
