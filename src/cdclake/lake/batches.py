@@ -150,22 +150,30 @@ def stream_chunks(batch: Batch, only: Sequence[str] = (), max_rows: int = 1_000_
 def chunked(pieces: Iterable[pa.Table | pa.RecordBatch], max_rows: int
             ) -> Iterator[pa.Table]:
     """``pieces`` gathered into consecutive tables of at most ``max_rows`` rows and
-    :data:`CHUNK_BYTES` (a piece is never split: one larger than both is a chunk alone)."""
+    :data:`CHUNK_BYTES` (a piece is never split: one larger than both is a chunk alone), each
+    in one contiguous chunk per column: GX picks a check's offending rows with a take of
+    every column, and a take over many chunks (one per Parquet batch read) copies the whole
+    column each time — 12× slower on a million rows in 16 chunks. The pieces are let go
+    before the chunk is handed on, so it is not held twice."""
     pending: list[pa.Table | pa.RecordBatch] = []
     rows = size = 0
     for piece in pieces:
         if pending and (rows + piece.num_rows > max_rows or size + piece.nbytes > CHUNK_BYTES):
-            yield _concat(pending)
-            pending, rows, size = [], 0, 0
+            chunk, pending, rows, size = _concat(pending), [], 0, 0
+            yield chunk
+            del chunk
         pending.append(piece)
         rows += piece.num_rows
         size += piece.nbytes
     if pending:
-        yield _concat(pending)
+        chunk, pending = _concat(pending), []
+        yield chunk
 
 
 def _concat(pieces: list[pa.Table | pa.RecordBatch]) -> pa.Table:
     tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in pieces]
     # versions of one identity may differ in columns (ADD/DROP COLUMN): nulls fill them
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables,
-                                                               promote_options="permissive")
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables,
+                                                                promote_options="permissive")
+    del tables, pieces[:]
+    return table.combine_chunks()

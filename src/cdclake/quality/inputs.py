@@ -156,10 +156,8 @@ def to_frame(table: pa.Table, columns: Sequence[str],
     wanted = list(dict.fromkeys(c for c in columns if c in table.column_names))
     selected = table.select(wanted)
     exact = identity is not None and bool(identity.key_columns) and _has_texts(selected)
-    safe = [_pandas_safe(c) for c in selected.columns]
-    if not exact:
-        safe = [_one_chunk(c) if _as_arrow(c.type) is not None else c for c in safe]
-    frame = pa.Table.from_arrays(safe, names=selected.column_names).to_pandas(
+    frame = pa.Table.from_arrays([_pandas_safe(c) for c in selected.columns],
+                                 names=selected.column_names).to_pandas(
         integer_object_nulls=True, types_mapper=None if exact else _as_arrow)
     if exact:
         assert identity is not None
@@ -174,16 +172,6 @@ def _as_arrow(t: pa.DataType) -> Any:
     import pandas as pd
 
     return pd.ArrowDtype(t) if pa.types.is_nested(t) or _is_text(t) else None
-
-
-def _one_chunk(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A column pandas keeps as Arrow, in one chunk: GX picks a check's offending rows with
-    a take of every column, and a take over many chunks (one per Parquet batch read) copies
-    the whole column each time — 12× slower on a million rows in 16 chunks. A column of
-    2 GiB or more stays chunked (one chunk could not hold its offsets)."""
-    if column.num_chunks <= 1 or column.nbytes >= 1 << 31:
-        return column
-    return pa.chunked_array([column.combine_chunks()], column.type)
 
 
 def _has_texts(table: pa.Table) -> bool:
