@@ -261,6 +261,8 @@ def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
     # a file larger than a chunk is one chunk of its own, never split
     assert [c.num_rows for _, _, c in stream_chunks(batch, max_rows=2)] == [3, 3, 3, 1]
     assert [c.num_rows for _, _, c in stream_chunks(batch)] == [10]
+    # four files, one contiguous chunk per column (GX's take over many chunks is slow)
+    assert {col.num_chunks for _, _, c in stream_chunks(batch) for col in c.columns} == {1}
     # and by bytes: a part is never split, a chunk holds no more than CHUNK_BYTES beyond one
     monkeypatch.setattr(batches_module, "CHUNK_BYTES", 1)
     assert [c.num_rows for _, _, c in stream_chunks(batch)] == [3, 3, 3, 1]
