@@ -18,6 +18,7 @@ import argparse
 import cProfile
 import hashlib
 import pstats
+import shutil
 import subprocess
 import tempfile
 import time
@@ -186,6 +187,7 @@ def measure(version: int, name: str, scale: int, repeat: int, profile: bool,
                    min(times["jobs"]), min(times["python"]), result, digests == {expected})
     finally:
         pg.destroy()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 class _Digest:

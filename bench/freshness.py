@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -150,6 +151,7 @@ def main() -> None:
         if follower is not None and follower.poll() is None:
             os.killpg(follower.pid, signal.SIGKILL)
         pg.destroy()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,7 @@ def main() -> None:
                 print(f"  ({r['engine']}: {r['fallback']})")
     finally:
         pg.destroy()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

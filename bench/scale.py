@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -241,6 +242,7 @@ def measure(scale: int, batch_segments: int, spark_conf: str,
                 "exact": mirrors_match(pg, db, env)}
     finally:
         pg.destroy()
+        shutil.rmtree(base, ignore_errors=True)  # the store, spill and mirrors: GBs
 
 
 def decode_rates(pg: LocalPostgres, db: str, base: Path, read_from: int, start: int,
