@@ -176,4 +176,9 @@ def _concat(pieces: list[pa.Table | pa.RecordBatch]) -> pa.Table:
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables,
                                                                 promote_options="permissive")
     del tables, pieces[:]
-    return table.combine_chunks()
+    # a column at a time, each one's pieces let go as it is copied: the chunk is never twice
+    schema, columns = table.schema, table.columns
+    del table
+    for i in range(len(columns)):
+        columns[i] = columns[i].combine_chunks()
+    return pa.Table.from_arrays(columns, schema=schema)
