@@ -119,8 +119,9 @@ class Config:
     #: validated batches are merged together up to it, one commit per table for all of them
     #: (a batch with more goes alone): a copy-on-write merge rewrites every data file holding
     #: a touched row, so a backlog of batches updating rows all over a table rewrote it once
-    #: a batch.
-    merge_max_rows: int = 4_000_000
+    #: a batch. The merge holds the keys it touches (16 bytes a key): 16M changes peaked at
+    #: 1.33 GB in bench/scale.py at pgbench scale 160 (16M distinct keys inserted).
+    merge_max_rows: int = 16_000_000
     #: CDCLAKE_QUALITY_CHUNK_ROWS: the most rows the stream suite (change rows: a table's
     #: batch in chunks of whole Parquet files, order kept across them) or the mirror suite
     #: (mirror rows, keys compared across chunks) validates at once; a chunk also holds at
