@@ -177,8 +177,10 @@ def _concat(pieces: list[pa.Table | pa.RecordBatch]) -> pa.Table:
                                                                 promote_options="permissive")
     del tables, pieces[:]
     # a column at a time, each one's pieces let go as it is copied: the chunk is never twice
+    # (a column of 2 GiB or more stays chunked: one chunk could not hold its offsets)
     schema, columns = table.schema, table.columns
     del table
-    for i in range(len(columns)):
-        columns[i] = columns[i].combine_chunks()
+    for i, column in enumerate(columns):
+        if column.num_chunks > 1 and column.nbytes < 1 << 31:
+            columns[i] = pa.chunked_array([column.combine_chunks()], column.type)
     return pa.Table.from_arrays(columns, schema=schema)
