@@ -67,6 +67,9 @@ class Config:
     source_dsn: str = ""
     #: CDCLAKE_ARCHIVE_DIR: local directory PostgreSQL archives WAL to (``ship --from``).
     archive_dir: Path | None = None
+    #: CDCLAKE_SHIP_UPLOADS: segments ``ship`` uploads at once (each a file read, a SHA-256
+    #: and a store round trip); their manifest entries are recorded in order all the same.
+    ship_uploads: int = 4
     #: CDCLAKE_STORE_URL: ``s3://bucket/prefix``, ``file:///path/prefix`` or an absolute path
     #: (a relative one is refused: archive_command would resolve it inside the data directory).
     store_url: str = ""
@@ -348,7 +351,8 @@ def _coerce(name: str, value: Any) -> Any:
                               f"got {value!r}")
         return seconds
     if name in ("spark_partitions", "max_batch_segments", "keep_snapshots",
-                "quality_chunk_rows", "quality_keep_results", "merge_max_rows"):
+                "quality_chunk_rows", "quality_keep_results", "merge_max_rows",
+                "ship_uploads"):
         try:
             n = int(value)
         except ValueError as exc:

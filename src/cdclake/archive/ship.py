@@ -57,10 +57,6 @@ from cdclake.wal.lsn import (
 )
 from cdclake.wal.timelines import newest_path
 
-#: segments uploaded at once: each is a file read, a SHA-256 and a store round trip (an
-#: fsync, an HTTP PUT), which all let other threads run; more keeps a 2-core host no busier
-UPLOADS = 4
-
 #: order of kinds at one segment number: the segment, then files that refer to it
 _KIND_ORDER = {WalFileKind.SEGMENT: 0, WalFileKind.PARTIAL: 1, WalFileKind.BACKUP: 2}
 
@@ -220,15 +216,16 @@ def ship(config: Config, from_dir: Path | str | None = None, *,
     plan = plan_ship(store, layout, directory)
     report = ShipReport(plan, store.url(), dry_run=dry_run)
     if not dry_run:
-        _upload_all(store, layout, plan.to_ship, report, compress)
+        _upload_all(store, layout, plan.to_ship, report, compress, config.ship_uploads)
     if plan.gap is not None:
         raise ArchiveGapError(_gap_message(report, plan.gap))
     return report
 
 
 def _upload_all(store: ObjectStore, layout: Layout, files: Sequence[LocalWalFile],
-                report: ShipReport, compress: bool) -> None:
-    """Upload ``files`` in order, up to :data:`UPLOADS` segments at once, and record each
+                report: ShipReport, compress: bool, uploads: int) -> None:
+    """Upload ``files`` in order, up to ``uploads`` segments at once (a file read, a SHA-256
+    and a store round trip — an fsync, an HTTP PUT — all let other threads run), and record each
     segment in the manifest in order once it and every one before it is stored. Any other
     file (a timeline history, a ``.partial``) goes alone, after all before it: a segment's
     check against the stream's timelines must see the history files shipped before it. On
@@ -251,7 +248,7 @@ def _upload_all(store: ObjectStore, layout: Layout, files: Sequence[LocalWalFile
         (report.shipped if result.uploaded else report.unchanged).append(f.name)
 
     window: deque[tuple[LocalWalFile, Future[PushResult]]] = deque()
-    with ThreadPoolExecutor(UPLOADS, thread_name_prefix="cdclake-ship") as pool:
+    with ThreadPoolExecutor(uploads, thread_name_prefix="cdclake-ship") as pool:
         try:
             for f in files:
                 if f.kind is not WalFileKind.SEGMENT:
@@ -260,7 +257,7 @@ def _upload_all(store: ObjectStore, layout: Layout, files: Sequence[LocalWalFile
                     settle(f, upload(f, record=True))
                     continue
                 window.append((f, pool.submit(upload, f, False)))
-                if len(window) >= UPLOADS:
+                if len(window) >= uploads:
                     settle(*_done(window.popleft()))
             while window:
                 settle(*_done(window.popleft()))
