@@ -15,7 +15,8 @@ Reported per size: changes, batches, seconds in all and per step, changes/s end 
 same WAL decoded by the slot (``pg_logical_slot_peek_changes``, PostgreSQL's decoder, one
 core) and by `cdclake decode --jobs 2` (test_decoding text), their changes/s and the ratios
 of end to end to each; the peak RSS of the Python driver, Spark's JVMs and the largest Python
-worker (each process's own high-water mark, ``VmHWM``, sampled over the process tree). No
+worker (each process's own high-water mark, ``VmHWM``, sampled over the process tree); the
+machine's idle CPU per step (core-seconds: what overlapping steps could still use). No
 peak may grow with the size. The mirrors are compared with the source through DuckDB (row
 count and column sums per table), with each mirror's data files, delete files and snapshots.
 bench/merge.py compares the two merge engines on one update.
@@ -45,20 +46,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.e2e.lak
 DRIVER = "spark.driver.memory={memory},spark.driver.maxResultSize=64m"
 
 RUN = """
-import json, time
+import json, os, time
 from pathlib import Path
 from cdclake.config import Config
 from cdclake.pipeline import steps
 seconds, driver, mark = {}, {}, [time.monotonic()]
+def idle_seconds():  # the machine's idle CPU time so far, all cores (/proc/stat: USER_HZ)
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+idle, idle_mark = {}, [idle_seconds()]
 def on_step(name, result):
     now = time.monotonic()
     seconds[name], mark[0] = now - mark[0], now
+    now_idle = idle_seconds()
+    idle[name], idle_mark[0] = now_idle - idle_mark[0], now_idle
     # this process's peak during the step, then the peak reset (clear_refs 5)
     status = Path("/proc/self/status").read_text()
     driver[name] = int(next(l for l in status.splitlines() if l.startswith("VmHWM")).split()[1])
     Path("/proc/self/clear_refs").write_text("5")
 out = steps.run_once(Config.load(), run_id="bench", on_step=on_step)["steps"]
-print(json.dumps({"seconds": seconds, "driver": driver,
+print(json.dumps({"seconds": seconds, "driver": driver, "idle": idle,
                   "batches": len(out["decode"].get("batches", [])),
                   "tables": out["decode"].get("tables", {}),
                   "decode": {k[3:]: v / 1000 for k, v in out["decode"].get("stats", {}).items()
@@ -236,7 +243,8 @@ def measure(scale: int, batch_segments: int, spark_conf: str,
         decoders = decode_rates(pg, db, base, read_from, start, end)
         return {"scale": scale, "changes": changes, "segments": segments,
                 "batches": result["batches"], "seconds": seconds, "rate": changes / seconds,
-                "steps": result["seconds"], "step_driver": result["driver"], **decoders,
+                "steps": result["seconds"], "step_driver": result["driver"],
+                "idle": result["idle"], **decoders,
                 **{kind: kib / 1024 for kind, kib in peak.items()},
                 "engines": result["engines"], "decode": result["decode"],
                 "exact": mirrors_match(pg, db, env)}
@@ -319,6 +327,8 @@ def main() -> None:
               f"{r['jvm']:,.0f} / {r['worker']:,.0f} | {r['exact']} |", flush=True)
     for r in rows:
         print(f"scale {r['scale']}: merge engines (engine, why not spark): {r['engines']}")
+        print(f"scale {r['scale']}: idle CPU per step, core-seconds (of {os.cpu_count()} cores): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in r["idle"].items()))  # type: ignore[union-attr]
         print(f"scale {r['scale']}: decode stages, s summed over batches: "
               + ", ".join(f"{k} {v:.1f}" for k, v in r["decode"].items()))  # type: ignore[union-attr]
     small, large = rows[0], rows[-1]

@@ -129,7 +129,7 @@ def describe(step: str, r: dict[str, Any]) -> str:
         return (f"{what}: {r['commits']} commit(s) {r['start_lsn']}..{r['end_lsn']} from "
                 f"{len(r['segments'])} segment(s)")
     if step == "validate_stream":
-        return f"{len(r['batches'])} batch(es) checked"
+        return f"{sum(len(b['decoded_batches']) for b in r['batches'])} batch(es) checked"
     if step == "merge":
         from cdclake.pipeline.steps import merged_batches
 

@@ -66,6 +66,9 @@ log = logging.getLogger(__name__)
 
 #: seconds between progress lines while chunks are copied
 PROGRESS_EVERY = 5.0
+#: a table is cut into more chunks than ``snapshot_chunk_size`` asks, to keep every core
+#: copying, only while each chunk keeps this much heap (a data file, a connection, a task each)
+SPREAD_MIN_BYTES = 8 << 20
 
 
 @dataclass
@@ -206,7 +209,8 @@ def _plan(catalog: Catalog, config: Config, held: HeldSnapshot, tables: list[Sou
     types = held.dictionary.types.at(held.snapshot.lsn)
     layouts = LayoutCache(held.dictionary.types)
     io_props = catalog_properties(config)
-    per_chunk = max(1, config.snapshot_chunk_size // held.snapshot.block_size)
+    block_size = held.snapshot.block_size
+    per_chunk = max(1, config.snapshot_chunk_size // block_size)
     mirrors: dict[str, MirrorSnapshot] = {}
     reports: dict[str, TableSnapshot] = {}
     tasks: list[ChunkTask] = []
@@ -215,13 +219,15 @@ def _plan(catalog: Catalog, config: Config, held: HeldSnapshot, tables: list[Sou
         m = mirrors[t.name] = open_mirror(catalog, config, rel,
                                           column_fields(layouts.get(rel), types), run)
         # at least one chunk (the last is open-ended); none for a matview WITH NO DATA
-        starts = (list(range(0, t.blocks, per_chunk)) or [0]) if t.populated else []
+        blocks = chunk_blocks(t.blocks, per_chunk, config.spark_partitions,
+                              max(1, SPREAD_MIN_BYTES // block_size))
+        starts = (list(range(0, t.blocks, blocks)) or [0]) if t.populated else []
         reports[t.name] = TableSnapshot(t.name, ".".join(m.table.name()), len(starts), t.blocks)
         for i, first in enumerate(starts):
             last = i == len(starts) - 1
             tasks.append(ChunkTask(
                 table=t.name, oid=rel.oid, index=i, first_block=first,
-                end_block=None if last else first + per_chunk, dsn=config.source_dsn,
+                end_block=None if last else first + blocks, dsn=config.source_dsn,
                 snapshot_id=held.snapshot.id, relation=rel.to_json(),
                 types=types_to_json(rel, types),
                 schema_json=m.schema.model_dump_json(), commit_lsn=held.snapshot.lsn,
@@ -231,6 +237,18 @@ def _plan(catalog: Catalog, config: Config, held: HeldSnapshot, tables: list[Sou
     tasks.sort(key=lambda c: -(c.end_block - c.first_block if c.end_block is not None
                                else reports[c.table].blocks - c.first_block))
     return mirrors, tasks, reports
+
+
+def chunk_blocks(blocks: int, per_chunk: int, cores: int, min_blocks: int) -> int:
+    """Heap blocks per copy task for a table of ``blocks``: at most ``per_chunk``
+    (``snapshot_chunk_size``), the chunks of equal size, and as many as fill whole waves of
+    ``cores`` tasks when each still gets ``min_blocks``. A 26 MB table was one 64 MB chunk,
+    copied on one core while the other idled; a 73 MB one a chunk of 64 MB and one of 9 MB."""
+    n = max(1, -(-blocks // per_chunk))
+    waves = -(-n // max(1, cores)) * max(1, cores)
+    if waves > n and blocks // waves >= min_blocks:
+        n = waves
+    return max(1, -(-blocks // n))
 
 
 class _Totals(AccumulatorParam):  # type: ignore[type-arg]

@@ -126,8 +126,11 @@ def test_a_backlog_is_merged_at_once_up_to_merge_max_rows(config: Config,
     file once, not once a batch), the mirrors as merging them one by one leaves them; a
     batch past the bound is merged next."""
     two_batches(stream)
-    validate_stream(config)
     together = dataclasses.replace(config, merge_max_rows=6)  # b000001 holds 3, b000002 3
+    checked = validate_stream(together)  # in the merge's groups, each batch recorded
+    assert [(b["batch"], b["decoded_batches"], b["success"]) for b in checked["batches"]] == [
+        ("b000001..b000002", ["b000001", "b000002"], True)]
+    assert describe("validate_stream", checked) == "2 batch(es) checked"
     result = merge(together)
     assert [b["batch"] for b in result["batches"]] == ["b000001..b000002"]
     assert mirror(config, "items") == [{"id": 1, "name": "a"}, {"id": 3, "name": "b"}]
