@@ -154,20 +154,35 @@ def chunked(pieces: Iterable[pa.Table | pa.RecordBatch], max_rows: int
     in one contiguous chunk per column: GX picks a check's offending rows with a take of
     every column, and a take over many chunks (one per Parquet batch read) copies the whole
     column each time — 12× slower on a million rows in 16 chunks. The pieces are let go
-    before the chunk is handed on, so it is not held twice."""
+    before the chunk is handed on, so it is not held twice. A piece whose columns cannot join
+    the chunk's (a column whose type changed between two relation versions of one identity,
+    as two batches checked together may hold) starts the next chunk."""
     pending: list[pa.Table | pa.RecordBatch] = []
     rows = size = 0
+    schema: pa.Schema | None = None
     for piece in pieces:
-        if pending and (rows + piece.num_rows > max_rows or size + piece.nbytes > CHUNK_BYTES):
+        joined = None if schema is None else _joined(schema, piece.schema)
+        if pending and (rows + piece.num_rows > max_rows or size + piece.nbytes > CHUNK_BYTES
+                        or joined is None):
             chunk, pending, rows, size = _concat(pending), [], 0, 0
             yield chunk
             del chunk
+            joined = None
+        schema = joined or piece.schema
         pending.append(piece)
         rows += piece.num_rows
         size += piece.nbytes
     if pending:
         chunk, pending = _concat(pending), []
         yield chunk
+
+
+def _joined(schema: pa.Schema, other: pa.Schema) -> pa.Schema | None:
+    """The schema of a chunk of both, as :func:`_concat` makes it; None when none exists."""
+    try:
+        return pa.unify_schemas([schema, other], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
 
 
 def _concat(pieces: list[pa.Table | pa.RecordBatch]) -> pa.Table:

@@ -19,6 +19,7 @@ from cdclake.lake import batches as batches_module
 from cdclake.lake.batch import Batch, combined, manifest_rows, selected, unselectable
 from cdclake.lake.batches import (
     DecodedBatch,
+    chunked,
     latest_relations,
     list_batches,
     open_batch,
@@ -270,6 +271,19 @@ def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
     # only the columns asked for are read (a name the files lack is left out)
     ((_, _, narrow),) = stream_chunks(batch, columns=lambda rel: [contract.OP, "id", "nope"])
     assert narrow.column_names == [contract.OP, "id"]
+
+
+def test_a_piece_whose_column_changed_type_starts_the_next_chunk() -> None:
+    """Two batches checked together may hold two versions of one identity whose key column
+    changed type (numeric -> text): no chunk can hold both, so the second starts a chunk; a
+    column added in between joins (nulls fill it)."""
+    old = pa.table({"k": pa.array([1, 2], pa.int64())})
+    added = pa.table({"k": pa.array([3], pa.int64()), "note": pa.array(["x"])})
+    changed = pa.table({"k": pa.array(["4"])})
+    chunks = list(chunked([old, added, changed, changed], 100))
+    assert [c.num_rows for c in chunks] == [3, 2]
+    assert chunks[0].column("note").to_pylist() == [None, None, "x"]
+    assert chunks[1].schema.field("k").type == pa.string()
 
 
 def test_a_file_missing_rows_the_manifest_counts_stops_the_chunks(
