@@ -244,8 +244,8 @@ def chunk_blocks(blocks: int, per_chunk: int, cores: int, min_blocks: int) -> in
     (``snapshot_chunk_size``), the chunks of equal size, and as many as fill whole waves of
     ``cores`` tasks when each still gets ``min_blocks``. A 26 MB table was one 64 MB chunk,
     copied on one core while the other idled; a 73 MB one a chunk of 64 MB and one of 9 MB."""
-    n = max(1, -(-blocks // per_chunk))
-    waves = -(-n // max(1, cores)) * max(1, cores)
+    n, cores = max(1, -(-blocks // per_chunk)), max(1, cores)
+    waves = -(-n // cores) * cores
     if waves > n and blocks // waves >= min_blocks:
         n = waves
     return max(1, -(-blocks // n))
