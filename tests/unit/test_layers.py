@@ -21,6 +21,7 @@ LAYERS: list[tuple[int, str, str]] = [
     (0, "cdclake.native", "picks the compiled twins of hot functions, or their Python"),
     (0, "cdclake.zipimports", "a Python worker reads the zip archives on its path once"),
     (0, "cdclake.mixing", "the bit mix behind hash partitioning of keys"),
+    (0, "cdclake.parquet", "which columns of a Parquet file get a dictionary"),
     (1, "cdclake.config", "the one configuration object, passed down"),
     (2, "cdclake.wal", "segments -> records (pg_waldump's view)"),
     (3, "cdclake.tuples", "tuple deforming and type codecs"),

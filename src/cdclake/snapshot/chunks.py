@@ -47,6 +47,7 @@ from cdclake.catalog.model import RelationVersion, TypeInfo, type_from_json, typ
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError, SourceError, TupleDecodeError
 from cdclake.lake.copyrows import SESSION_SETTINGS, CopyRows, counts_only_columns
+from cdclake.parquet import dictionary_columns
 
 __all__ = ["ChunkResult", "ChunkTask", "copy_chunk", "types_from_json", "types_to_json"]
 
@@ -200,10 +201,8 @@ def _copy(task: ChunkTask, converter: CopyRows, io: FileIO, *,
                 sql.Literal(task.snapshot_id)))
             for setting in SESSION_SETTINGS:
                 cur.execute(setting)
-            # a writer that gets no rows still closes a valid file (schema, no row groups)
             with io.new_output(task.location).create(overwrite=True) as out, \
-                    pq.ParquetWriter(out, converter.file_schema, compression=COMPRESSION,
-                                     store_decimal_as_integer=True) as writer, \
+                    _DataFile(out, converter.file_schema) as writer, \
                     cur.copy(statement) as copy:
                 if csv:
                     total = _read_csv(task, converter, copy, writer, counts_only)
@@ -214,7 +213,7 @@ def _copy(task: ChunkTask, converter: CopyRows, io: FileIO, *,
 
 
 def _read_text(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
-               writer: pq.ParquetWriter, counts_only: set[str]) -> int:
+               writer: _DataFile, counts_only: set[str]) -> int:
     total = 0
     batch: list[tuple[Any, ...]] = []
     for row in copy.rows():
@@ -228,7 +227,7 @@ def _read_text(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
 
 
 def _read_csv(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
-              writer: pq.ParquetWriter, counts_only: set[str]) -> int:
+              writer: _DataFile, counts_only: set[str]) -> int:
     total = 0
     step = max(1, task.batch_rows)
     with _CopyStream(copy) as stream:
@@ -326,7 +325,33 @@ class _CopyStream:
         self.close()
 
 
-def _write_rows(converter: CopyRows, rows: list[tuple[Any, ...]], writer: pq.ParquetWriter,
+class _DataFile:
+    """The chunk's Parquet file, its writer opened at the first rows: their repetitive
+    columns are the ones dictionary-encoded (:func:`cdclake.parquet.dictionary_columns`)."""
+
+    def __init__(self, out: Any, schema: pa.Schema) -> None:
+        self.out = out
+        self.schema = schema
+        self._writer: pq.ParquetWriter | None = None
+
+    def _open(self, use_dictionary: list[str]) -> pq.ParquetWriter:
+        self._writer = pq.ParquetWriter(self.out, self.schema, compression=COMPRESSION,
+                                        store_decimal_as_integer=True,
+                                        use_dictionary=use_dictionary)
+        return self._writer
+
+    def write_table(self, data: pa.Table) -> None:
+        (self._writer or self._open(dictionary_columns(data))).write_table(data)
+
+    def __enter__(self) -> _DataFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # a writer that got no rows still closes a valid file (schema, no row groups)
+        (self._writer or self._open([])).close()
+
+
+def _write_rows(converter: CopyRows, rows: list[tuple[Any, ...]], writer: _DataFile,
                 counts_only: set[str]) -> int:
     bad = next((v for v in rows[0] if v is not None and not isinstance(v, str)), None)
     if bad is not None:
@@ -335,7 +360,7 @@ def _write_rows(converter: CopyRows, rows: list[tuple[Any, ...]], writer: pq.Par
     return _write_table(converter.to_arrow(rows), writer, counts_only)
 
 
-def _write_table(data: pa.Table, writer: pq.ParquetWriter, counts_only: set[str]) -> int:
+def _write_table(data: pa.Table, writer: _DataFile, counts_only: set[str]) -> int:
     if not data.num_rows:
         return 0
     counts_only.update(counts_only_columns(data))

@@ -46,6 +46,7 @@ from cdclake.decoding.rows import (
     column_payload,
     exact_text,
 )
+from cdclake.parquet import dictionary_columns
 from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
 from cdclake.wal.record import WalTuple
@@ -321,7 +322,7 @@ def write_part(fs: pafs.FileSystem, root: str, rel: RelationVersion, index: int,
     path = f"{root}/{rel_path}"
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
-        pq.write_table(table, out)
+        pq.write_table(table, out, use_dictionary=dictionary_columns(table))
     return rel_path
 
 
