@@ -8,8 +8,10 @@ filled client-side: a TRUNCATE and a COPY), 10,000 wide rows per scale inserted 
 of them updated, `pgbench -t 7500*scale -c 2` (the issue's 150,000 at scale 20). One process
 then runs the pipeline as `cdclake run` does (`steps.run_once`: ship, decode, validate the
 stream, merge, validate the mirrors; the stream carries every row) on `local[2]` with
-``spark.driver.memory=1g, spark.driver.maxResultSize=64m``, batches bounded by
-``--batch-segments``, the merge engine of ``--merge-engine`` (default: the configuration's).
+``spark.driver.memory=1g, spark.driver.maxResultSize=64m``, batches bounded as the
+configuration bounds them (``max_batch_segments``, ``max_batch_bytes``: what a user gets) or
+by ``--batch-segments`` (16: many small batches, each paying a batch's fixed costs), the
+merge engine of ``--merge-engine`` (default: the configuration's).
 
 Reported per size: changes, batches, seconds in all and per step, changes/s end to end; the
 same WAL decoded by the slot (``pg_logical_slot_peek_changes``, PostgreSQL's decoder, one
@@ -21,7 +23,7 @@ peak may grow with the size. The mirrors are compared with the source through Du
 count and column sums per table), with each mirror's data files, delete files and snapshots.
 bench/merge.py compares the two merge engines on one update.
 
-    .venv/bin/python bench/scale.py [--scales 5 20 ...] [--batch-segments 16]
+    .venv/bin/python bench/scale.py [--scales 5 20 ...] [--batch-segments N]
         [--driver-memory 1g] [--merge-engine pyiceberg|spark]
 """
 from __future__ import annotations
@@ -209,7 +211,7 @@ def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
     return True
 
 
-def measure(scale: int, batch_segments: int, spark_conf: str,
+def measure(scale: int, batch_segments: int | None, spark_conf: str,
             engine: str | None) -> dict[str, object]:
     base = Path(tempfile.mkdtemp(prefix="cdclake-scale-"))
     base.chmod(0o755)  # the server runs as postgres and must reach its data directory
@@ -226,8 +228,9 @@ def measure(scale: int, batch_segments: int, spark_conf: str,
                "CDCLAKE_STORE_URL": (home / "store").as_uri(),
                "CDCLAKE_ARCHIVE_DIR": str(pg.archive_dir), "CDCLAKE_SOURCE_DSN": pg.dsn(db),
                "CDCLAKE_SPARK_MASTER": "local[2]", "CDCLAKE_SPARK_CONF": spark_conf,
-               "CDCLAKE_MAX_BATCH_SEGMENTS": str(batch_segments),
                "CDCLAKE_SPILL_DIR": str(base / "spill")}
+        if batch_segments:
+            env["CDCLAKE_MAX_BATCH_SEGMENTS"] = str(batch_segments)
         if engine:
             env["CDCLAKE_MERGE_ENGINE"] = engine
         pg.sql("SELECT pg_switch_wal()", db)
@@ -292,7 +295,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scales", type=int, nargs="+", default=[5, 20],
                     help="pgbench scales, smallest first: growth is the last over the first")
-    ap.add_argument("--batch-segments", type=int, default=16)
+    ap.add_argument("--batch-segments", type=int,
+                    help="segments per batch at most (default: the configuration's bounds)")
     ap.add_argument("--driver-memory", default="1g",
                     help="spark.driver.memory: the JVM's heap, which a local[2] JVM grows into")
     ap.add_argument("--merge-engine", choices=("pyiceberg", "spark"),
@@ -300,7 +304,9 @@ def main() -> None:
     args = ap.parse_args()
     spark_conf = DRIVER.format(memory=args.driver_memory)
     print(f"cdclake run (ship, decode, validate stream, merge, validate mirrors), local[2], "
-          f"{spark_conf}, batches of {args.batch_segments} segments, merge engine "
+          f"{spark_conf}, batches "
+          f"{f'of {args.batch_segments} segments' if args.batch_segments else 'as configured'}"
+          ", merge engine "
           f"{args.merge_engine or 'the default'}")
     print("| pgbench scale | changes | WAL segments | batches | run s | changes/s end to end "
           "| PostgreSQL's decoder changes/s | decode --jobs 2 changes/s "
