@@ -18,16 +18,17 @@ typed. For those the replay's result is computed column-wise, with the same rule
 - ``not_found`` counts the UPDATEs and DELETEs whose row was neither set earlier in the batch
   nor in the mirror, as the replay does.
 
-Memory is bounded by :data:`BUCKET_ROWS` changes and a file being written, plus the keys
-the batch touches (and their positions): neither the changes' values, the mirror nor a
-stored file is held whole. A table's batch of more pending changes than that (a bulk load of
-millions) is read a part at a time and its events dealt by key into buckets of about
-:data:`BUCKET_ROWS` each (:func:`bucket_ids`; the key's first column an integer), written to
-local Arrow files and decided a bucket at a time: a key's events are all in its bucket, so
-each bucket's last events, look-ups and stored rows are its own. The events' order is each
-change's rank in the source's order, so a bucket needs no other. A batch whose key starts
-with another type is decided at once, as are versions whose changes interleave (they are
-sorted first).
+Memory is bounded by :data:`THREADS` times :data:`BUCKET_ROWS` changes and two files' rows
+(one being written while the next is gathered), plus the keys the batch touches (and their
+positions): neither the changes' values, the mirror nor a stored file is held whole. A
+table's batch of more pending changes than :data:`BUCKET_ROWS` (a bulk load of millions) is
+read a part at a time and its events dealt by key into buckets of about that many each
+(:func:`bucket_ids`; the key's first column an integer), written to local Arrow files and
+decided :data:`THREADS` buckets at a time, on as many threads: a key's events are all in its
+bucket, so each bucket's last events, look-ups and stored rows are its own. The events'
+order is each change's rank in the source's order, so a bucket needs no other. A batch whose
+key starts with another type is decided at once, as are versions whose changes interleave
+(they are sorted first).
 :func:`takes` says whether a table's batch qualifies; :func:`merge` answers ``None`` when the
 mirror itself needs the replay (a label renamed, a type no promotion holds).
 """
@@ -38,8 +39,10 @@ import itertools
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -239,6 +242,10 @@ def _slim(part: pa.Table) -> pa.Table:
 #: changes whose keys the merge decides at once: a table's batch with more is dealt into
 #: buckets by key (:func:`bucket_ids`), written to local files and decided a bucket at a time
 BUCKET_ROWS = 1 << 21
+#: buckets decided at once (:func:`_per_bucket`), and so held in memory together
+THREADS = 2
+
+_T = TypeVar("_T")
 
 
 def bucket_ids(keys: pa.ChunkedArray | pa.Array, buckets: int) -> np.ndarray:
@@ -367,14 +374,17 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
             deal.close()
         events_schema = key_schema.append(pa.field("_ev", pa.int64()))
         lookups_schema = key_schema.append(pa.field("_ord", pa.int64()))
-        touched: list[pa.Table] = []
-        chosen_parts = []
-        for b in range(buckets):
+
+        def decide(b: int) -> tuple[pa.Table, np.ndarray]:
+            """Bucket ``b``'s touched keys, and the ranks of the changes that set rows."""
             last = _last_events(deal.read("events", b, events_schema), keys)
-            touched.append(last.select(keys))
             ev = last.column("_ev")
-            chosen_parts.append(pc.shift_right(ev.filter(pc.equal(pc.bit_wise_and(ev, 1), 1)),
-                                               1).to_numpy())
+            return last.select(keys), pc.shift_right(
+                ev.filter(pc.equal(pc.bit_wise_and(ev, 1), 1)), 1).to_numpy()
+
+        decided = _per_bucket(decide, buckets)
+        touched = [t for t, _ in decided]
+        chosen_parts = [c for _, c in decided]
         ranks = np.concatenate(chosen_parts) if chosen_parts else np.array([], np.int64)
         # the changes whose rows the mirror gets, by position in the batch's parts
         chosen = np.sort(ranks if source.positions is None else source.positions[ranks])
@@ -405,10 +415,10 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
                         found[b].append(h)
             deleted = [t.file for t in rewritten]
             in_mirror = [pa.concat_tables(f) if f else key_schema.empty_table() for f in found]
-        counts.not_found = sum(
-            _not_found(deal.read("lookups", b, lookups_schema),
-                       deal.read("events", b, events_schema), keys, in_mirror[b])
-            for b in range(buckets))
+        counts.not_found = sum(_per_bucket(
+            lambda b: _not_found(deal.read("lookups", b, lookups_schema),
+                                 deal.read("events", b, events_schema), keys, in_mirror[b]),
+            buckets))
 
     kept = DataFiles(tx.table_metadata, table.io, schema)
 
@@ -515,6 +525,16 @@ def _differs(old: Sequence[pa.ChunkedArray], new: Sequence[pa.ChunkedArray]) -> 
         ne = pc.fill_null(pc.not_equal(o, n), False)
         out = ne if out is None else pc.or_(out, ne)
     return pc.and_(pc.is_valid(old[0]), out)
+
+
+def _per_bucket(fn: Callable[[int], _T], buckets: int) -> list[_T]:
+    """``fn`` of every bucket, in bucket order, :data:`THREADS` buckets at a time: a bucket's
+    work is Arrow's kernels (grouping, sorting, joining), which run without the GIL, and
+    buckets share nothing (a key's events are all in its bucket)."""
+    if buckets == 1:
+        return [fn(0)]
+    with ThreadPoolExecutor(min(THREADS, buckets), thread_name_prefix="cdclake-bucket") as pool:
+        return list(pool.map(fn, range(buckets)))
 
 
 def _last_events(events: pa.Table, keys: Sequence[str]) -> pa.Table:
@@ -645,25 +665,34 @@ def _taken(parts: Callable[[Sequence[str] | None], Iterator[pa.Table]], chosen: 
 
 
 def _write(tx: Transaction, table: Table, rows: Iterator[pa.Table]) -> list[DataFile]:
-    """``rows`` written as data files of ``tx``'s table, at most :data:`FILE_BYTES` of them
-    in memory at a time."""
+    """``rows`` written as data files of ``tx``'s table, each of at most :data:`FILE_BYTES`:
+    one file is written (Parquet's encoding runs without the GIL) while the rows of the next
+    are gathered, so at most two files' rows are in memory."""
     write_uuid, counter = uuid.uuid4(), itertools.count()
     files: list[DataFile] = []
     group: list[pa.Table] = []
     size = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="cdclake-write") as writer:
+        writing: Future[list[DataFile]] | None = None
 
-    def flush() -> None:
-        files.extend(_dataframe_to_data_files(tx.table_metadata, pa.concat_tables(group),
-                                              table.io, write_uuid, counter))
-        group.clear()
+        def flush() -> None:
+            nonlocal writing
+            data = pa.concat_tables(group)
+            group.clear()
+            if writing is not None:
+                files.extend(writing.result())
+            writing = writer.submit(lambda: list(_dataframe_to_data_files(
+                tx.table_metadata, data, table.io, write_uuid, counter)))
 
-    for part in rows:
-        if part.num_rows:
-            group.append(part)
-            size += part.nbytes
-        if size >= FILE_BYTES:
+        for part in rows:
+            if part.num_rows:
+                group.append(part)
+                size += part.nbytes
+            if size >= FILE_BYTES:
+                flush()
+                size = 0
+        if group:
             flush()
-            size = 0
-    if group:
-        flush()
+        if writing is not None:
+            files.extend(writing.result())
     return files
