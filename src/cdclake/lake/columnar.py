@@ -240,7 +240,7 @@ def _slim(part: pa.Table) -> pa.Table:
 
 
 #: changes whose keys the merge decides at once: a table's batch with more is dealt into
-#: buckets by key (:func:`bucket_ids`), written to local files and decided a bucket at a time
+#: buckets by key (:func:`bucket_ids`), written to local files and decided bucket by bucket
 BUCKET_ROWS = 1 << 21
 #: buckets decided at once (:func:`_per_bucket`), and so held in memory together
 THREADS = 2
