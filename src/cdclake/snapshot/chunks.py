@@ -59,6 +59,10 @@ APPLICATION_NAME = "cdclake-snapshot"
 COMPRESSION = "zstd"
 #: bytes of COPY CSV output the parser takes at a time: a row must fit in one
 CSV_BLOCK_BYTES = 16 << 20
+#: blocks the CSV reader's thread may read beyond the batches taken (:class:`_CopyStream`)
+AHEAD_BLOCKS = 2
+#: seconds a read waits for the caller to take a batch before it reads anyway
+AHEAD_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,7 @@ def _read_csv(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
                                                                   task.csv_block_bytes))
         batches: Iterator[pa.RecordBatch] = iter(reader)
         while (batch := _parsing(converter, lambda: next(batches, None))) is not None:
+            stream.took()
             for start in range(0, batch.num_rows, step):
                 data = converter.from_strings(batch.slice(start, step).columns)
                 total += _write_table(data, writer, counts_only)
@@ -259,20 +264,27 @@ def _parsing(converter: CopyRows, fn: Callable[[], Any]) -> Any:
 class _CopyStream:
     """A read-only file over COPY TO's data messages (one per row), for pyarrow's CSV reader.
 
-    The CSV reader reads blocks on demand (``use_threads=False``), but pyarrow may still call
-    ``read`` from a thread of its own, so reads hold a lock and :meth:`close` waits for a read
-    in flight and ends reading (EOF from then on): only after it may the caller's thread leave
-    the copy block (which, after an error, cancels and drains the COPY).
+    The CSV reader calls ``read`` from a thread of its own, which reads ahead of the batches
+    the caller takes as far as COPY outruns the conversion: 13 blocks of a 1.6M-row chunk's
+    19 at once (208 MiB), so a task's memory grew with its chunk. So a read waits while
+    :data:`AHEAD_BLOCKS` blocks are read beyond the batches taken (:meth:`took`; a block
+    parses into one batch) — for :data:`AHEAD_WAIT_S` at most, then reads anyway: a reader
+    never waits for a batch it cannot produce. Reads hold a lock, and :meth:`close` waits for
+    a read in flight and ends reading (EOF from then on, a waiting read woken): only after it
+    may the caller's thread leave the copy block (which, after an error, cancels and drains
+    the COPY).
     """
 
     def __init__(self, copy: psycopg.Copy) -> None:
         self._copy = copy
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         # bytes read, not yet handed out; a bytearray: keeping psycopg's buffers (one per
         # row, allocated by libpq) until a block is full costs several times the read itself
         self._buffer = bytearray()
         self._eof = False
         self._closed = False
+        self._handed = 0  # blocks read out
+        self._taken = 0  # batches the caller took
 
     @property
     def closed(self) -> bool:
@@ -297,10 +309,19 @@ class _CopyStream:
             self._fill(1)
             return not self._buffer
 
-    def read(self, n: int = -1) -> bytes | bytearray:
-        """Exactly ``n`` bytes (fewer only at the end). The buffer handed out is never
-        touched again (pyarrow may keep it without a copy)."""
+    def took(self) -> None:
+        """The caller took a batch from the CSV reader: a block more may be read."""
         with self._lock:
+            self._taken += 1
+            self._lock.notify_all()
+
+    def read(self, n: int = -1) -> bytes | bytearray:
+        """Exactly ``n`` bytes (fewer only at the end), once the reader is no more than
+        :data:`AHEAD_BLOCKS` blocks ahead. The buffer handed out is never touched again
+        (pyarrow may keep it without a copy)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._closed or
+                                self._handed - self._taken < AHEAD_BLOCKS, AHEAD_WAIT_S)
             if self._closed:
                 return b""
             want = n if n >= 0 else 1 << 62
@@ -311,12 +332,14 @@ class _CopyStream:
                 del out[want:]
             else:
                 self._buffer = bytearray()
+            self._handed += bool(out)
             return out
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self._buffer = bytearray()
+            self._lock.notify_all()
 
     def __enter__(self) -> _CopyStream:
         return self
