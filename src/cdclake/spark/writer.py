@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from cdclake import parquet
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.model import RelationVersion
 from cdclake.decoding import stream
 from cdclake.decoding.plugins.arrow import part_path, version_dir
-from cdclake.parquet import dictionary_columns
 
 #: (commit LSN, LSN, seq) of a row: the stream's order
 RowKey = tuple[int, int, int]
@@ -59,7 +58,7 @@ class MergedVersion:
 
 def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, use_dictionary=dictionary_columns(table))
+    parquet.write_table(table, sink)
     return sink.getvalue().to_pybytes()
 
 

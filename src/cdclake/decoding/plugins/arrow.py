@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
-from cdclake import native
+from cdclake import native, parquet
 from cdclake.catalog.model import (
     IDENTITY_FULL,
     IDENTITY_NOTHING,
@@ -46,7 +45,6 @@ from cdclake.decoding.rows import (
     column_payload,
     exact_text,
 )
-from cdclake.parquet import dictionary_columns
 from cdclake.tuples.heap import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
 from cdclake.wal.record import WalTuple
@@ -322,7 +320,7 @@ def write_part(fs: pafs.FileSystem, root: str, rel: RelationVersion, index: int,
     path = f"{root}/{rel_path}"
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
-        pq.write_table(table, out, use_dictionary=dictionary_columns(table))
+        parquet.write_table(table, out)
     return rel_path
 
 
