@@ -7,16 +7,18 @@ has some). For each table, and for both together, two numbers:
 - COPY: `COPY t TO STDOUT` read by psycopg block by block into nothing, one session, tables
   one after the other — the floor of what reading the rows costs the source and the client;
 - snapshot: `snapshot_tables(config, spark=...)` on a local[2] Spark session into a fresh
-  local warehouse (exported snapshot, chunks by ctid, text -> Arrow through the change
-  stream's codecs, Parquet, one Iceberg commit per table). The call is timed whole; the
-  Spark session is created before, and its start-up printed on its own.
+  local warehouse (exported snapshot, chunks by ctid, COPY's binary format decoded into the
+  change stream's values, Parquet, one Iceberg commit per table). The call is timed whole;
+  the Spark session is created before, and its start-up printed on its own.
 
 Reported: rows/s of each and the ratio snapshot/COPY (goal: >= 1.0 with both cores). Best of
---repeat. Also timed: a snapshot call of an empty table (the cost of a call besides its rows).
+--repeat. Also timed: a snapshot call of an empty table (the cost of a call besides its rows:
+the snapshot's export, the Spark job, the Iceberg commit — some 0.2-0.4 s, which at 1M rows
+of the narrow table is as long as COPY takes, hence 4M rows a table by default).
 --profile runs each table's chunks in this process (copy_chunk, no Spark) under cProfile and
 prints where the executor's time goes, and the driver's side of the empty-table call.
 
-    .venv/bin/python bench/snapshot.py [--version 15|18] [--rows N] [--chunk-size 64MB]
+    .venv/bin/python bench/snapshot.py [--version 15|18] [--rows N] [--chunk-size 256MB]
         [--profile]
 """
 
@@ -196,10 +198,10 @@ def profile(pg: LocalPostgres, db: str, base: Path, table: str, chunk_size: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--version", type=int, default=15, choices=(15, 18))
-    ap.add_argument("--rows", type=int, default=200_000, help="rows in each table")
+    ap.add_argument("--rows", type=int, default=4_000_000, help="rows in each table")
     ap.add_argument("--repeat", type=int, default=2, help="best of this many runs")
     ap.add_argument("--chunk-size", default=str(Config().snapshot_chunk_size),
-                    help="CDCLAKE_SNAPSHOT_CHUNK_SIZE (bytes of heap per copy task; 64MB "
+                    help="CDCLAKE_SNAPSHOT_CHUNK_SIZE (bytes of heap per copy task; 256MB "
                          "by default)")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile each table's chunks copied in this process")

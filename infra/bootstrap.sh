@@ -13,6 +13,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -x /usr/bin/python3.11 ] || need+=(python3.11)
 /usr/bin/python3.11 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3.11-venv)
 [ -e /usr/include/python3.11/Python.h ] || need+=(python3.11-dev)
+# the snapshot's compiled COPY reader links libpq (cdclake/snapshot/_copyout.pyx)
+[ -e /usr/include/postgresql/libpq-fe.h ] || need+=(libpq-dev)
 # Spark SQL on the mirrors: jarjar relocates Iceberg's Jackson; JDBC drivers for the catalog
 [ -e /usr/share/java/jarjar.jar ] || need+=(libjarjar-java)
 [ -e /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)

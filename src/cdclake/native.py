@@ -64,8 +64,9 @@ def compiled(module: str) -> ModuleType | None:
             return archived
     except ImportError as exc:
         if not _missing:
-            log.warning("cdclake's compiled hot path is not built (%s): decoding runs in pure "
-                        "Python, several times slower; reinstall with gcc present", exc)
+            log.warning("cdclake's compiled hot path is not built (%s): it runs in pure "
+                        "Python, several times slower; reinstall with gcc (and libpq-dev) "
+                        "present", exc)
         _missing.append(module)
         return None
 

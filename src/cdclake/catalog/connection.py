@@ -25,7 +25,15 @@ PINNED = "-c search_path=pg_catalog,pg_temp"
 def connect(dsn: str, **kwargs: Any) -> Any:
     """``psycopg.connect(dsn, **kwargs)`` with the search path pinned (module docstring)."""
     import psycopg
+
+    return psycopg.connect(dsn, options=pinned_options(dsn), **kwargs)
+
+
+def pinned_options(dsn: str) -> str:
+    """The libpq ``options`` of a session on ``dsn``: the DSN's own (or ``PGOPTIONS``), then
+    the pinned search path — for a session opened without psycopg, as the snapshot's
+    compiled COPY reader opens one."""
     from psycopg.conninfo import conninfo_to_dict
 
     given = conninfo_to_dict(dsn).get("options") or os.environ.get("PGOPTIONS", "")
-    return psycopg.connect(dsn, options=f"{given} {PINNED}".strip(), **kwargs)
+    return f"{given} {PINNED}".strip()

@@ -15,17 +15,19 @@ COPY prints each value with the type's output function under the session's setti
 codecs parse PostgreSQL's output under one fixed set of them (:data:`SESSION_SETTINGS`), which
 the copying session must apply first.
 
-Two ways in, one result. :meth:`CopyRows.to_arrow` takes rows of text values (COPY's text
+Three ways in, one result. :meth:`CopyRows.to_arrow` takes rows of text values (COPY's text
 format, parsed by psycopg) and sends every value through its codec: the general path, exact by
 construction, and slow. :meth:`CopyRows.from_strings` takes the columns of COPY's CSV format as
 Arrow string arrays (parsed by :meth:`CopyRows.csv_reader`, in C++) and converts a column with
 Arrow compute kernels when its codec's text form maps exactly onto an Arrow cast — integers,
 floats, booleans, dates, times, timestamps, constrained numerics, uuids, bytea, integer arrays
-and every type whose codec keeps the text as is (:func:`vectorized`) — guarded by a regular
-expression over the whole column that admits only the plain forms the cast reads as the codec
-does. Anything else (a guard miss: BC dates, ±infinity, NaN, years past 9999, a
-multi-dimensional array ...; a type without a kernel) takes the codec value by value, so both
-ways give the same Arrow values, NULL plus ``_cdc_pg_text`` included.
+and every type whose codec keeps the text as is (:func:`vectorized`) — and only when every value
+of the column is in a plain form the kernel reads as the codec does. Anything else (BC dates,
+±infinity, NaN, years past 9999, a multi-dimensional array ...; a type without a kernel) takes
+the codec value by value, so both ways give the same Arrow values, NULL plus ``_cdc_pg_text``
+included. :meth:`CopyRows.from_binary` takes the buffers COPY's binary format was decoded into
+(:attr:`CopyRows.binary_plan`: per column a kind whose binary form is the datum the stream
+decodes, or its output function's text, selected by :meth:`CopyRows.binary_statement`).
 
 A virtual generated column (PostgreSQL 18) has no storage: the WAL logs it as NULL, so the
 change stream — and therefore the mirror — holds NULL for it. COPY would compute it, so it is
@@ -111,6 +113,7 @@ class CopyRows:
         self.file_schema: pa.Schema = schema_to_pyarrow(schema, include_field_ids=True)
         fields = mirror_fields(schema, self.table)
         layouts = LayoutCache(types)
+        self._types = layouts.types_at(rel)
         live = layouts.get(rel).live
         #: the columns COPY selects, in attnum order
         self.selected: tuple[LiveColumn, ...] = tuple(
@@ -145,6 +148,8 @@ class CopyRows:
         self._mirror_types = [arrow_type(f.field_type) for f in schema.fields]
         self._vectorized: list[Vectorized | None] = [vectorized(lc.codec)
                                                      for lc in self.selected]
+        #: how COPY's binary format carries each selected column (:meth:`binary_statement`)
+        self.binary_plan: list[str] | None = self._binary_plan()
 
     # -- SQL ---------------------------------------------------------------------------------
 
@@ -173,6 +178,117 @@ class CopyRows:
             where += f" AND ctid < '({int(end_block)},0)'::tid"
         return (f"COPY (SELECT {self.select_list()} FROM ONLY {self.qualified()} "
                 f"WHERE {where}) TO STDOUT" + (" WITH (FORMAT csv)" if csv else ""))
+
+    def _binary_plan(self) -> list[str] | None:
+        """Per selected column, a kind COPY's binary format gives as the stream's value
+        (:data:`BINARY_KINDS`), or ``"output"``: its type's output function's text, asked for
+        in the select list, then read as the CSV path reads it. None (the binary format is
+        not used) when a type is unknown or no column is selected."""
+        if not self.selected:
+            return None
+        plan = []
+        for lc in self.selected:
+            info = self._base_type(lc.column.type_oid)
+            if info is None:
+                return None
+            plan.append(binary_kind(lc.codec, info.oid))
+        return plan
+
+    def _base_type(self, oid: int) -> TypeInfo | None:
+        """The type a domain is over (through domains over domains); a type itself else."""
+        info = self._types.get(oid)
+        for _ in range(64):
+            if info is None or info.typtype != "d":
+                return info
+            info = self._types.get(info.base)
+        return None
+
+    def output_types(self) -> list[int]:
+        """The (base) types of the ``output`` columns of :attr:`binary_plan`: their output
+        functions' schema-qualified names are asked of the source (:data:`OUTPUT_FUNCTIONS`)
+        for :meth:`binary_statement`."""
+        assert self.binary_plan is not None
+        return sorted({self._base_type(lc.column.type_oid).oid  # type: ignore[union-attr]
+                       for lc, kind in zip(self.selected, self.binary_plan, strict=True)
+                       if kind == "output"})
+
+    def binary_statement(self, outputs: Mapping[int, tuple[str, str]], first_block: int = 0,
+                         end_block: int | None = None) -> str:
+        """:meth:`copy_statement` in COPY's binary format (:attr:`binary_plan` not None): an
+        ``output`` column selected as ``pg_catalog.textin(<typoutput>(col))`` — the text
+        COPY itself would print, not a cast to text, which for some types (bool, char(n),
+        inet) prints otherwise. ``outputs`` gives each :meth:`output_types` type's output
+        function and name (:data:`OUTPUT_FUNCTIONS`); a domain is cast to the type it is
+        over first (a relabeling), as polymorphic output functions do not take domains."""
+        assert self.binary_plan is not None
+        exprs = []
+        for lc, kind in zip(self.selected, self.binary_plan, strict=True):
+            col = quote_ident(lc.column.name)
+            if kind == "output":
+                oid = self._base_type(lc.column.type_oid).oid  # type: ignore[union-attr]
+                if oid not in outputs:
+                    raise LakeError(f"{self.table}: the source has no output function for "
+                                    f"the type of column {lc.column.name} (oid {oid})")
+                function, name = outputs[oid]
+                if oid != lc.column.type_oid:
+                    col = f"({col})::{name}"
+                col = f"pg_catalog.textin({function}({col}))"
+            exprs.append(col)
+        statement = self.copy_statement(first_block, end_block)
+        head = f"COPY (SELECT {self.select_list()} FROM "
+        assert statement.startswith(head)
+        return (f"COPY (SELECT {', '.join(exprs)} FROM " + statement[len(head):] +
+                " WITH (FORMAT binary)")
+
+    def from_binary(self, rows: int,
+                    columns: Sequence[tuple[bytes, bytes | None, bytes | None, int]],
+                    specials: Sequence[tuple[int, int, int, int]] = ()) -> pa.Table:
+        """The same as :meth:`to_arrow`, from the buffers a binary COPY's columns were read
+        into (``(values, offsets, validity, nulls)`` each, Arrow's layout, as
+        :meth:`cdclake.snapshot._copyout.CopyOut.read_binary` gives them): a kind's array is
+        the stream's value already; an ``output`` column's text converts as in
+        :meth:`from_strings`. ``specials`` are the ``(row, column, code, raw)`` of the values
+        without a stream value (NULL in the arrays: a numeric's NaN or ±Infinity, a
+        timestamp past Arrow's range, ``raw`` its value): their text goes to
+        ``_cdc_pg_text``, as the codec prints them."""
+        assert self.binary_plan is not None
+        if len(columns) != len(self.selected):
+            raise LakeError(f"{self.table}: a binary COPY batch has {len(columns)} columns "
+                            f"where {len(self.selected)} were selected")
+        texts: dict[int, dict[str, str]] = {}
+        for row, col, code, raw in specials:
+            kind = self.binary_plan[col]
+            lc = self.selected[col]
+            if kind == "numeric" and code in _NUMERIC_SPECIALS:
+                text = _NUMERIC_SPECIALS[code]
+            elif kind == "timestamp" and code == _TIMESTAMP_BEYOND:
+                text = lc.codec.text(raw.to_bytes(8, "little", signed=True))  # as on disk
+            else:
+                raise LakeError(f"{self.table}: a binary COPY batch marks row {row}, column "
+                                f"{col + 1} special ({code})")
+            texts.setdefault(row, {})[str(lc.column.attnum)] = text
+        typed = []
+        for i, (lc, kind, (values, offsets, validity, nulls)) in enumerate(
+                zip(self.selected, self.binary_plan, columns, strict=True)):
+            arr_type = pa.string() if kind == "output" else _BINARY_TYPES.get(kind) or \
+                lc.codec.arrow_type
+            buffers = [None if validity is None else pa.py_buffer(validity)]
+            if offsets is not None:
+                buffers.append(pa.py_buffer(offsets))
+            buffers.append(pa.py_buffer(values))
+            arr = pa.Array.from_buffers(arr_type, rows, buffers, null_count=nulls)
+            if pa.types.is_string(arr_type):
+                try:
+                    arr.validate(full=True)  # UTF-8, as the CSV reader checks it
+                except pa.ArrowInvalid as exc:
+                    raise LakeError(f"{self.table}: column {lc.column.name} of a binary COPY "
+                                    f"batch is not UTF-8: {exc}") from exc
+            if kind == "bool":
+                arr = pc.not_equal(arr, 0)
+            elif kind == "output":
+                arr = self._from_text(i, lc, arr, texts)
+            typed.append(arr)
+        return self._table(typed, texts, rows)
 
     def csv_reader(self, source: Any, block_size: int) -> pcsv.CSVStreamingReader:
         """Record batches of string columns (:meth:`select_list` order) from ``source``, a
@@ -228,16 +344,22 @@ class CopyRows:
         n = len(columns[0])
         texts: dict[int, dict[str, str]] = {}
         typed = []
-        for lc, fast, column in zip(self.selected, self._vectorized, columns, strict=False):
+        for i, (lc, column) in enumerate(zip(self.selected, columns, strict=False)):
             strings = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
             if len(strings) != n or strings.type != pa.string():
                 raise LakeError(f"{self.table}: column {lc.column.name} of a COPY batch is "
                                 f"{len(strings)} {strings.type} values, not {n} strings")
-            arr = _try(fast, strings) if fast is not None else None
-            if arr is None:
-                arr = self._column(lc, strings.to_pylist(), texts)
-            typed.append(arr)
+            typed.append(self._from_text(i, lc, strings, texts))
         return self._table(typed, texts, n)
+
+    def _from_text(self, i: int, lc: LiveColumn, strings: pa.Array,
+                   texts: dict[int, dict[str, str]]) -> pa.Array:
+        """Selected column ``i``'s texts in the stream's type: its kernel, or its codec."""
+        fast = self._vectorized[i]
+        arr = fast(strings) if fast is not None else None
+        if arr is None:
+            arr = self._column(lc, strings.to_pylist(), texts)
+        return arr
 
     def _table(self, typed: list[pa.Array], texts: dict[int, dict[str, str]],
                n: int) -> pa.Table:
@@ -319,110 +441,174 @@ def counts_only_columns(table: pa.Table) -> list[str]:
 # -- vectorized conversions ------------------------------------------------------------------
 #
 # Each reads exactly the output of one codec's ``value_from_text`` parser, and only the plain
-# form of it: the guard (an RE2 expression that every non-null value of the column must match)
-# admits text on which the Arrow kernel and the parser agree, value for value; the rest of the
-# parser's domain (±infinity, NaN, BC, years past 9999, 24:00:00, bounds, dimensions, ...)
-# misses the guard and the column goes value by value. A kernel error (an integer beyond its
-# type, a decimal beyond its precision) does the same: the codec then decides, as it always did.
+# form of it. The text comes from PostgreSQL's output functions under SESSION_SETTINGS, so each
+# type prints in a few forms only; where Arrow's kernel would read a non-plain form at all, it
+# is refused by a guard made of byte comparisons (the ``n`` of NaN and Infinity in a float, a
+# timestamptz's ``+00`` end, bytea's ``\x`` and even length, an array's one ``{``); elsewhere
+# the kernel itself refuses every non-plain form (BC, infinity, years past 9999, bounds,
+# dimensions, an integer beyond its type, a decimal beyond its precision). A refusal sends the
+# column value by value: the codec then decides, as it always did. (An RE2 expression per
+# value guarded every column once: 22% of a snapshot task's time on the bench's wide table.)
 
-_INT = r"-?[0-9]+"
-_INT_RE = f"^{_INT}$"
-#: the shortest-exact output of float4out/float8out (extra_float_digits 1), NaN/Infinity not:
-#: Arrow's string -> float32/float64 is correctly rounded (round half even), as the codecs are
-_FLOAT_RE = r"^-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?$"
-_BOOL_RE = r"^[tf]$"
-#: ISO dates of years 1..9999 AD (date_out pads to 4 digits; BC, infinity and 5-digit
-#: years miss)
-_DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
-_TIME = r"[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
-_DATE_RE = f"^{_DATE}$"
-_TIMESTAMP_RE = f"^{_DATE} {_TIME}$"
-#: TimeZone UTC: timestamptz_out always ends in +00
-_TIMESTAMPTZ_RE = f"^{_DATE} {_TIME}\\+00$"
 #: 00:00:00 .. 23:59:59.999999 (24:00:00 has no Arrow time: NotTypeable, value by value)
 _TIME_RE = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?$"
-_DECIMAL_RE = r"^-?[0-9]+(\.[0-9]+)?$"
-_HEX = "[0-9a-f]"
-_UUID_RE = f"^{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}$"
-_BYTEA_RE = f"^\\\\x({_HEX}{_HEX})*$"
-#: a one-dimensional integer array with lower bound 1 (no "[lb:ub]=" prefix), NULLs allowed
-_INT_LIST_RE = f"^\\{{(({_INT}|NULL)(,({_INT}|NULL))*)?\\}}$"
+
+#: what a kernel raises on a value it cannot read
+_REFUSED = (pa.ArrowException, ValueError)
 
 
-def vectorized(codec: Codec) -> Vectorized | None:
-    """The Arrow-kernel form of ``codec.value_from_text`` over a column, or None.
-
-    Chosen by the parser the codec wraps (and its Arrow type), never by the type's name: a
-    domain over int4 reads like int4, and a parser without a kernel here has no fast form.
-    """
+def _family(codec: Codec) -> str | None:
+    """Which text a codec reads, by the parser it wraps and its Arrow type — never by the
+    type's name: a domain over int4 reads like int4. None for a parser without a fast form."""
     parser = getattr(codec.value_from_text, "__wrapped__", None)
     t = codec.arrow_type
     if parser is codecs.as_is:
-        return _as_is if t == pa.string() else None
+        return "text" if t == pa.string() else None
     if parser is int and pa.types.is_integer(t):
-        return _guarded_cast(_INT_RE, t)
-    if parser is float and t == pa.float64():
-        return _guarded_cast(_FLOAT_RE, t)
-    if parser is codecs.float4_from_text and t == pa.float32():
-        return _guarded_cast(_FLOAT_RE, t)
-    if parser is scalars.bool_from_text and t == pa.bool_():
-        return _bool
-    if parser is datetimes.date_value_from_text and t == pa.date32():
-        return _guarded_cast(_DATE_RE, t)
-    if parser is datetimes.time_value_from_text and t == pa.time64("us"):
-        return _time
-    if parser is datetimes.timestamp_value_from_text and t == pa.timestamp("us"):
-        return _guarded_cast(_TIMESTAMP_RE, t)
-    if parser is datetimes.timestamp_value_from_text and t == pa.timestamp("us", tz="UTC"):
-        return _timestamptz
+        return "integer"
+    if (parser is float and t == pa.float64()) or \
+            (parser is codecs.float4_from_text and t == pa.float32()):
+        return "float"
     if parser is numeric.decimal_from_text and pa.types.is_decimal128(t):
-        return _guarded_cast(_DECIMAL_RE, t)
-    if parser is scalars.uuid_from_text and t == pa.binary(16):
-        return _uuid
-    if parser is scalars.bytea_from_text and t == pa.binary():
-        return _bytea
+        return "numeric"
     if pa.types.is_list(t) and pa.types.is_integer(t.value_type) \
             and getattr(parser, "element", None) == (int, ","):
-        return _int_list(t)
-    return None
+        return "int_list"
+    return next((family for family, (p, types) in _PARSERS.items()
+                 if parser is p and any(t == x for x in types)), None)
 
 
-def _try(fast: Vectorized, strings: pa.Array) -> pa.Array | None:
-    """``fast(strings)``, None when the kernel refuses a value: the codec decides then."""
-    try:
-        return fast(strings)
-    except (pa.ArrowException, ValueError):
-        return None
+#: the other families: their parser, and the Arrow types it gives
+_PARSERS: dict[str, tuple[Any, tuple[pa.DataType, ...]]] = {
+    "bool": (scalars.bool_from_text, (pa.bool_(),)),
+    "date": (datetimes.date_value_from_text, (pa.date32(),)),
+    "time": (datetimes.time_value_from_text, (pa.time64("us"),)),
+    "timestamp": (datetimes.timestamp_value_from_text, (pa.timestamp("us"),)),
+    "timestamptz": (datetimes.timestamp_value_from_text, (pa.timestamp("us", tz="UTC"),)),
+    "uuid": (scalars.uuid_from_text, (pa.binary(16),)),
+    "bytea": (scalars.bytea_from_text, (pa.binary(),)),
+}
 
 
-def _plain(strings: pa.Array, pattern: str) -> bool:
-    """Every non-null value matches ``pattern`` (a column of NULLs does)."""
-    if strings.null_count == len(strings):
-        return True
-    return bool(pc.all(pc.match_substring_regex(strings, pattern), min_count=0).as_py())
+def vectorized(codec: Codec) -> Vectorized | None:
+    """The Arrow-kernel form of ``codec.value_from_text`` over a column, or None (a parser
+    without a kernel here has no fast form). The form returns None for a column it does not
+    read exactly."""
+    family = _family(codec)
+    t = codec.arrow_type
+    if family == "text":
+        return _as_is
+    if family in ("integer", "date", "timestamp", "numeric"):
+        fast: Vectorized | None = _cast(t)
+    elif family == "float":
+        fast = _float(t)
+    elif family == "int_list":
+        fast = _int_list(t)
+    else:
+        fast = {"bool": _bool, "time": _time, "timestamptz": _timestamptz, "uuid": _uuid,
+                "bytea": _bytea}.get(family or "")
+    return None if fast is None else _refusing(fast)
 
 
-def _as_is(strings: pa.Array) -> pa.Array:
-    return strings
+#: the base types whose binary form each kind reads; the kind also needs the codec below
+BINARY_KINDS: dict[str, tuple[int, ...]] = {
+    "int16": (21,), "int32": (23,), "int64": (20,), "float32": (700,), "float64": (701,),
+    "bool": (16,), "text": (25, 1043, 1042, 19, 114), "jsonb": (3802,), "bytea": (17,),
+    "uuid": (2950,), "date": (1082,), "timestamp": (1114, 1184), "numeric": (1700,),
+}
+#: numeric_out of the values a decimal cannot hold, by the code the binary reader gives them
+_NUMERIC_SPECIALS = {1: "NaN", 2: "Infinity", 3: "-Infinity"}
+#: the code of a timestamp past Arrow's range (its value comes with it)
+_TIMESTAMP_BEYOND = 4
+#: the Arrow type a kind's buffers are laid out as, where it is not the codec's
+_BINARY_TYPES = {"bool": pa.uint8(), "text": pa.string(), "jsonb": pa.string()}
+#: (type oid, its output function schema-qualified and quoted, the type's name as regtype
+#: prints it) of the types ``{oids}`` (oids joined by commas): for
+#: :meth:`CopyRows.binary_statement`, in a session whose search path is pg_catalog's
+OUTPUT_FUNCTIONS = (
+    "SELECT t.oid, pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' "
+    "OPERATOR(pg_catalog.||) pg_catalog.quote_ident(p.proname), "
+    "t.oid::pg_catalog.regtype::pg_catalog.text "
+    "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) "
+    "t.typoutput JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) "
+    "p.pronamespace WHERE t.oid OPERATOR(pg_catalog.=) ANY ('{{{oids}}}'::pg_catalog.oid[])")
 
 
-def _guarded_cast(pattern: str, target: pa.DataType) -> Vectorized:
+def binary_kind(codec: Codec, base: int) -> str:
+    """How COPY's binary format gives a column of base type ``base`` read by ``codec``: a
+    kind whose value is the stream's (by the codec's text family, as :func:`vectorized`
+    chooses), or ``"output"`` (the output function's text)."""
+    family = _family(codec)
+    t = codec.arrow_type
+    if family == "integer":
+        kind = {pa.int16(): "int16", pa.int32(): "int32", pa.int64(): "int64"}.get(t, "output")
+    elif family == "float":
+        kind = "float32" if t == pa.float32() else "float64"
+    elif family == "text":
+        kind = "jsonb" if base == 3802 else "text"
+    elif family == "timestamptz":
+        kind = "timestamp"
+    else:
+        kind = family or "output"
+    return kind if base in BINARY_KINDS.get(kind, ()) else "output"
+
+
+def _refusing(fast: Vectorized) -> Vectorized:
     def convert(strings: pa.Array) -> pa.Array | None:
-        if not _plain(strings, pattern):
+        try:
+            return fast(strings)
+        except _REFUSED:
+            return None
+
+    return convert
+
+
+def _all(mask: pa.Array) -> bool:
+    """Every non-null entry of ``mask`` is true (an all-null mask is)."""
+    return bool(pc.all(mask, min_count=0).as_py())
+
+
+def _cast(target: pa.DataType) -> Vectorized:
+    """Arrow's cast, which reads the plain form and refuses every other form PostgreSQL
+    prints for the type (an integer, a date, a timestamp without time zone, a numeric)."""
+    def convert(strings: pa.Array) -> pa.Array:
+        return pc.cast(strings, target, safe=True)
+
+    return convert
+
+
+def _float(target: pa.DataType) -> Vectorized:
+    """float4out/float8out's shortest-exact digits; NaN and ±Infinity (the only forms with an
+    ``n``) go value by value. Arrow's string -> float32/float64 is correctly rounded (round
+    half even), as the codecs are."""
+    def convert(strings: pa.Array) -> pa.Array | None:
+        if pc.any(pc.match_substring(strings, "n"), min_count=0).as_py():
             return None
         return pc.cast(strings, target, safe=True)
 
     return convert
 
 
+def _plain(strings: pa.Array, pattern: str) -> bool:
+    """Every non-null value matches ``pattern`` (a column of NULLs does)."""
+    if strings.null_count == len(strings):
+        return True
+    return _all(pc.match_substring_regex(strings, pattern))
+
+
+def _as_is(strings: pa.Array) -> pa.Array:
+    return strings
+
+
 def _bool(strings: pa.Array) -> pa.Array | None:
-    if not _plain(strings, _BOOL_RE):
+    true = pc.equal(strings, "t")
+    if not _all(pc.or_(true, pc.equal(strings, "f"))):
         return None
-    return pc.equal(strings, "t")
+    return true
 
 
 def _timestamptz(strings: pa.Array) -> pa.Array | None:
-    if not _plain(strings, _TIMESTAMPTZ_RE):
+    if not _all(pc.ends_with(strings, "+00")):  # TimeZone UTC; a BC one ends in " BC"
         return None
     naive = pc.cast(pc.utf8_slice_codeunits(strings, 0, -3), pa.timestamp("us"), safe=True)
     # the text is UTC: the same µs since 1970, now marked as UTC (a change of metadata)
@@ -460,16 +646,19 @@ def _with_nulls(strings: pa.Array, arr: pa.Array) -> pa.Array:
 
 
 def _uuid(strings: pa.Array) -> pa.Array | None:
-    if not _plain(strings, _UUID_RE):
-        return None
     hexes = pc.replace_substring(strings, "-", "").fill_null("0" * 32)
+    lengths = pc.min_max(pc.binary_length(hexes))
+    if lengths["min"].as_py() != 32 or lengths["max"].as_py() != 32:  # uuid_out: 8-4-4-4-12
+        return None
     raw, _ = _unhex(hexes)
     arr = pa.Array.from_buffers(pa.binary(16), len(strings), [None, pa.py_buffer(raw)])
     return _with_nulls(strings, arr)
 
 
 def _bytea(strings: pa.Array) -> pa.Array | None:
-    if not _plain(strings, _BYTEA_RE):
+    # bytea_output hex: "\\x" and two digits a byte (unhexlify refuses any other digit)
+    if not _all(pc.starts_with(strings, "\\x")) or \
+            not _all(pc.equal(pc.bit_wise_and(pc.binary_length(strings), 1), 0)):
         return None
     hexes = pc.utf8_slice_codeunits(strings, 2).fill_null("")
     raw, offsets = _unhex(hexes)
@@ -485,7 +674,9 @@ def _int_list(list_type: pa.DataType) -> Vectorized:
     element = list_type.value_type
 
     def convert(strings: pa.Array) -> pa.Array | None:
-        if not _plain(strings, _INT_LIST_RE):
+        # one "{": no "[lb:ub]=" prefix, one dimension; the element cast refuses the rest
+        if not _all(pc.starts_with(strings, "{")) or \
+                not _all(pc.equal(pc.count_substring(strings, "{"), 1)):
             return None
         inner = pc.utf8_slice_codeunits(strings.fill_null("{}"), 1, -1)  # "1,NULL,3" or ""
         parts = pc.split_pattern(inner, ",")

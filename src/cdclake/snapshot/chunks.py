@@ -8,12 +8,18 @@ blocks with a TID range scan and streams the rows — converted by
 Parquet file laid out as the mirror's schema with its field ids, ready for pyiceberg's
 ``parquet_file_to_data_file``. A chunk is never held in memory whole.
 
-The rows come as COPY's CSV output, read block by block (``csv_block_bytes``) by pyarrow's CSV
-parser into string columns, which CopyRows converts with Arrow kernels where the codec's text
-maps exactly onto them (value by value through the codec elsewhere). A row longer than a block
-(a huge TOASTed value) stops the CSV parser: the chunk is then copied again from scratch, the
-same file overwritten, through COPY's text format and psycopg's row parser — the general path,
-also taken with ``csv_block_bytes = 0``; the result's ``text_path`` says which one ran.
+The rows come in COPY's binary format, read and decoded column by column by the compiled
+loop over libpq (:mod:`cdclake.snapshot._copyout`, a batch of ``batch_rows`` rows at a time on
+a thread, the GIL released) into the stream's values, or the text of a column's output
+function, which CopyRows converts (:meth:`CopyRows.from_binary`). A value the binary decoder
+cannot take sends the chunk, from scratch, to COPY's CSV output (also taken when the compiled
+module was not built, then read through psycopg a row at a time, or with ``binary=False``):
+parsed block by block (``csv_block_bytes``) by pyarrow's CSV parser into string columns, which
+CopyRows converts with Arrow kernels where the codec's text maps exactly onto them (value by
+value through the codec elsewhere). A row longer than a block (a huge TOASTed value) stops the
+CSV parser: the chunk is then copied again from scratch, the same file overwritten, through
+COPY's text format and psycopg's row parser — the general path, also taken with
+``csv_block_bytes = 0``; the result's ``format`` says which one ran.
 
 An empty chunk still writes a valid Parquet file with zero rows, so every task has exactly one
 file and the driver's bookkeeping is uniform (an empty table's mirror gets one empty file, and
@@ -28,26 +34,36 @@ the DSN's password. Everything a task carries is plain data, so Spark can pickle
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.schema import Schema
 
-from cdclake.catalog.connection import connect
+from cdclake import native
+from cdclake.catalog.connection import connect, pinned_options
 from cdclake.catalog.model import RelationVersion, TypeInfo, type_from_json, type_to_json
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError, SourceError, TupleDecodeError
-from cdclake.lake.copyrows import SESSION_SETTINGS, CopyRows, counts_only_columns
+from cdclake.lake.copyrows import (
+    OUTPUT_FUNCTIONS,
+    SESSION_SETTINGS,
+    CopyRows,
+    counts_only_columns,
+)
 from cdclake.parquet import dictionary_columns
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ChunkResult", "ChunkTask", "copy_chunk", "types_from_json", "types_to_json"]
 
@@ -57,12 +73,27 @@ APPLICATION_NAME = "cdclake-snapshot"
 #: pyiceberg's default data file codec (write.parquet.compression-codec); decimals are
 #: stored as pyiceberg stores them too (int32/int64 up to 18 digits, as the Iceberg spec allows)
 COMPRESSION = "zstd"
-#: bytes of COPY CSV output the parser takes at a time: a row must fit in one
-CSV_BLOCK_BYTES = 16 << 20
+#: what pg_export_snapshot() returns: hex words and a number, joined by dashes
+SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f]+(-[0-9A-Fa-f]+)+")
+#: bytes of COPY CSV output the parser takes at a time: a row must fit in one. pyarrow's
+#: parser costs about the same per byte from 512 KiB to 4 MiB blocks, 1.2x at 8 MiB and 5x at
+#: 16 MiB (300k rows of the bench's wide table: 0.21, 0.24 and 1.12 CPU-s)
+CSV_BLOCK_BYTES = 4 << 20
+#: bytes of COPY's binary output a batch holds at most (besides ``batch_rows``): a batch of
+#: rows with large TOASTed values stays this size (two are held, one read, one written)
+BINARY_BATCH_BYTES = 32 << 20
 #: blocks the CSV reader's thread may read beyond the batches taken (:class:`_CopyStream`)
 AHEAD_BLOCKS = 2
 #: seconds a read waits for the caller to take a batch before it reads anyway
 AHEAD_WAIT_S = 5.0
+
+#: the compiled COPY reader (None: not built, or pure Python asked for — psycopg reads)
+_copyout = native.compiled("cdclake.snapshot._copyout")
+#: what a failed read raises: retried, then reported as a read from the source
+READ_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,) + (
+    (_copyout.CopyOutError,) if _copyout is not None else ())
+#: what a chunk's attempt is retried on: a read, or a write (OSError)
+_RETRIED: tuple[type[Exception], ...] = (*READ_ERRORS, OSError)
 
 
 @dataclass(frozen=True)
@@ -87,6 +118,11 @@ class ChunkTask:
     attempts: int = 3
     #: CSV parser block (a longer row sends the chunk down the text path); 0: text path only
     csv_block_bytes: int = CSV_BLOCK_BYTES
+    #: COPY's binary format where the relation allows it (CopyRows.binary_plan) and the
+    #: compiled reader was built; False: CSV (or text) only
+    binary: bool = True
+    #: bytes of binary output a batch holds at most
+    batch_bytes: int = BINARY_BATCH_BYTES
 
     def blocks(self) -> str:
         end = "end" if self.end_block is None else str(self.end_block)
@@ -108,8 +144,9 @@ class ChunkResult:
     #: columns whose values pyiceberg cannot bound: set their metrics mode to counts
     counts_only: list[str]
     attempts: int  #: how many attempts it took
-    #: copied through COPY's text format: a row longer than a CSV block, or CSV turned off
-    text_path: bool = False
+    #: the format the rows came in: "binary", "csv", or "text" (a row longer than a CSV
+    #: block, or CSV turned off)
+    format: str = "csv"
 
 
 # -- the types a relation decodes with, as JSON -------------------------------------------------
@@ -153,9 +190,9 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
     attempts = max(1, task.attempts)
     for attempt in range(1, attempts + 1):
         try:
-            rows, counts_only, text_path = _copy_once(task, converter, io)
+            rows, counts_only, fmt = _copy_once(task, converter, io)
             size = len(io.new_input(task.location))
-        except (psycopg.Error, OSError) as exc:
+        except _RETRIED as exc:
             _discard(io, task.location)
             if attempt < attempts:
                 time.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
@@ -169,51 +206,127 @@ def copy_chunk(task: ChunkTask) -> ChunkResult:
             _discard(io, task.location)
             raise
         return ChunkResult(task.table, task.oid, task.index, task.location, rows, size,
-                           time.monotonic() - started, sorted(counts_only), attempt,
-                           text_path)
+                           time.monotonic() - started, sorted(counts_only), attempt, fmt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class _RowTooLong(Exception):
-    """A CSV row longer than the parser's block: the chunk must take the text path."""
+class _GiveWay(Exception):
+    """The format a chunk is being copied in cannot carry it: the next one must."""
+
+
+class _RowTooLong(_GiveWay):
+    """A CSV row longer than the parser's block."""
+
+
+def _formats(task: ChunkTask, converter: CopyRows) -> list[str]:
+    """The formats a chunk is copied in, fastest first: each gives way to the next."""
+    formats = []
+    if task.binary and _copyout is not None and converter.binary_plan is not None \
+            and task.csv_block_bytes > 0:
+        formats.append("binary")
+    if task.csv_block_bytes > 0:
+        formats.append("csv")
+    return [*formats, "text"]
 
 
 def _copy_once(task: ChunkTask, converter: CopyRows,
-               io: FileIO) -> tuple[int, set[str], bool]:
-    """(rows, counts-only columns, whether the text path ran) of one attempt."""
-    if task.csv_block_bytes > 0:
+               io: FileIO) -> tuple[int, set[str], str]:
+    """(rows, counts-only columns, the format that ran) of one attempt."""
+    *faster, last = _formats(task, converter)
+    for fmt in faster:
         try:
-            return (*_copy(task, converter, io, csv=True), False)
-        except _RowTooLong:
-            pass  # from scratch, the file overwritten: nothing of the CSV attempt is kept
-    return (*_copy(task, converter, io, csv=False), True)
+            return (*_copy(task, converter, io, fmt), fmt)
+        except _GiveWay:
+            pass  # from scratch, the file overwritten: nothing of this attempt is kept
+    return (*_copy(task, converter, io, last), last)
 
 
-def _copy(task: ChunkTask, converter: CopyRows, io: FileIO, *,
-          csv: bool) -> tuple[int, set[str]]:
+def _copy(task: ChunkTask, converter: CopyRows, io: FileIO,
+          fmt: str) -> tuple[int, set[str]]:
     counts_only: set[str] = set()
-    total = 0
-    statement = converter.copy_statement(task.first_block, task.end_block, csv=csv)
-    with connect(task.dsn, autocommit=False,
-                         application_name=APPLICATION_NAME) as conn:
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
-        with conn.cursor() as cur:
-            # the first statement opens BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; the
-            # snapshot must be set before any query of the transaction
-            cur.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(
-                sql.Literal(task.snapshot_id)))
-            for setting in SESSION_SETTINGS:
-                cur.execute(setting)
-            with io.new_output(task.location).create(overwrite=True) as out, \
-                    _DataFile(out, converter.file_schema) as writer, \
-                    cur.copy(statement) as copy:
-                if csv:
-                    total = _read_csv(task, converter, copy, writer, counts_only)
-                else:
-                    total = _read_text(task, converter, copy, writer, counts_only)
-        conn.rollback()
+    with io.new_output(task.location).create(overwrite=True) as out, \
+            _DataFile(out, converter.file_schema) as writer:
+        if fmt != "text" and _copyout is not None:
+            total = _copy_compiled(task, converter, fmt, writer, counts_only)
+        else:
+            total = _copy_psycopg(task, converter, fmt, writer, counts_only)
     return total, counts_only
+
+
+def _copy_compiled(task: ChunkTask, converter: CopyRows, fmt: str, writer: _DataFile,
+                   counts_only: set[str]) -> int:
+    """The chunk through the compiled reader's own session: binary, or CSV in blocks."""
+    assert _copyout is not None
+    with _copyout.CopyOut({"dbname": task.dsn, "application_name": APPLICATION_NAME,
+                           "options": pinned_options(task.dsn)}) as session:
+        for statement in _setup(task):
+            session.execute(statement)
+        if fmt == "csv":
+            session.start(converter.copy_statement(task.first_block, task.end_block,
+                                                   csv=True))
+            return _read_csv(task, converter, session.read, writer, counts_only)
+        oids = ",".join(map(str, converter.output_types()))
+        outputs = {int(oid): (function, name) for oid, function, name in
+                   session.execute(OUTPUT_FUNCTIONS.format(oids=oids))}
+        session.start(converter.binary_statement(outputs, task.first_block, task.end_block))
+        return _read_binary(task, converter, session, writer, counts_only)
+
+
+def _copy_psycopg(task: ChunkTask, converter: CopyRows, fmt: str, writer: _DataFile,
+                  counts_only: set[str]) -> int:
+    """The chunk through psycopg: CSV a row at a time, or the text format."""
+    statement = converter.copy_statement(task.first_block, task.end_block, csv=fmt == "csv")
+    with connect(task.dsn, autocommit=True, application_name=APPLICATION_NAME) as conn, \
+            conn.cursor() as cur:
+        for setup in _setup(task):
+            cur.execute(setup)
+        with cur.copy(statement) as copy:
+            total = (_read_csv(task, converter, copy.read, writer, counts_only)
+                     if fmt == "csv" else
+                     _read_text(task, converter, copy, writer, counts_only))
+        cur.execute("ROLLBACK")
+    return total
+
+
+def _setup(task: ChunkTask) -> list[str]:
+    """The statements a copying session runs before its COPY: the driver's snapshot joined
+    (it must be set before any query of the transaction), then the codecs' settings."""
+    if not SNAPSHOT_ID.fullmatch(task.snapshot_id):
+        raise LakeError(f"{task.snapshot_id!r} is not an exported snapshot")
+    return ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            f"SET TRANSACTION SNAPSHOT '{task.snapshot_id}'",
+            *SESSION_SETTINGS]
+
+
+def _read_binary(task: ChunkTask, converter: CopyRows, session: Any, writer: _DataFile,
+                 counts_only: set[str]) -> int:
+    """Batches of ``batch_rows`` rows (or ``batch_bytes``) read and decoded by the compiled
+    reader on a thread (the GIL released) while the one before is converted and written: two
+    batches held."""
+    assert _copyout is not None and converter.binary_plan is not None
+    kinds = []
+    for lc, kind in zip(converter.selected, converter.binary_plan, strict=True):
+        t = lc.codec.arrow_type
+        p, s = (t.precision, t.scale) if kind == "numeric" else (0, 0)
+        name = "text" if kind == "output" else kind
+        kinds.append((int(getattr(_copyout.Kind, f"K_{name.upper()}")), p, s))
+    step, size = max(1, task.batch_rows), max(1, task.batch_bytes)
+    total = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="cdclake-copy") as reading:
+        ahead = reading.submit(session.read_binary, kinds, step, size)
+        while True:
+            try:
+                rows, columns, specials = ahead.result()
+            except _copyout.NotPlain as exc:
+                raise _GiveWay(f"column {exc.args[0] + 1}") from exc
+            except _copyout.Malformed as exc:  # the text formats are read without this code
+                log.warning("%s: %s; copying it as CSV", task.where(), exc)
+                raise _GiveWay(str(exc)) from exc
+            if not rows:
+                return total
+            ahead = reading.submit(session.read_binary, kinds, step, size)
+            total += _write_table(converter.from_binary(rows, columns, specials), writer,
+                                  counts_only)
 
 
 def _read_text(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
@@ -230,21 +343,28 @@ def _read_text(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
     return total
 
 
-def _read_csv(task: ChunkTask, converter: CopyRows, copy: psycopg.Copy,
+def _read_csv(task: ChunkTask, converter: CopyRows, read: Callable[[], bytes],
               writer: _DataFile, counts_only: set[str]) -> int:
     total = 0
     step = max(1, task.batch_rows)
-    with _CopyStream(copy) as stream:
+    with _CopyStream(read) as stream:
         if stream.empty():  # the CSV reader refuses an input without a byte
             return 0
         reader = _parsing(converter, lambda: converter.csv_reader(stream,
                                                                   task.csv_block_bytes))
         batches: Iterator[pa.RecordBatch] = iter(reader)
+        pending: list[pa.Table] = []  # converted, written together: a row group of ~step rows
+        held = 0
         while (batch := _parsing(converter, lambda: next(batches, None))) is not None:
             stream.took()
             for start in range(0, batch.num_rows, step):
-                data = converter.from_strings(batch.slice(start, step).columns)
-                total += _write_table(data, writer, counts_only)
+                pending.append(converter.from_strings(batch.slice(start, step).columns))
+                held += pending[-1].num_rows
+                if held >= step:
+                    total += _write_table(pa.concat_tables(pending), writer, counts_only)
+                    pending, held = [], 0
+        if pending:
+            total += _write_table(pa.concat_tables(pending), writer, counts_only)
     return total
 
 
@@ -262,22 +382,25 @@ def _parsing(converter: CopyRows, fn: Callable[[], Any]) -> Any:
 
 
 class _CopyStream:
-    """A read-only file over COPY TO's data messages (one per row), for pyarrow's CSV reader.
+    """A read-only file over COPY TO's output, for pyarrow's CSV reader: ``read()`` gives
+    the output's next bytes (psycopg's ``Copy.read``, a row at a time, or the compiled
+    :class:`cdclake.snapshot._copyout.CopyOut`'s, a block at a time), ``b""`` at its end.
 
-    The CSV reader calls ``read`` from a thread of its own, which reads ahead of the batches
-    the caller takes as far as COPY outruns the conversion: 13 blocks of a 1.6M-row chunk's
-    19 at once (208 MiB), so a task's memory grew with its chunk. So a read waits while
-    :data:`AHEAD_BLOCKS` blocks are read beyond the batches taken (:meth:`took`; a block
-    parses into one batch) — for :data:`AHEAD_WAIT_S` at most, then reads anyway: a reader
-    never waits for a batch it cannot produce. Reads hold a lock, and :meth:`close` waits for
-    a read in flight and ends reading (EOF from then on, a waiting read woken): only after it
-    may the caller's thread leave the copy block (which, after an error, cancels and drains
-    the COPY).
+    The CSV reader calls :meth:`read` from a thread of its own, which reads ahead of the
+    batches the caller takes as far as COPY outruns the conversion: 13 blocks of a 1.6M-row
+    chunk's 19 at once (208 MiB), so a task's memory grew with its chunk. So a read waits
+    while :data:`AHEAD_BLOCKS` blocks are read beyond the batches taken (:meth:`took`; a
+    block parses into one batch) — for :data:`AHEAD_WAIT_S` at most, then reads anyway: a
+    reader never waits for a batch it cannot produce. The counts have a lock of their own,
+    reading another (so :meth:`took` never waits for a block being read): :meth:`close`
+    waits for a read in flight and ends reading (EOF from then on, a waiting read woken) —
+    only after it may the caller leave the COPY (which, after an error, is abandoned).
     """
 
-    def __init__(self, copy: psycopg.Copy) -> None:
-        self._copy = copy
-        self._lock = threading.Condition()
+    def __init__(self, read: Callable[[], bytes]) -> None:
+        self._source = read
+        self._counts = threading.Condition()
+        self._reading = threading.Lock()
         # bytes read, not yet handed out; a bytearray: keeping psycopg's buffers (one per
         # row, allocated by libpq) until a block is full costs several times the read itself
         self._buffer = bytearray()
@@ -295,7 +418,7 @@ class _CopyStream:
 
     def _fill(self, n: int) -> None:
         buffer = self._buffer
-        read = self._copy.read
+        read = self._source
         while len(buffer) < n and not self._eof:
             data = read()
             if data:
@@ -305,41 +428,45 @@ class _CopyStream:
 
     def empty(self) -> bool:
         """No byte at all (a chunk without rows)."""
-        with self._lock:
+        with self._reading:
             self._fill(1)
             return not self._buffer
 
     def took(self) -> None:
         """The caller took a batch from the CSV reader: a block more may be read."""
-        with self._lock:
+        with self._counts:
             self._taken += 1
-            self._lock.notify_all()
+            self._counts.notify_all()
 
     def read(self, n: int = -1) -> bytes | bytearray:
         """Exactly ``n`` bytes (fewer only at the end), once the reader is no more than
         :data:`AHEAD_BLOCKS` blocks ahead. The buffer handed out is never touched again
         (pyarrow may keep it without a copy)."""
-        with self._lock:
-            self._lock.wait_for(lambda: self._closed or
-                                self._handed - self._taken < AHEAD_BLOCKS, AHEAD_WAIT_S)
+        with self._counts:
+            self._counts.wait_for(lambda: self._closed or
+                                  self._handed - self._taken < AHEAD_BLOCKS, AHEAD_WAIT_S)
+        with self._reading:
             if self._closed:
                 return b""
             want = n if n >= 0 else 1 << 62
             self._fill(want)
             out = self._buffer
-            if len(out) > want:  # the rest (less than a row) starts the next block
+            if len(out) > want:  # the rest (less than a block) starts the next one
                 self._buffer = out[want:]
                 del out[want:]
             else:
                 self._buffer = bytearray()
-            self._handed += bool(out)
-            return out
+        if out:
+            with self._counts:
+                self._handed += 1
+        return out
 
     def close(self) -> None:
-        with self._lock:
+        with self._counts:
             self._closed = True
+            self._counts.notify_all()
+        with self._reading:
             self._buffer = bytearray()
-            self._lock.notify_all()
 
     def __enter__(self) -> _CopyStream:
         return self
@@ -428,7 +555,7 @@ def _final_error(task: ChunkTask, exc: BaseException, attempts: int) -> Exceptio
     password = _password(task.dsn)
     if password:
         cause = cause.replace(password, "***")
-    if isinstance(exc, psycopg.Error):
+    if isinstance(exc, READ_ERRORS):
         return SourceError(f"{task.where()} failed after {attempts} attempt(s) reading from "
                            f"{server_name(task.dsn)}: {cause}")
     return LakeError(f"{task.where()} failed after {attempts} attempt(s) writing "

@@ -18,7 +18,9 @@ import datetime as dt
 import math
 import pickle
 import re
+import time
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,18 @@ pytestmark = pytest.mark.e2e
 
 COMMIT_LSN = 0x7_0000_0028
 COMMIT_TS_US = 1_717_236_000_000_001
+
+
+@pytest.fixture(params=("compiled", "psycopg"))
+def copy_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The two readers of COPY's output: the compiled one (its own libpq session; the binary
+    format, or CSV in blocks of rows) and psycopg's (CSV a row at a time: where the compiled
+    one is not built)."""
+    if request.param == "psycopg":
+        monkeypatch.setattr(chunks, "_copyout", None)
+    else:
+        assert chunks._copyout is not None, "cdclake.snapshot._copyout was not built"
+    return str(request.param)
 
 
 def _types(pg: LocalPostgres, conn: Any) -> list[tuple[str, list[str]]]:
@@ -184,14 +198,19 @@ def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, databas
                      batch_rows=7)
         assert pickle.loads(pickle.dumps(task)) == task  # Spark ships it to the workers
         result = copy_chunk(task)
-        text_location = location.replace(".parquet", "-text.parquet")
-        text_result = copy_chunk(dataclasses.replace(task, location=text_location,
-                                                     csv_block_bytes=0))
+        others = {}  # the same chunk in COPY's other formats
+        for fmt, change in (("csv", {"binary": False}), ("text", {"csv_block_bytes": 0})):
+            where = location.replace(".parquet", f"-{fmt}.parquet")
+            others[fmt] = (where, copy_chunk(dataclasses.replace(task, location=where,
+                                                                 **change)))
     finally:
         holder.close()
 
     assert result.rows == nrows and result.attempts == 1
-    assert not result.text_path and text_result.text_path  # CSV and kernels; text by value
+    # binary (every column its kind or its output function's text), CSV and kernels, text
+    # value by value
+    assert [result.format, *(r.format for _, r in others.values())] == \
+        ["binary", "csv", "text"]
     assert result.path == location and result.bytes > 0
     ours = pq.read_table(location.removeprefix("file://"))
     merged, merged_parquet = _read_mirror(mirror)
@@ -203,15 +222,16 @@ def test_copied_chunk_equals_the_merged_change_stream(pg: LocalPostgres, databas
         assert ours.schema.field(f.name).metadata[b"PARQUET:field_id"] == \
             str(f.field_id).encode()
     got, want = _cells(ours, names), _cells(merged, names)
-    by_text = _cells(pq.read_table(text_location.removeprefix("file://")), names)
-    assert sorted(got) == sorted(want) == sorted(by_text) == list(range(nrows))
-    for rid in want:
-        for name in [*names, CDC_PG_TEXT]:
-            assert got[rid][name] == want[rid][name], (rid, name, got[rid][name],
-                                                       want[rid][name])
-            assert by_text[rid][name] == want[rid][name], (rid, name, by_text[rid][name],
-                                                           want[rid][name])
-    assert text_result.counts_only == result.counts_only
+    assert sorted(got) == sorted(want) == list(range(nrows))
+    for fmt, (where, other) in [("binary", (location, result)), *others.items()]:
+        cells = got if fmt == "binary" else _cells(pq.read_table(where.removeprefix("file://")),
+                                                   names)
+        assert sorted(cells) == list(range(nrows)), fmt
+        for rid in want:
+            for name in [*names, CDC_PG_TEXT]:
+                assert cells[rid][name] == want[rid][name], (fmt, rid, name, cells[rid][name],
+                                                             want[rid][name])
+        assert other.counts_only == result.counts_only, fmt
     assert any(row[CDC_PG_TEXT] for row in want.values())  # untypeable values were covered
     assert set(ours.column(CDC_COMMIT_LSN).to_pylist()) == {COMMIT_LSN}
     assert _storage_set(ours.column(CDC_COMMIT_TS)) == {COMMIT_TS_US}
@@ -292,7 +312,7 @@ def _file_rows(path: str) -> list[tuple[Any, ...]]:
 
 
 def test_three_chunks_hold_each_snapshot_row_once(pg: LocalPostgres, database: str,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, copy_reader: str) -> None:
     rel, types, schema = _setup_big(pg, database)
     pages = pg.sql("SELECT pg_relation_size('big') / current_setting('block_size')::int",
                    database)[0][0]
@@ -358,9 +378,9 @@ def test_value_longer_than_a_csv_block_takes_the_text_path(
             converted.clear()
             location = f"file://{tmp_path}/data/block-{block}.parquet"
             result = copy_chunk(_task(pg, database, rel, types, schema, snapshot, location,
-                                      batch_rows=500, csv_block_bytes=block))
+                                      batch_rows=500, csv_block_bytes=block, binary=False))
             assert result.rows == 3000 and result.attempts == 1
-            assert result.text_path == (block == 2048), block
+            assert result.format == ("text" if block == 2048 else "csv"), block
             # the CSV attempt converted rows before the long one; the text path redid them all
             assert 0 < sum(converted) < 3000 if block == 2048 else sum(converted) == 3000
             files[block] = _file_rows(location.removeprefix("file://"))
@@ -379,12 +399,12 @@ TRICKY = ["", "\\.", '"', '""', ",", "\n", "\r", "\r\n", "a\nb", "a,b\r\nc\"d",
 
 
 @pytest.mark.parametrize("table", ["tricky1", "tricky3"])
-def test_csv_quoting_round_trips(pg: LocalPostgres, database: str, tmp_path: Path,
-                                 table: str) -> None:
+def test_text_quoting_round_trips(pg: LocalPostgres, database: str, tmp_path: Path,
+                                 table: str, copy_reader: str) -> None:
     """Text values COPY's CSV must quote (commas, quotes, CR and LF inside values), the empty
     string against NULL, and — in a one-column table — the lines CSV treats specially: a
-    NULL-only row is an empty line, ``\\.`` alone is quoted. The CSV path writes what the
-    text path writes, and both what the table holds."""
+    NULL-only row is an empty line, ``\\.`` alone is quoted. The binary and CSV paths write
+    what the text path writes, and all three what the table holds."""
     cols = "t text" if table == "tricky1" else "id int, t text, v varchar(20)"
     with pg.connect(database) as conn:
         conn.execute(f"CREATE TABLE {table} ({cols})")
@@ -398,13 +418,16 @@ def test_csv_quoting_round_trips(pg: LocalPostgres, database: str, tmp_path: Pat
     try:
         want = Counter(holder.execute(f"SELECT * FROM {table}").fetchall())
         results = {}
-        for block in (chunks.CSV_BLOCK_BYTES, 0):
-            location = f"file://{tmp_path}/data/{table}-{block}.parquet"
-            results[block] = copy_chunk(_task(pg, database, rel, types, schema, snapshot,
-                                              location, batch_rows=4, csv_block_bytes=block))
+        for fmt, change in (("binary", {}), ("csv", {"binary": False}),
+                            ("text", {"csv_block_bytes": 0})):
+            location = f"file://{tmp_path}/data/{table}-{fmt}.parquet"
+            results[fmt] = copy_chunk(_task(pg, database, rel, types, schema, snapshot,
+                                            location, batch_rows=4, **change))
     finally:
         holder.close()
-    assert not results[chunks.CSV_BLOCK_BYTES].text_path and results[0].text_path
+    # the psycopg reader has no binary format: CSV instead
+    assert [r.format for r in results.values()] == [
+        "binary" if copy_reader == "compiled" else "csv", "csv", "text"]
     for result in results.values():
         data = pq.read_table(result.path.removeprefix("file://"))
         names = [c.column.name for c in LayoutCache(types).get(rel).live]
@@ -430,7 +453,7 @@ def test_empty_chunk_writes_a_valid_empty_file(pg: LocalPostgres, database: str,
 
 
 def test_failure_names_the_chunk_never_the_password(pg: LocalPostgres, database: str,
-                                                    tmp_path: Path,
+                                                    tmp_path: Path, copy_reader: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chunks, "RETRY_BACKOFF_S", 0.0)
     rel, types, schema = _setup_big(pg, database)
@@ -446,3 +469,129 @@ def test_failure_names_the_chunk_never_the_password(pg: LocalPostgres, database:
     assert f"127.0.0.1:{pg.port}/{database}" in msg
     assert "snapshot" in msg  # the server's reason: the snapshot does not exist
     assert not Path(location.removeprefix("file://")).exists()
+
+
+def test_compiled_reader_gives_copy_output_in_blocks(pg: LocalPostgres, database: str) -> None:
+    """CopyOut.read: every byte psycopg's COPY gives, rows split across blocks of any size,
+    the row count at the end, b"" after it; a refused statement raises one line with the
+    server's reason; close() ends the session, a COPY half read with it."""
+    copyout = chunks._copyout
+    assert copyout is not None, "cdclake.snapshot._copyout was not built"
+    pg.sql("CREATE TABLE blocks AS SELECT i, repeat('x', i % 50) AS t, "
+           "CASE WHEN i % 3 = 0 THEN NULL ELSE 'a,\"b\"\nc' END AS q "
+           "FROM generate_series(1, 5000) i", database)
+    statement = "COPY blocks TO STDOUT WITH (FORMAT csv)"
+    with pg.connect(database) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
+        want = b"".join(bytes(row) for row in copy)
+    params = {"dbname": pg.dsn(database), "application_name": "cdclake-copyout-test"}
+    for size in (7, 4096, 1 << 20):
+        with copyout.CopyOut(params) as session:
+            session.execute("SET TimeZone = 'UTC'")
+            session.start(statement)
+            got = []
+            while block := session.read(size):
+                got.append(block)
+            assert b"".join(got) == want, size
+            assert all(len(b) == size for b in got[:-1])  # short only at the end
+            assert session.rows == 5000 and session.read(size) == b""
+    with copyout.CopyOut(params) as session:
+        with pytest.raises(copyout.CopyOutError, match=r"relation .*nosuch.* does not exist"):
+            session.start("COPY nosuch TO STDOUT")
+        session.start(statement)
+        assert session.read(100)
+    # the half-read COPY's session is gone with close()
+    deadline = time.monotonic() + 10
+    while pg.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                 "'cdclake-copyout-test'", database)[0][0]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(copyout.CopyOutError) as info:
+        copyout.CopyOut({"dbname": pg.dsn(database), "port": "1"})
+    assert "\n" not in str(info.value) and str(info.value)
+
+
+def test_binary_values_without_a_stream_value_are_null_plus_their_text(
+        pg: LocalPostgres, database: str, tmp_path: Path) -> None:
+    """NaN in a numeric(p, s), ±infinity, BC and a timestamp past Arrow's range (year
+    294,276) in the binary format: the stream's infinity values, NULL plus the text the
+    codec prints for the others — the file the CSV path writes."""
+    pg.sql("CREATE TABLE far (id int PRIMARY KEY, ts timestamp, tz timestamptz, d date, "
+           "n numeric(10,2))", database)
+    pg.sql("INSERT INTO far VALUES (1, '2024-01-01 10:00:00.5', '2024-01-01 10:00+02', "
+           "'2024-01-01', 'NaN'), (2, 'infinity', '-infinity', '-infinity', 1.5), "
+           "(3, '0044-03-15 10:00:00 BC', '0044-03-15 10:00:00+00 BC', '0044-03-15 BC', NULL),"
+           " (4, NULL, NULL, NULL, -99999999.99), (5, '294276-12-31 23:59:59', "
+           "'294276-12-31 23:59:59.999999+00', '5874897-12-31', 2)", database)
+    rel, types, schema = _installed(pg, database, "far")
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        files, formats = {}, []
+        for fmt, change in (("binary", {}), ("csv", {"binary": False})):
+            location = f"file://{tmp_path}/data/far-{fmt}.parquet"
+            formats.append(copy_chunk(_task(pg, database, rel, types, schema, snapshot,
+                                            location, batch_rows=2, **change)).format)
+            files[fmt] = pq.read_table(location.removeprefix("file://"))
+    finally:
+        holder.close()
+    assert formats == ["binary", "csv"]
+    assert files["binary"].equals(files["csv"])
+    texts = [dict(t or []) for t in files["binary"].column(CDC_PG_TEXT).to_pylist()]
+    assert texts[0] == {"5": "NaN"}
+    assert texts[4] == {"2": "294276-12-31 23:59:59", "3": "294276-12-31 23:59:59.999999+00"}
+
+
+def test_compiled_reader_refuses_what_a_kind_cannot_hold(pg: LocalPostgres,
+                                                        database: str) -> None:
+    """read_binary against the server's real binary output: a numeric beyond the decimal's
+    precision raises NotPlain (the chunk then gives way to CSV), a value of another width
+    than its kind Malformed (the same, with a warning) — never a wrong value."""
+    copyout = chunks._copyout
+    assert copyout is not None, "cdclake.snapshot._copyout was not built"
+    kind = copyout.Kind
+    pg.sql("CREATE TABLE odd (n numeric(10,2), b int8)", database)
+    pg.sql("INSERT INTO odd VALUES (1.5, 1), (12345678.91, 2)", database)
+    statement = "COPY odd TO STDOUT WITH (FORMAT binary)"
+    with copyout.CopyOut({"dbname": pg.dsn(database)}) as session:
+        session.start(statement)
+        rows, columns, specials = session.read_binary(
+            [(int(kind.K_NUMERIC), 10, 2), (int(kind.K_INT64), 0, 0)], 10, 1 << 20)
+        assert rows == 2 and specials == [] and len(columns) == 2
+        values = pa.Array.from_buffers(pa.decimal128(10, 2), 2,
+                                       [None, pa.py_buffer(columns[0][0])])
+        assert values.to_pylist() == [Decimal("1.50"), Decimal("12345678.91")]
+    # beyond the precision (12345678.91 in 4 digits), finer than the scale (.91 in 1)
+    for precision, scale in ((4, 2), (10, 1)):
+        with copyout.CopyOut({"dbname": pg.dsn(database)}) as session:
+            session.start(statement)
+            with pytest.raises(copyout.NotPlain) as info:
+                session.read_binary([(int(kind.K_NUMERIC), precision, scale),
+                                     (int(kind.K_INT64), 0, 0)], 10, 1 << 20)
+            assert info.value.args == (0,)
+    with copyout.CopyOut({"dbname": pg.dsn(database)}) as session:
+        session.start(statement)
+        with pytest.raises(copyout.Malformed, match="column 2"):
+            session.read_binary([(int(kind.K_NUMERIC), 10, 2), (int(kind.K_INT32), 0, 0)], 10,
+                                1 << 20)
+
+
+def test_binary_batches_are_bounded_in_bytes(pg: LocalPostgres, database: str,
+                                             tmp_path: Path) -> None:
+    """Rows with TOASTed values of 3,840 bytes among them against a 40 kB batch bound:
+    batches (row groups) of about a hundred rows, not batch_rows' 500 — a task's memory does
+    not grow with its rows' size — and every row once, as the CSV path writes them."""
+    rel, types, schema = _setup_big(pg, database)
+    holder, snapshot = _snapshot(pg, database)
+    try:
+        files = {}
+        for fmt, change in (("binary", {"batch_bytes": 40_000}), ("csv", {"binary": False})):
+            location = f"file://{tmp_path}/data/bytes-{fmt}.parquet"
+            result = copy_chunk(_task(pg, database, rel, types, schema, snapshot, location,
+                                      batch_rows=500, **change))
+            assert result.format == fmt and result.rows == 3000
+            files[fmt] = location.removeprefix("file://")
+    finally:
+        holder.close()
+    meta = pq.ParquetFile(files["binary"]).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sum(sizes) == 3000 and max(sizes) < 500 and len(sizes) > 3000 // 500
+    assert _file_rows(files["binary"]) == _file_rows(files["csv"])

@@ -43,6 +43,7 @@ from cdclake.errors import LakeError
 from cdclake.lake.copyrows import (
     SESSION_SETTINGS,
     CopyRows,
+    binary_kind,
     counts_only_columns,
     quote_ident,
     vectorized,
@@ -639,3 +640,38 @@ def test_vectorized_equals_the_codec_on_drawn_columns(data: st.DataObject) -> No
         got.validate(full=True)
         assert not untypeable, untypeable
         assert _bits(got).equals(_bits(want)), (oid, texts, got, want)
+
+
+def test_binary_plan_reads_each_column_as_the_stream_holds_it() -> None:
+    """A kind where the binary form is the datum the stream decodes (by the codec's parser
+    and the base type), else the output function's text: unconstrained numeric (kept as
+    text), int[] (an array, the CSV path's kernel reads its text); none for the dropped and
+    the virtual generated column, which COPY does not select."""
+    copy = _copy()
+    assert copy.binary_plan == ["int32", "text", "numeric", "output", "timestamp", "date",
+                                "output", "uuid", "float32", "int16"]
+    assert copy.output_types() == [1007, 1700]
+    outputs = {1700: ("pg_catalog.numeric_out", "numeric"),
+               1007: ("pg_catalog.array_out", "integer[]")}
+    statement = copy.binary_statement(outputs, 3, 9)
+    assert statement == (
+        'COPY (SELECT "id", "we""ird name", "n", pg_catalog.textin(pg_catalog.numeric_out('
+        '"nu")), "ts", "d", pg_catalog.textin(pg_catalog.array_out("ia")), "u", "f", "small" '
+        'FROM ONLY "My Schema"."t" WHERE ctid >= \'(3,0)\'::tid AND ctid < \'(9,0)\'::tid) '
+        "TO STDOUT WITH (FORMAT binary)")
+    with pytest.raises(LakeError, match=r"no output function .* ia"):
+        copy.binary_statement({1700: outputs[1700]})
+
+
+def test_binary_kind_needs_the_base_type_whose_binary_form_it_reads() -> None:
+    assert binary_kind(codec_for(23, -1, BUILTIN), 23) == "int32"
+    assert binary_kind(codec_for(20, -1, BUILTIN), 20) == "int64"
+    assert binary_kind(codec_for(16, -1, BUILTIN), 16) == "bool"
+    assert binary_kind(codec_for(1042, -1, BUILTIN), 1042) == "text"  # padded, as printed
+    assert binary_kind(codec_for(3802, -1, BUILTIN), 3802) == "jsonb"
+    assert binary_kind(codec_for(1114, -1, BUILTIN), 1114) == "timestamp"
+    # a text codec over a type whose binary form is not its text: the output function
+    assert binary_kind(codec_for(1186, -1, BUILTIN), 1186) == "output"  # interval
+    assert binary_kind(codec_for(869, -1, BUILTIN), 869) == "output"  # inet
+    # the right parser over another base type's binary form: the output function
+    assert binary_kind(codec_for(23, -1, BUILTIN), 26) == "output"

@@ -26,7 +26,7 @@ class _Copy:
 
 
 def test_the_reader_waits_for_the_batches_taken() -> None:
-    stream = _CopyStream(_Copy(ROWS))  # type: ignore[arg-type]
+    stream = _CopyStream(_Copy(ROWS).read)
     block = 4096  # ~16 bytes a row: some 20 blocks
     ahead: list[int] = []
     original = stream.read
@@ -53,7 +53,7 @@ def test_the_reader_waits_for_the_batches_taken() -> None:
 
 def test_close_wakes_a_waiting_read_and_ends_reading(monkeypatch) -> None:
     monkeypatch.setattr(chunks, "AHEAD_WAIT_S", 60.0)
-    stream = _CopyStream(_Copy(ROWS))  # type: ignore[arg-type]
+    stream = _CopyStream(_Copy(ROWS).read)
     for _ in range(AHEAD_BLOCKS):
         assert stream.read(64)
     result: list[bytes | bytearray] = []
@@ -68,6 +68,18 @@ def test_close_wakes_a_waiting_read_and_ends_reading(monkeypatch) -> None:
 
 def test_a_read_that_waits_too_long_reads_anyway(monkeypatch) -> None:
     monkeypatch.setattr(chunks, "AHEAD_WAIT_S", 0.05)
-    stream = _CopyStream(_Copy(ROWS))  # type: ignore[arg-type]
+    stream = _CopyStream(_Copy(ROWS).read)
     blocks = [stream.read(64) for _ in range(AHEAD_BLOCKS + 2)]
     assert all(len(b) == 64 for b in blocks)
+
+
+def test_blocks_longer_than_a_read_are_split_and_every_byte_arrives_once() -> None:
+    data = bytes(range(256)) * 12  # the compiled reader's blocks: many rows each
+    blocks = iter([data[:1000], data[1000:2500], data[2500:]])
+    stream = _CopyStream(lambda: next(blocks, b""))
+    got = []
+    while out := stream.read(700):
+        stream.took()
+        got.append(bytes(out))
+    assert [len(b) for b in got[:-1]] == [700] * (len(got) - 1)
+    assert b"".join(got) == data
