@@ -44,7 +44,7 @@ from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.e2e.lake import duck
+from tests.support import duck
 
 #: per table, the aggregates compared between the source and its mirror
 CHECKS = {"pgbench_accounts": "count(*), sum(aid), sum(abalance)",

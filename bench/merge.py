@@ -144,7 +144,7 @@ def measure(env: dict[str, str], home: Path) -> dict[str, Any]:
 
 
 def mirror_matches_source(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
-    from tests.e2e.lake import duck
+    from tests.support import duck
 
     config = Config.load(env=env)
     table = open_catalog(config).load_table(mirror_identifier(config, *TABLE.split(".")))

@@ -43,7 +43,7 @@ from cdclake.catalog.install import install
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_lsn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.e2e.lake.duck
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.duck
 
 DRIVER = "spark.driver.memory={memory},spark.driver.maxResultSize=64m"
 
@@ -184,7 +184,7 @@ def run_child(code: str, env: dict[str, str], what: str) -> tuple[float, dict[st
 def mirrors_match(pg: LocalPostgres, db: str, env: dict[str, str]) -> bool:
     """Every table's aggregates, the source's against its mirror's through DuckDB; prints
     each mirror's data files, delete files and snapshots."""
-    from tests.e2e.lake import duck
+    from tests.support import duck
 
     from cdclake.config import Config
     from cdclake.lake.catalog import open_catalog

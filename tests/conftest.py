@@ -19,8 +19,8 @@ import pytest
 
 from cdclake import native
 from cdclake.local.postgres import LocalPostgres
+from tests.support import VERSIONS
 
-VERSIONS = (15, 18)
 _db_counter = itertools.count()
 
 

@@ -193,3 +193,34 @@ def test_the_checker_finds_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
     assert cycles(package_edges(g)) == [["cdclake.decoding", "cdclake.wal"]]
     with pytest.raises(AssertionError, match="in no layer"):
         layer_of("cdclake.nowhere")
+
+
+#: what each part of the test tree and the benchmarks may import of the test tree: unit tests
+#: need no server, so they import no oracle or end-to-end helper; shared helpers live in
+#: tests/support, which imports no suite
+TEST_IMPORTS: dict[str, tuple[str, ...]] = {
+    "tests.support": ("tests.support",),
+    "tests.unit": ("tests.unit", "tests.support"),
+    "tests.oracle": ("tests.oracle", "tests.support", "tests.unit"),
+    "tests.e2e": ("tests.e2e", "tests.support", "tests.oracle"),
+    "bench": ("bench", "tests.support"),
+}
+
+
+def tree_imports(roots: list[tuple[Path, Path]]) -> list[str]:
+    """``module:line imports target`` for every import of the test tree that
+    :data:`TEST_IMPORTS` does not allow."""
+    bad = []
+    for m, targets in sorted(graph(roots).items()):
+        part = next((p for p in TEST_IMPORTS if m == p or m.startswith(p + ".")), None)
+        for line, t in targets:
+            if part is None or not t.startswith(("tests", "bench")):
+                continue
+            if not any(t == a or t.startswith(a + ".") for a in TEST_IMPORTS[part]):
+                bad.append(f"{m}:{line} imports {t}")
+    return bad
+
+
+def test_the_test_tree_imports_downward_too() -> None:
+    bad = tree_imports([(ROOT / "tests", ROOT), (ROOT / "bench", ROOT)])
+    assert not bad, "imports across the test tree's parts:\n" + "\n".join(bad)

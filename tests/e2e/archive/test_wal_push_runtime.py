@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import cdclake
-from tests.unit.archive.walfiles import write_segment
+from tests.support.walfiles import write_segment
 
 pytestmark = [
     pytest.mark.e2e,

@@ -31,7 +31,6 @@ from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import merge_batch, mirror_identifier
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.source import DirectorySource
-from tests.e2e.lake.duck import connect, read_table
 from tests.oracle.decoding.harness import (
     Capture,
     archive_all,
@@ -41,6 +40,7 @@ from tests.oracle.decoding.harness import (
     ours,
     prepare,
 )
+from tests.support.duck import connect, read_table
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from cdclake.lake.batch import read_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import merge_batch, mirror_identifier
 from cdclake.local.s3 import LocalS3
-from tests.unit.lake.streamgen import Stream, relation
+from tests.support.streamgen import Stream, relation
 
 pytestmark = pytest.mark.e2e
 

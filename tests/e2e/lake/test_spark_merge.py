@@ -37,9 +37,9 @@ from cdclake.lake.tables import mirror_identifier
 from cdclake.lake.watermark import COMMIT_LSN, committed_lsn
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_lsn
-from tests.e2e.lake import duck
 from tests.e2e.lake.test_spark_sql_reads_mirrors import _decode
 from tests.oracle.decoding.harness import archive_all
+from tests.support import duck
 
 pytestmark = pytest.mark.e2e
 

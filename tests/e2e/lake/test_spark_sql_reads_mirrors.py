@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,12 +36,12 @@ from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
 from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
-from tests.e2e.lake import duck
 from tests.oracle.decoding.harness import archive_all
+from tests.support import duck
+from tests.support.commands import CDCLAKE
 
 pytestmark = pytest.mark.e2e
 
-CDCLAKE = str(Path(sys.executable).parent / "cdclake")
 
 #: source table -> the columns compared (typed: ints, numerics, text, bool, dates, timestamps)
 TABLES = {

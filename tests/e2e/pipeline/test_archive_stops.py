@@ -32,7 +32,7 @@ from cdclake.spark.job import spark_session
 from cdclake.spark.progress import load_progress
 from tests.e2e.pipeline.test_faults import TABLES, Stream, bank_stream
 from tests.e2e.pipeline.test_snapshot_cli import cdclake, mirror_rows, ok
-from tests.unit.archive.walfiles import padding_offset
+from tests.support.walfiles import padding_offset
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ import pytest
 from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.wal.lsn import parse_lsn
-from tests.e2e.lake import duck
+from tests.support import duck
 
 from .conftest import DAGS, Source
 

@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,12 +34,12 @@ from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres, free_port
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import format_lsn, parse_lsn
-from tests.e2e.lake import duck
+from tests.support import duck
+from tests.support.commands import CDCLAKE, one_error_line
 
 #: the module takes a minute and a half (five Spark start-ups)
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-CDCLAKE = str(Path(sys.executable).parent / "cdclake")
 PASSWORD = "Pw-n0t-t0-b3-sh0wn"
 ROLE = "cdc_user"
 #: 32 heap blocks per copy task: the big table splits into some 18 chunks
@@ -119,16 +118,6 @@ def cdclake(env: dict[str, str], *args: str,
 def ok(out: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert out.returncode == 0, f"{out.args} exited {out.returncode}:\n{out.stderr[-4000:]}"
     return out
-
-
-def one_error_line(out: subprocess.CompletedProcess[str], command: str) -> str:
-    """Exit 2 and exactly one line on stderr, cdclake's own, no traceback; that line."""
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2, f"{out.args} exited {out.returncode}: {out.stderr[-4000:]}"
-    assert len(lines) == 1, f"{out.args} printed more than one line:\n{out.stderr}"
-    assert lines[0].startswith(f"cdclake {command}: error: "), lines[0]
-    assert "Traceback" not in out.stderr + out.stdout
-    return lines[0]
 
 
 def archive_all(pg: LocalPostgres, database: str, timeout: float = 60.0) -> None:

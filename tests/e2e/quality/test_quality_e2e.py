@@ -22,8 +22,8 @@ from cdclake.errors import QualityError
 from cdclake.lake.batch import read_batch
 from cdclake.quality import QualityContext, raise_for_failures, validate_mirrors, validate_stream
 from cdclake.wal.lsn import format_lsn
-from tests.unit.quality import builders
-from tests.unit.quality.builders import BIG
+from tests.support import quality_builders as builders
+from tests.support.quality_builders import BIG
 
 pytestmark = pytest.mark.e2e
 

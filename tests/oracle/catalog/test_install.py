@@ -23,7 +23,7 @@ from cdclake.config import Config
 from cdclake.errors import SourceError
 from cdclake.local.postgres import LocalPostgres
 from cdclake.pipeline.status import status
-from tests.conftest import VERSIONS
+from tests.support import VERSIONS
 
 pytestmark = pytest.mark.oracle
 

@@ -41,9 +41,9 @@ from cdclake.pipeline import steps
 from cdclake.pipeline.params import RunParams
 from cdclake.spark.progress import load_progress
 from cdclake.wal.lsn import parse_lsn
-from tests.e2e.lake import duck
 from tests.oracle.decoding.harness import Step, archive_all, oracle, run_steps
 from tests.oracle.pipeline import render
+from tests.support import duck
 
 #: batches per workload: the segments are cut into this many runs of ``cdclake run``
 BATCHES = 3

@@ -32,9 +32,9 @@ from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import OWNER, LocalPostgres
 from cdclake.pipeline import steps
 from cdclake.spark.progress import load_progress
-from tests.e2e.lake import duck
-from tests.e2e.pipeline.test_snapshot_cli import CDCLAKE, one_error_line
 from tests.oracle.pipeline.harness import PipelineRun, compare_mirrors, describe
+from tests.support import duck
+from tests.support.commands import CDCLAKE, one_error_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

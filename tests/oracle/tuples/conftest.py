@@ -9,7 +9,7 @@ import pytest
 
 from cdclake.local.postgres import LocalPostgres
 from tests.oracle.tuples.pagetuples import set_session
-from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
+from tests.support.twins import both_implementations  # noqa: F401 - autouse: both implementations
 
 
 @pytest.fixture

@@ -33,7 +33,8 @@ from cdclake.wal.record import (
     XLogRecord,
 )
 from cdclake.wal.rmgr import heap
-from tests.oracle.wal import pgwaldump, workload
+from tests.oracle.wal import workload
+from tests.support import pgwaldump
 
 pytestmark = pytest.mark.oracle
 

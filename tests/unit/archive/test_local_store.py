@@ -10,8 +10,7 @@ import pytest
 
 from cdclake.archive.local import TMP_PREFIX, LocalStore
 from cdclake.errors import ObjectNotFound, StoreError
-
-from .walfiles import sha
+from tests.support.walfiles import sha
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from cdclake.archive.push import push_wal_file
 from cdclake.archive.segment import verify_segment
 from cdclake.errors import ArchiveConflictError, ManifestError
 from cdclake.wal.lsn import SegmentName
-
-from .walfiles import MB, SYSID, history_text, segment_bytes, sha
+from tests.support.walfiles import MB, SYSID, history_text, segment_bytes, sha
 
 
 def entry_for(tli: int, segno: int, *, salt: bytes = b"",

@@ -16,8 +16,7 @@ from cdclake.archive.manifest import Manifest, SystemInfo
 from cdclake.archive.push import EXIT_CONFLICT, push_wal_file
 from cdclake.cli import main
 from cdclake.errors import ArchiveConflictError, WalCorruptError, WalError
-
-from .walfiles import MB, SYSID, history_text, segment_bytes, sha
+from tests.support.walfiles import MB, SYSID, history_text, segment_bytes, sha
 
 SEG = "000000010000000000000003"
 

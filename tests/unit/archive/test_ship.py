@@ -14,8 +14,7 @@ from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ArchiveConflictError, ArchiveGapError, WalTruncatedError
 from cdclake.wal.lsn import segment_name
-
-from .walfiles import MB, history_text, segment_bytes, sha, write_segment
+from tests.support.walfiles import MB, history_text, segment_bytes, sha, write_segment
 
 
 def n(tli: int, segno: int) -> str:

@@ -16,8 +16,7 @@ from cdclake.archive.source import StoreSegmentSource
 from cdclake.errors import SegmentDigestError, WalError
 from cdclake.wal.lsn import SegmentName
 from cdclake.wal.source import SegmentSource
-
-from .walfiles import MB, history_text, segment_bytes, sha
+from tests.support.walfiles import MB, history_text, segment_bytes, sha
 
 
 @pytest.fixture

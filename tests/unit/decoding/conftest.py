@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
+from tests.support.twins import both_implementations  # noqa: F401 - autouse: both implementations
 from tests.unit.decoding.fixture import VERSIONS, DecodingFixture, load
 from tests.unit.wal.conftest import walfix
 

@@ -1,6 +1,6 @@
-"""The committed decoding fixtures (fixtures/regenerate.py): archived WAL of a workload with
-cdclake installed, and what a test_decoding slot printed for it. Decoder-stage tests read
-them without a server."""
+"""The committed decoding fixtures (written by tests/oracle/decoding/regenerate_fixtures.py):
+archived WAL of a workload with cdclake installed, and what a test_decoding slot printed for
+it. Decoder-stage tests read them without a server."""
 
 from __future__ import annotations
 

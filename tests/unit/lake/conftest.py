@@ -11,8 +11,8 @@ from pyiceberg.catalog import Catalog
 
 from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
-from tests.e2e.lake.duck import connect
-from tests.unit.lake.streamgen import Stream
+from tests.support.duck import connect
+from tests.support.streamgen import Stream
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from cdclake.lake.batches import (
     pending,
     stream_chunks,
 )
-from tests.unit.lake.streamgen import Rel, Stream, relation
+from tests.support.streamgen import Rel, Stream, relation
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from cdclake.lake import columnar
 from cdclake.lake.batch import read_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import merge_batch, mirror_identifier
-from tests.e2e.lake.duck import rows as duck_rows
-from tests.unit.lake.streamgen import Rel, Stream, relation
+from tests.support.duck import rows as duck_rows
+from tests.support.streamgen import Rel, Stream, relation
 
 #: the report's fields both ways give alike (``rows_written`` counts the rows of the files a
 #: batch rewrites: the two mirrors are cut into files differently)

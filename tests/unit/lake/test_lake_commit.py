@@ -14,7 +14,7 @@ from pyiceberg.table import Transaction
 from cdclake.config import Config
 from cdclake.lake.batch import read_batch
 from cdclake.lake.merge import merge_batch
-from tests.unit.lake.streamgen import Stream
+from tests.support.streamgen import Stream
 from tests.unit.lake.test_lake_merge import data, failure, items, mirror, run
 
 

@@ -34,7 +34,7 @@ from cdclake.lake.schema import (
     plan_evolution,
     promoted,
 )
-from tests.unit.lake.streamgen import Rel, Stream, relation
+from tests.support.streamgen import Rel, Stream, relation
 
 # -- replay ---------------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ from cdclake.lake.batch import read_batch
 from cdclake.lake.merge import merge_batch
 from cdclake.lake.schema import field_attnum
 from cdclake.lake.tables import changelog_identifier
-from tests.e2e.lake.duck import rows as duck_rows
-from tests.unit.lake.streamgen import Stream, relation
+from tests.support.duck import rows as duck_rows
+from tests.support.streamgen import Stream, relation
 from tests.unit.lake.test_lake_merge import data, failure, mirror, run
 from tests.unit.lake.test_lake_untypeable import ints, scan, texts_of, with_texts
 

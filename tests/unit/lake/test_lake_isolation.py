@@ -21,7 +21,7 @@ from cdclake.lake.tables import mirror_status
 from cdclake.lake.visibility import PROPERTY as FACTS
 from cdclake.lake.visibility import SnapshotFacts, property_value
 from cdclake.lake.watermark import merged_end_lsn
-from tests.unit.lake.streamgen import BatchBuilder, Rel, Stream, Txn, relation
+from tests.support.streamgen import BatchBuilder, Rel, Stream, Txn, relation
 from tests.unit.lake.test_lake_merge import data, failure, items, mirror, run
 
 

@@ -11,7 +11,7 @@ from cdclake.lake import labels
 from cdclake.lake.apply import Counts, MirrorState, apply_changes
 from cdclake.lake.batch import read_batch
 from cdclake.lake.changes import prepare
-from tests.unit.lake.streamgen import Stream, relation
+from tests.support.streamgen import Stream, relation
 
 
 def test_translation_follows_oids() -> None:

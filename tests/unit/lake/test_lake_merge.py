@@ -18,8 +18,8 @@ from cdclake.errors import LakeError
 from cdclake.lake.batch import read_batch
 from cdclake.lake.merge import MergeReport, merge_batch, mirror_identifier
 from cdclake.lake.watermark import COMMIT_LSN, STREAM
-from tests.e2e.lake.duck import rows as duck_rows
-from tests.unit.lake.streamgen import BatchBuilder, Rel, Stream, relation
+from tests.support.duck import rows as duck_rows
+from tests.support.streamgen import BatchBuilder, Rel, Stream, relation
 
 BIG = "x" * 5000  # stands for a TOASTed value
 

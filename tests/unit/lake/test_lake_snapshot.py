@@ -26,8 +26,8 @@ from cdclake.lake.merge import merge_batch
 from cdclake.lake.snapshot import DIRECTORY_PREFIX, MirrorSnapshot, open_mirror
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, facts_of
 from cdclake.lake.watermark import committed_lsn
-from tests.e2e.lake.duck import rows as duck_rows
-from tests.unit.lake.streamgen import Stream, relation
+from tests.support.duck import rows as duck_rows
+from tests.support.streamgen import Stream, relation
 from tests.unit.tuples.builtin_types import BUILTIN
 
 REL = RelationVersion(

@@ -31,8 +31,8 @@ from cdclake.catalog.model import IDENTITY_FULL
 from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.schema import iceberg_type
-from tests.e2e.lake.duck import rows as duck_rows
-from tests.unit.lake.streamgen import relation
+from tests.support.duck import rows as duck_rows
+from tests.support.streamgen import relation
 from tests.unit.lake.test_lake_merge import mirror, run
 
 U1 = uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")

@@ -26,8 +26,8 @@ from cdclake.lake.metrics import needs_counts_only
 from cdclake.lake.schema import CDC_PG_TEXT, iceberg_schema
 from cdclake.lake.tables import ensure_table
 from cdclake.lake.values import PgText, plain_values
-from tests.e2e.lake.duck import read_table
-from tests.unit.lake.streamgen import Rel, Stream, Txn, relation
+from tests.support.duck import read_table
+from tests.support.streamgen import Rel, Stream, Txn, relation
 from tests.unit.lake.test_lake_merge import failure, mirror, run
 
 I32 = 2**31 - 1

@@ -20,7 +20,7 @@ from cdclake.lake.tables import KIND, MIRROR, STREAM, mirror_chunks, mirror_stat
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, property_value
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.wal.lsn import format_lsn
-from tests.unit.lake.streamgen import BatchBuilder, Stream
+from tests.support.streamgen import BatchBuilder, Stream
 from tests.unit.lake.test_batches import items, owners
 
 

@@ -22,7 +22,7 @@ from cdclake.lake.sparkmerge import (
     rows_sql,
     spark_ready,
 )
-from tests.unit.lake.streamgen import Stream, relation
+from tests.support.streamgen import Stream, relation
 from tests.unit.lake.test_lake_merge import mirror, run
 
 

@@ -41,8 +41,8 @@ from cdclake.pipeline.cli import describe
 from cdclake.pipeline.steps import safe_run_id
 from cdclake.spark.progress import save_progress
 from cdclake.wal.lsn import format_lsn, segment_name
-from tests.unit.archive.walfiles import SEGSIZE
-from tests.unit.lake.streamgen import Stream
+from tests.support.streamgen import Stream
+from tests.support.walfiles import SEGSIZE
 from tests.unit.lake.test_batches import items, owners, two_batches
 from tests.unit.spark.test_plan import _progress, _push
 

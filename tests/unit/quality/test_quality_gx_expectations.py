@@ -13,7 +13,7 @@ from cdclake.quality.gx_expectations import (
     carries_identity,
     increasing_within_groups,
 )
-from tests.unit.quality.builders import BIG
+from tests.support.quality_builders import BIG
 
 
 def _order(rows: list[tuple[int, int, int]], strictly: bool = True) -> list[bool]:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from cdclake.quality import inputs
-from tests.unit.quality import builders
+from tests.support import quality_builders as builders
 
 
 @pytest.mark.parametrize(("replident", "keys", "effective", "reason"), [

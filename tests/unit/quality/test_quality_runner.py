@@ -17,8 +17,8 @@ from cdclake.quality.context import QualityContext
 from cdclake.quality.report import ExpectationOutcome, QualityReport, raise_for_failures
 from cdclake.quality.runner import validate_mirror_chunks, validate_mirrors, validate_stream
 from cdclake.wal.lsn import format_lsn
-from tests.unit.quality import builders
-from tests.unit.quality.builders import BIG, Change
+from tests.support import quality_builders as builders
+from tests.support.quality_builders import BIG, Change
 
 ORDERS = "public.orders"
 

@@ -19,7 +19,7 @@ from cdclake.quality.suites import (
     load_template,
     suite_file,
 )
-from tests.unit.quality import builders
+from tests.support import quality_builders as builders
 
 REPO_EXPECTATIONS = Path(__file__).resolve().parents[3] / "expectations"
 

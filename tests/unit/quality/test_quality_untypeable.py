@@ -13,7 +13,7 @@ from cdclake.decoding import stream
 from cdclake.quality import inputs
 from cdclake.quality.context import QualityContext
 from cdclake.quality.runner import validate_mirrors, validate_stream
-from tests.unit.quality import builders
+from tests.support import quality_builders as builders
 
 TABLE = "public.edges"
 I32 = 2**31 - 1

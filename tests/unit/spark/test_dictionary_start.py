@@ -17,7 +17,7 @@ from cdclake.spark.plan import plan_batch
 from cdclake.spark.segments import ParsedSegment, is_dictionary_message
 from cdclake.wal.lsn import segment_name
 from cdclake.wal.record import XLogRecord
-from tests.unit.archive.walfiles import SEGSIZE
+from tests.support.walfiles import SEGSIZE
 from tests.unit.decoding.records import DB, heap_record, message
 from tests.unit.spark.test_plan import _store
 

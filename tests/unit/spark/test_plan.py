@@ -16,7 +16,7 @@ from cdclake.errors import ArchiveGapError, DecodingError
 from cdclake.spark.plan import BatchPlan, Waiting, plan_batch
 from cdclake.spark.progress import Progress
 from cdclake.wal.lsn import SegmentName, format_lsn, segment_name
-from tests.unit.archive.walfiles import SEGSIZE, history_text, segment_bytes
+from tests.support.walfiles import SEGSIZE, history_text, segment_bytes
 
 #: timeline 1 ended 0xA0 bytes into segment 4 (where a promoted standby's WAL ended)
 SWITCH = 4 * SEGSIZE + 0xA0

@@ -23,9 +23,9 @@ from cdclake.spark.segments import ParsedSegment, scan_segments, task_records
 from cdclake.wal.lsn import format_lsn
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
-from tests.oracle.wal.pgwaldump import row_of
-from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
-from tests.unit.archive.walfiles import padding_offset, sha
+from tests.support.pgwaldump import row_of
+from tests.support.twins import both_implementations  # noqa: F401 - autouse: both implementations
+from tests.support.walfiles import padding_offset, sha
 from tests.unit.decoding.fixture import DecodingFixture
 from tests.unit.wal.conftest import WalFixture
 

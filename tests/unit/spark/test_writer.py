@@ -14,7 +14,7 @@ from cdclake.archive.local import LocalStore
 from cdclake.decoding import stream
 from cdclake.decoding.plugins.arrow import part_path
 from cdclake.spark.writer import RunParts, merge_runs
-from tests.unit.quality.builders import relation
+from tests.support.quality_builders import relation
 
 REL = relation("public.t", [("id", 23)])
 ORDER = [(stream.COMMIT_LSN, "ascending"), (stream.LSN, "ascending"),

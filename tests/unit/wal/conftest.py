@@ -1,4 +1,5 @@
-"""Committed WAL fixtures (see fixtures/regenerate.py): decompressed segments + expectations."""
+"""Committed WAL fixtures (written by tests/oracle/wal/regenerate_fixtures.py): decompressed
+segments + expectations."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.oracle.wal.pgwaldump import Row, row_from_json
-from tests.twins import both_implementations  # noqa: F401 - autouse: both implementations
+from tests.support import VERSIONS
+from tests.support.pgwaldump import Row, row_from_json
+from tests.support.twins import both_implementations  # noqa: F401 - autouse: both implementations
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-VERSIONS = (15, 18)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.source import DirectorySource
 from cdclake.waldump import describe, record_json_line
-from tests.oracle.wal.pgwaldump import Row, row_from_json, row_of
+from tests.support.pgwaldump import Row, row_from_json, row_of
 from tests.unit.wal.conftest import FIXTURES, WalFixture, load_fixture
 
 

@@ -15,7 +15,7 @@ from cdclake.errors import WalVersionError
 from cdclake.wal.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import MAGIC_VERSIONS, PAGE_SIZE, XLogReader
 from cdclake.wal.source import DirectorySource
-from tests.oracle.wal.pgwaldump import Row, ours, row_of
+from tests.support.pgwaldump import Row, ours, row_of
 from tests.unit.wal.conftest import WalFixture
 
 XLOG_SWITCH = 0x40
