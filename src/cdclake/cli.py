@@ -1,7 +1,7 @@
 """``cdclake <command>``: one command per stage, plus run/demo/status.
 
-Each command lives in the module that does its work; that module exposes
-``add_arguments(parser)`` and ``run(args, config) -> int``. Modules are imported only when
+Each command lives in the module that does its work; :data:`COMMANDS` names the module and
+its two functions (add the arguments, run). Modules are imported only when
 their command runs, so ``cdclake wal-push`` (called by PostgreSQL for every segment) does not
 pay for Spark or Airflow imports.
 """
@@ -14,25 +14,46 @@ import sys
 import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, redact, unforeseen
 
-#: command -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "waldump": ("cdclake.waldump", "print WAL records like pg_waldump"),
-    "decode": ("cdclake.decoding.cli", "decode WAL into a change stream (test_decoding, ...)"),
-    "source": ("cdclake.catalog.install", "set up the source database (source install)"),
-    "wal-push": ("cdclake.archive.push", "archive_command: push one WAL file to the store"),
-    "ship": ("cdclake.archive.ship", "upload new segments from an archive directory"),
-    "run": ("cdclake.pipeline", "run one batch: ship, snapshot, decode, validate, merge, report"),
-    "snapshot": ("cdclake.pipeline", "copy tables' current rows into their mirrors again"),
-    "status": ("cdclake.pipeline", "show the stream's progress and the archive's state"),
-    "maintain": ("cdclake.pipeline.maintenance",
-                 "compact the mirrors and expire old snapshots (the watermark kept)"),
-    "sql": ("cdclake.lake.sparksql", "run a Spark SQL query on the mirrors and print the result"),
-    "demo": ("cdclake.demo", "start local services, run a workload and the DAG, compare"),
+
+class Command(NamedTuple):
+    """Where a command lives: its module, the functions there that add its arguments and run
+    it (``run(args, config) -> int``), and its one-line help."""
+
+    module: str
+    add_arguments: str
+    run: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "waldump": Command("cdclake.waldump", "add_arguments", "run",
+                       "print WAL records like pg_waldump"),
+    "decode": Command("cdclake.decoding.cli", "add_arguments", "run",
+                      "decode WAL into a change stream (test_decoding, ...)"),
+    "source": Command("cdclake.catalog.install", "add_arguments", "run",
+                      "set up the source database (source install)"),
+    "wal-push": Command("cdclake.archive.push", "add_wal_push_arguments", "run_wal_push",
+                        "archive_command: push one WAL file to the store"),
+    "ship": Command("cdclake.archive.ship", "add_ship_arguments", "run_ship",
+                    "upload new segments from an archive directory"),
+    "run": Command("cdclake.pipeline.cli", "add_run_arguments", "run_run",
+                   "run one batch: ship, snapshot, decode, validate, merge, report"),
+    "snapshot": Command("cdclake.pipeline.cli", "add_snapshot_arguments", "run_snapshot",
+                        "copy tables' current rows into their mirrors again"),
+    "status": Command("cdclake.pipeline.cli", "add_status_arguments", "run_status",
+                      "show the stream's progress and the archive's state"),
+    "maintain": Command("cdclake.pipeline.maintenance", "add_maintain_arguments",
+                        "run_maintain",
+                        "compact the mirrors and expire old snapshots (the watermark kept)"),
+    "sql": Command("cdclake.lake.query", "add_sql_arguments", "run_sql",
+                   "run a Spark SQL query on the mirrors and print the result"),
+    "demo": Command("cdclake.demo", "add_arguments", "run",
+                    "start local services, run a workload and the DAG, compare"),
 }
 
 
@@ -66,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="cdclake", description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="TOML configuration file (else CDCLAKE_CONFIG)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (_module, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+    for name, command in COMMANDS.items():
+        sub.add_parser(name, help=command.help, add_help=False)
     return parser
 
 
@@ -75,15 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     known, rest = parser.parse_known_args(argv)
-    module_name, help_text = COMMANDS[known.command]
-    module = importlib.import_module(module_name)
-    cmd_parser = ArgumentParser(prog=f"cdclake {known.command}", description=help_text)
-    add_arguments = getattr(module, f"add_{known.command.replace('-', '_')}_arguments",
-                            getattr(module, "add_arguments", None))
-    run = getattr(module, f"run_{known.command.replace('-', '_')}", getattr(module, "run", None))
-    if add_arguments is None or run is None:
-        parser.error(f"command {known.command!r} is not available")
-    add_arguments(cmd_parser)
+    command = COMMANDS[known.command]
+    module = importlib.import_module(command.module)
+    cmd_parser = ArgumentParser(prog=f"cdclake {known.command}", description=command.help)
+    getattr(module, command.add_arguments)(cmd_parser)
+    run = getattr(module, command.run)
     args = cmd_parser.parse_args(rest)
     config: Config | None = None
     try:

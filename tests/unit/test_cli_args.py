@@ -19,11 +19,9 @@ UNKNOWN = "--no-such-option"
 
 def options(command: str) -> list[argparse.Action]:
     """The subcommand's options, from its module's own argument definitions."""
-    module = importlib.import_module(COMMANDS[command][0])
-    name = command.replace("-", "_")
-    add = getattr(module, f"add_{name}_arguments", getattr(module, "add_arguments", None))
+    spec = COMMANDS[command]
     parser = ArgumentParser(prog=f"cdclake {command}")
-    add(parser)
+    getattr(importlib.import_module(spec.module), spec.add_arguments)(parser)
     return [a for a in parser._actions if a.option_strings and a.dest != "help"]
 
 
@@ -94,3 +92,11 @@ def test_the_cases_users_met(argv: list[str], says: str, tmp_path: Path,
     fill = {"wal": str(wal), "tmp": str(tmp_path)}
     line = one_line_exit_2([a.format(**fill) for a in argv], capsys)
     assert says.format(**fill) in line
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_names_functions_its_module_has(command: str) -> None:
+    spec = COMMANDS[command]
+    module = importlib.import_module(spec.module)
+    assert callable(getattr(module, spec.add_arguments, None)), spec
+    assert callable(getattr(module, spec.run, None)), spec

@@ -10,14 +10,6 @@ stays cheap.
 
 from __future__ import annotations
 
-from cdclake.pipeline.cli import (
-    add_run_arguments,
-    add_snapshot_arguments,
-    add_status_arguments,
-    run_run,
-    run_snapshot,
-    run_status,
-)
 from cdclake.pipeline.params import RunParams
 from cdclake.pipeline.steps import (
     STEPS,
@@ -35,17 +27,11 @@ from cdclake.pipeline.steps import (
 __all__ = [
     "STEPS",
     "RunParams",
-    "add_run_arguments",
-    "add_snapshot_arguments",
-    "add_status_arguments",
     "decode",
     "merge",
     "raise_for_failed_tables",
     "report",
     "run_once",
-    "run_run",
-    "run_snapshot",
-    "run_status",
     "ship",
     "snapshot",
     "validate_stream",
