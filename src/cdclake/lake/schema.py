@@ -43,13 +43,15 @@ from pyiceberg.types import (
 )
 
 from cdclake.catalog.model import RelationVersion
+from cdclake.decoding.stream import PG_TEXT
 from cdclake.errors import LakeError
 
 #: system columns of a mirror table
 CDC_COMMIT_LSN = "_cdc_commit_lsn"
 CDC_COMMIT_TS = "_cdc_commit_ts"
-#: attnum (decimal string) -> exact PostgreSQL text of the row's values without a typed value
-CDC_PG_TEXT = "_cdc_pg_text"
+#: attnum (decimal string) -> exact PostgreSQL text of the row's values without a typed value:
+#: the stream's column, kept under its name in the mirror
+CDC_PG_TEXT = PG_TEXT
 #: extra system columns of a changelog table (the stream's own, renamed)
 CDC_XID = "_cdc_xid"
 CDC_LSN = "_cdc_lsn"

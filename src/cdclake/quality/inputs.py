@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 MIRROR_COMMIT_LSN = "_cdc_commit_lsn"
 MIRROR_COMMIT_TS = "_cdc_commit_ts"
-MIRROR_PG_TEXT = PG_TEXT  #: the same name in the stream and in the mirror
 MIRROR_SYSTEM_COLUMNS = (MIRROR_COMMIT_LSN, MIRROR_COMMIT_TS)
 
 #: Columns that locate a change in the stream: printed for every failing row.
@@ -135,7 +134,7 @@ def stream_columns(of: Identity | RelationVersion) -> list[str]:
 
 def mirror_columns(params: dict[str, Any]) -> list[str]:
     return [*params["key_columns"], *params["text_columns"], *MIRROR_SYSTEM_COLUMNS,
-            MIRROR_PG_TEXT]
+            PG_TEXT]
 
 
 def mirror_row_locator(params: dict[str, Any]) -> list[str]:
