@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*/_*.pyx src/cdclake/*/
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
 	$(VENV)/bin/pip install -q -e ".[dev]"
-	$(VENV)/bin/python -m cdclake.lake.sparksql --build
+	$(VENV)/bin/python -m cdclake.sparkenv.jars --build
 	touch $(STAMP)
 
 system:

@@ -34,7 +34,7 @@ from cdclake.decoding.parallel import decode_lines, default_jobs
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.session import DecodeOptions, DecodeResult
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
 
 WIDE_DDL = """

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from cdclake.catalog.install import install
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.duck
 

@@ -47,7 +47,7 @@ from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres
 from cdclake.snapshot.chunks import ChunkTask, copy_chunk
 from cdclake.snapshot.driver import _plan, snapshot_tables
-from cdclake.spark.job import spark_session
+from cdclake.sparkenv.session import session
 
 #: pgbench_accounts' shape: three integers and a blank-padded char(84)
 NARROW_DDL = """
@@ -223,7 +223,7 @@ def main() -> None:
               f"{time.perf_counter() - t0:.1f} s; chunk size {chunk_size:,} bytes; best of "
               f"{args.repeat}")
         t0 = time.perf_counter()
-        spark = spark_session(config_for(pg, db, base / "unused", TABLES, chunk_size))
+        spark = session(config_for(pg, db, base / "unused", TABLES, chunk_size), "bench")
         spark.sparkContext.parallelize([0], 1).count()  # the JVM and a Python worker are up
         print(f"Spark local[2] start-up: {time.perf_counter() - t0:.1f} s (not in the times "
               "below)")

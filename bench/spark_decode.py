@@ -57,9 +57,10 @@ DECODE = """
 import json, os, sys, time
 from dataclasses import replace
 from cdclake.config import Config
-from cdclake.spark.job import decode_batch, spark_session
+from cdclake.spark.job import decode_batch
+from cdclake.sparkenv.session import session
 config = Config.load()
-spark = spark_session(config)
+spark = session(config, "bench")
 spark.sparkContext.parallelize(range(4), 4).count()  # started
 sys.path.insert(0, sys.argv[1])
 from scale import _tree

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import is_segment_name
+from cdclake.lsn import is_segment_name
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
 from cdclake.waldump import record_json_line, record_text

@@ -23,6 +23,8 @@ from cdclake.errors import ConfigError
 
 #: values of ``snapshot_mode``
 SNAPSHOT_MODES = ("initial", "never")
+#: URL schemes of a warehouse on S3
+S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*(B|kB|KB|K|MB|M|GB|G|TB)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 1024, "k": 1024, "mb": 1024**2, "m": 1024**2, "gb": 1024**3,
@@ -201,6 +203,23 @@ class Config:
 
     def effective_warehouse(self) -> str:
         return self.warehouse or (self.home / "warehouse").resolve().as_uri()
+
+    def iceberg_properties(self) -> dict[str, str]:
+        """The Iceberg catalog's properties, as pyiceberg takes them (explicit
+        ``catalog_properties`` win): pyiceberg's catalog and Spark's Iceberg catalog are both
+        derived from these, so both see the same tables in the same warehouse."""
+        props: dict[str, str] = {"warehouse": self.effective_warehouse()}
+        if self.catalog_properties.get("type", "sql") == "sql":
+            props["uri"] = self.effective_catalog_uri()
+        elif self.catalog_uri:
+            props["uri"] = self.catalog_uri
+        if props["warehouse"].startswith(S3_SCHEMES) or self.s3_endpoint_url:
+            s3 = {"s3.endpoint": self.s3_endpoint_url, "s3.region": self.s3_region,
+                  "s3.access-key-id": self.s3_access_key_id,
+                  "s3.secret-access-key": self.s3_secret_access_key}
+            props.update({k: v for k, v in s3.items() if v})
+        props.update(self.catalog_properties)
+        return props
 
     def defaults_in_use(self) -> dict[str, str]:
         """The home and the store, by name, where this configuration leaves them at their

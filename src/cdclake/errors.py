@@ -192,7 +192,7 @@ def rebuild(name: str, message: str, attrs: dict[str, object] | None = None) -> 
     ``message`` as its text and ``attrs`` (segment, lsn, ...) as its attributes.
 
     How an error comes back from another process, where only text travels: a Spark task's
-    (:func:`cdclake.sparkenv.task`), a submitted Spark application's
+    (:func:`cdclake.sparkenv.tasks.task`), a submitted Spark application's
     (:mod:`cdclake.pipeline.submit`). The caller sees the same class and the same line as if
     it had been raised here; the class's ``__init__`` is not run again (its arguments are
     not the message)."""

@@ -10,7 +10,7 @@ Python. Callers reach a twinned function through its module (``heap.deform``), s
 :func:`use_python` can switch every one of them at once: the tests run both implementations.
 
 Spark executors on a cluster import cdclake from the zip the driver ships
-(:func:`cdclake.sparkenv.package_zip`), which holds the compiled modules too. Python cannot
+(:func:`cdclake.sparkenv.shipping.package_zip`), which holds the compiled modules too. Python cannot
 load an extension from inside a zip, so :func:`compiled` copies it out, next to the zip, and
 loads it from there: the executors run the same compiled code as a local decode, as long as
 their Python and platform are the driver's (else the one warning, and Python).

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from cdclake import native
 from cdclake.decoding.rmgrs import RMGRS, identify, rmgr_by_name, rmgr_name
 from cdclake.errors import CdclakeError
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     FORK_NAMES,

@@ -1,6 +1,6 @@
 """Zip archives on a Python worker's path read once, not before every task.
 
-Installed by every task body cdclake gives Spark (:func:`cdclake.sparkenv.task`).
+Installed by every task body cdclake gives Spark (:func:`cdclake.sparkenv.tasks.task`).
 
 pyspark's worker calls ``importlib.invalidate_caches()`` before every task it runs. In Python
 3.11 that makes every zip importer on the path read its archive's whole directory again, in

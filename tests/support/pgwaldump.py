@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cdclake.decoding.rmgrs import rmgr_name
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import FORK_NAMES, XLogRecord
 from cdclake.wal.source import DirectorySource

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 from cdclake.archive.segment import XLP_LONG_HEADER
-from cdclake.wal.lsn import segment_name
+from cdclake.lsn import segment_name
 from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.source import DirectorySource
 

@@ -22,6 +22,7 @@ LAYERS: list[tuple[int, str, str]] = [
     (0, "cdclake.zipimports", "a Python worker reads the zip archives on its path once"),
     (0, "cdclake.mixing", "the bit mix behind hash partitioning of keys"),
     (0, "cdclake.parquet", "which columns of a Parquet file get a dictionary"),
+    (1, "cdclake.lsn", "LSNs, segment names, timeline histories: every layer's vocabulary"),
     (1, "cdclake.config", "the one configuration object, passed down"),
     (2, "cdclake.wal", "segments -> records (pg_waldump's view)"),
     (3, "cdclake.tuples", "tuple deforming and type codecs"),
@@ -29,16 +30,17 @@ LAYERS: list[tuple[int, str, str]] = [
     (5, "cdclake.decoding", "decoder, reorder buffer, reassembly, output plugins"),
     (5, "cdclake.archive", "the object store and WAL shipping (reads wal only)"),
     (5, "cdclake.sparkenv", "where Spark runs: the master, cdclake shipped to executors"),
-    (6, "cdclake.spark", "decoding on Spark"),
-    (6, "cdclake.lake", "the change stream merged into Iceberg"),
-    (6, "cdclake.quality", "Great Expectations over the stream and the mirrors"),
-    (7, "cdclake.snapshot", "the initial snapshot: copies on Spark into the lake"),
-    (8, "cdclake.pipeline", "sequences the steps of a run"),
-    (8, "cdclake.local", "local PostgreSQL and S3 for the demo and tests"),
-    (9, "cdclake.waldump", "the waldump command"),
-    (9, "cdclake.demo", "the demo command"),
-    (9, "cdclake.cli", "the command line: imports commands by name"),
-    (9, "dags", "Airflow DAG files, thin"),
+    (6, "cdclake.stream", "the stream's progress, kept in the store"),
+    (7, "cdclake.spark", "decoding on Spark"),
+    (7, "cdclake.lake", "the change stream merged into Iceberg"),
+    (7, "cdclake.quality", "Great Expectations over the stream and the mirrors"),
+    (8, "cdclake.snapshot", "the initial snapshot: copies on Spark into the lake"),
+    (9, "cdclake.pipeline", "sequences the steps of a run"),
+    (9, "cdclake.local", "local PostgreSQL and S3 for the demo and tests"),
+    (10, "cdclake.waldump", "the waldump command"),
+    (10, "cdclake.demo", "the demo command"),
+    (10, "cdclake.cli", "the command line: imports commands by name"),
+    (10, "dags", "Airflow DAG files, thin"),
 ]
 
 
@@ -224,3 +226,43 @@ def tree_imports(roots: list[tuple[Path, Path]]) -> list[str]:
 def test_the_test_tree_imports_downward_too() -> None:
     bad = tree_imports([(ROOT / "tests", ROOT), (ROOT / "bench", ROOT)])
     assert not bad, "imports across the test tree's parts:\n" + "\n".join(bad)
+
+
+#: package -> what it may not import at all, even where the ranks allow it, and why
+FORBIDDEN: dict[str, tuple[tuple[str, ...], str]] = {
+    "cdclake.snapshot": (("cdclake.spark",), "the snapshot does not depend on the decode job"),
+    "dags": (("cdclake",), "DAG files are thin: the pipeline and the configuration only"),
+}
+#: what a package named in FORBIDDEN may import nonetheless
+ALLOWED: dict[str, tuple[str, ...]] = {"dags": ("cdclake.pipeline", "cdclake.config")}
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def forbidden(g: dict[str, list[tuple[int, str]]]) -> list[str]:
+    bad = []
+    for m, targets in sorted(g.items()):
+        for package, (banned, why) in FORBIDDEN.items():
+            if not (m == package or m.startswith(package + ".")):
+                continue
+            for line, t in targets:
+                if _within(t, banned) and not _within(t, ALLOWED.get(package, ())):
+                    bad.append(f"{m}:{line} imports {t} ({why})")
+    return bad
+
+
+def test_no_forbidden_import() -> None:
+    bad = forbidden(project_graph())
+    assert not bad, "\n".join(bad)
+
+
+def test_the_forbidden_imports_are_found() -> None:
+    g = {"cdclake.snapshot.driver": [(1, "cdclake.spark.job"), (2, "cdclake.sparkenv.session")],
+         "dags.d": [(3, "cdclake.lake.merge"), (4, "cdclake.pipeline.steps")]}
+    assert forbidden(g) == [
+        "cdclake.snapshot.driver:1 imports cdclake.spark.job (the snapshot does not depend on "
+        "the decode job)",
+        "dags.d:3 imports cdclake.lake.merge (DAG files are thin: the pipeline and the "
+        "configuration only)"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import native, sparkenv, waldump  # noqa: F401 - waldump registers its twins
+from cdclake import native, waldump  # noqa: F401 - waldump registers its twins
 from cdclake.decoding import (  # noqa: F401 - they register twins
     decode,
     parallel,
@@ -26,6 +26,7 @@ from cdclake.decoding import (  # noqa: F401 - they register twins
 )
 from cdclake.decoding.plugins import arrow, test_decoding  # noqa: F401 - register twins
 from cdclake.spark import segments  # noqa: F401 - registers its twin
+from cdclake.sparkenv import shipping
 from cdclake.tuples import heap
 from cdclake.wal import reader
 
@@ -149,7 +150,7 @@ def _import_from_zip(zip_path: Path) -> dict[str, object]:
 def test_cdclake_imported_from_its_zip_runs_the_compiled_twins(tmp_path: Path) -> None:
     """The zip executors are sent carries the extensions; they are copied out beside it and
     loaded from there, by every process that starts (the second finds them copied)."""
-    archive = sparkenv.package_zip(tmp_path)
+    archive = shipping.package_zip(tmp_path)
     for _ in range(2):
         got = _import_from_zip(archive)
         assert str(got["file"]).startswith(str(archive))  # not the installed package
@@ -162,7 +163,7 @@ def test_cdclake_imported_from_its_zip_runs_the_compiled_twins(tmp_path: Path) -
 def test_an_extension_this_python_cannot_load_falls_back_to_python(tmp_path: Path) -> None:
     """A zip whose build of a twin is for another platform (here: not a shared object at
     all): that twin stays Python, with the one warning line, and the others load."""
-    archive = sparkenv.package_zip(tmp_path)
+    archive = shipping.package_zip(tmp_path)
     broken = tmp_path / "broken.zip"
     with zipfile.ZipFile(archive) as src, zipfile.ZipFile(broken, "w") as dst:
         for item in src.infolist():

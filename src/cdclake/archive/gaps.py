@@ -24,7 +24,7 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Protocol
 
-from cdclake.wal.lsn import DEFAULT_SEGMENT_SIZE, TimelineSwitch, segment_name, segno_of
+from cdclake.lsn import DEFAULT_SEGMENT_SIZE, TimelineSwitch, segment_name, segno_of
 from cdclake.wal.timelines import TimelinePath, timeline_path
 
 

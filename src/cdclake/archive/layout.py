@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cdclake.archive.store import check_key
-from cdclake.wal.lsn import DEFAULT_SEGMENT_SIZE, SegmentName
+from cdclake.lsn import DEFAULT_SEGMENT_SIZE, SegmentName
 
 ZST_SUFFIX = ".zst"
 #: at the root of an S3 store (not under a Layout's prefix: it is the endpoint's and bucket's
@@ -198,7 +198,7 @@ class Layout:
         return self._p("state/progress/")
 
     def progress_log_key(self, seq: int) -> str:
-        """Progress after batch ``seq``, created once (cdclake.spark.progress)."""
+        """Progress after batch ``seq``, created once (cdclake.stream.progress)."""
         return self._k(f"state/progress/{seq:010d}.json")
 
     def validated_key(self, batch: str) -> str:

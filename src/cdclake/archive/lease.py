@@ -16,7 +16,7 @@ A check is not a fence: a holder can pass it, stall, and act after another run t
 the generation is also a *fencing token* (:class:`Fence`): a holder writes and deletes only
 objects whose key names its own generation (``.../g<generation>/...``,
 :meth:`cdclake.archive.layout.Layout.generation`), and a commit that makes objects live — the
-progress, created once with create-if-absent (:mod:`cdclake.spark.progress`) — names the
+progress, created once with create-if-absent (:mod:`cdclake.stream.progress`) — names the
 generation whose objects it takes. A stale holder can then only waste its own objects; it
 cannot delete or overwrite the new holder's, and cannot commit over a newer run's progress.
 

@@ -26,7 +26,7 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.segment import SegmentHeader
 from cdclake.archive.store import ObjectStore
 from cdclake.errors import ArchiveConflictError, ManifestError, ObjectNotFound, StoreError
-from cdclake.wal.lsn import (
+from cdclake.lsn import (
     SegmentName,
     TimelineSwitch,
     format_lsn,

@@ -31,7 +31,7 @@ from cdclake.archive.segment import verify_segment
 from cdclake.archive.store import sha256_hex
 from cdclake.config import Config
 from cdclake.errors import ArchiveConflictError, ObjectNotFound, StoreError, WalError
-from cdclake.wal.lsn import format_lsn, parse_history
+from cdclake.lsn import format_lsn, parse_history
 from cdclake.wal.timelines import TimelinePath
 
 EXIT_CONFLICT = 3

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 
 from cdclake.errors import WalCorruptError, WalError, WalTruncatedError, WalVersionError
-from cdclake.wal.lsn import SegmentName, check_segment_size, format_lsn, parse_segment_name
+from cdclake.lsn import SegmentName, check_segment_size, format_lsn, parse_segment_name
 
 #: XLOG_PAGE_MAGIC of each PostgreSQL major version cdclake reads.
 PAGE_MAGIC_VERSIONS = {0xD110: 15, 0xD113: 16, 0xD116: 17, 0xD118: 18}

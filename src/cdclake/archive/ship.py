@@ -48,7 +48,7 @@ from cdclake.errors import (
     WalCorruptError,
     WalError,
 )
-from cdclake.wal.lsn import (
+from cdclake.lsn import (
     SegmentName,
     TimelineSwitch,
     format_lsn,

@@ -23,7 +23,7 @@ from cdclake.archive.manifest import Manifest, ManifestEntry
 from cdclake.archive.segment import read_long_header
 from cdclake.archive.store import ObjectStore, sha256_hex
 from cdclake.errors import ObjectNotFound, SegmentDigestError, WalError
-from cdclake.wal.lsn import SegmentName
+from cdclake.lsn import SegmentName
 
 
 class StoreSegmentSource:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from cdclake.catalog.connection import connect
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.errors import SourceError, redact
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 
 
 def capture(dsn: str) -> tuple[int, Dictionary]:

@@ -25,7 +25,7 @@ from typing import Any
 from cdclake.catalog.model import RelationVersion, type_from_json
 from cdclake.catalog.types import TypeCatalog
 from cdclake.errors import DecodingError
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 Locator = tuple[int, int]  #: (tablespace oid as WAL shows it, relfilenode)
 Ctid = tuple[int, int]  #: a pg_class row's place: (block, line pointer)

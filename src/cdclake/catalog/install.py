@@ -23,7 +23,7 @@ from cdclake.catalog.connection import connect
 from cdclake.catalog.signing import fetch_key, key_path, read_key_file, write_key_file
 from cdclake.config import Config
 from cdclake.errors import ConfigError, SourceError, redact
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from cdclake.catalog.connection import connect
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.model import RELKIND_MATVIEW, RelationVersion
 from cdclake.errors import SourceError
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lsn import format_lsn, parse_lsn
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from cdclake.decoding.changes import (
 )
 from cdclake.decoding.stripes import Shares
 from cdclake.errors import DecodingError
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 cdef ShareSlots SHARE = share_slots(Shares)
 

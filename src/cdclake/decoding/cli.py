@@ -24,7 +24,7 @@ from cdclake.decoding.parallel import decode_lines, default_jobs, peak_rss_kb
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.session import DecodeResult
 from cdclake.errors import ConfigError
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lsn import format_lsn, parse_lsn
 from cdclake.wal.source import DirectorySource
 
 FORMATS = ("test_decoding",)

@@ -45,7 +45,7 @@ from cdclake.decoding.changes import (
 )
 from cdclake.decoding.filter import Filter
 from cdclake.errors import DecodingError, UnknownRelationError
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 from cdclake.wal.record import RelFileLocator
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdclake.errors import DecodingError
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 START = "start"
 CONSISTENT = "consistent"

@@ -40,11 +40,11 @@ from cdclake.catalog.dictionary import ClassRow, Ctid, Dictionary
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID, RELKIND_TOAST, RelationVersion
 from cdclake.decoding.changes import TxnInfo
 from cdclake.errors import DecodingError
+from cdclake.lsn import format_lsn
 from cdclake.tuples import heap
 from cdclake.tuples.codecs import codec_for
 from cdclake.tuples.varlena import payload
 from cdclake.wal.image import page_tuple, restore_page
-from cdclake.wal.lsn import format_lsn
 from cdclake.wal.record import SIZEOF_HEAP_TUPLE_HEADER, WalTuple, XLogRecord
 from cdclake.wal.rmgr.heap import HeapDelete, HeapInsert, HeapUpdate
 from cdclake.wal.rmgr.relmap import RelmapUpdate

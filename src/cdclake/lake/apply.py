@@ -33,7 +33,7 @@ from cdclake.errors import LakeError
 from cdclake.lake import retype
 from cdclake.lake.changes import CLEARING_OPS, FULL, KEY, NOTHING, Change, Identity, VersionInfo
 from cdclake.lake.defaults import Unparsed
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 
 class Row:

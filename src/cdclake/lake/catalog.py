@@ -19,25 +19,6 @@ from pyiceberg.catalog.sql import SqlCatalog
 from cdclake.config import Config
 from cdclake.errors import LakeError
 
-S3_SCHEMES = ("s3://", "s3a://", "s3n://")
-
-
-def catalog_properties(config: Config) -> dict[str, str]:
-    """The pyiceberg properties for ``config`` (explicit ``catalog_properties`` win)."""
-    props: dict[str, str] = {"warehouse": config.effective_warehouse()}
-    catalog_type = config.catalog_properties.get("type", "sql")
-    if catalog_type == "sql":
-        props["uri"] = config.effective_catalog_uri()
-    elif config.catalog_uri:
-        props["uri"] = config.catalog_uri
-    if props["warehouse"].startswith(S3_SCHEMES) or config.s3_endpoint_url:
-        s3 = {"s3.endpoint": config.s3_endpoint_url, "s3.region": config.s3_region,
-              "s3.access-key-id": config.s3_access_key_id,
-              "s3.secret-access-key": config.s3_secret_access_key}
-        props.update({k: v for k, v in s3.items() if v})
-    props.update(config.catalog_properties)
-    return props
-
 
 def open_catalog(config: Config, *, create: bool = True) -> Catalog:
     """The configured catalog, ready to use (a SQLite file's directory is created).
@@ -45,7 +26,7 @@ def open_catalog(config: Config, *, create: bool = True) -> Catalog:
     ``create=False`` opens it for reading only (``cdclake status``): a SQL catalog's tables
     are not created, and a SQLite catalog that does not exist yet is a LakeError saying so.
     """
-    props = catalog_properties(config)
+    props = config.iceberg_properties()
     try:
         if props.get("type", "sql") == "sql":
             uri = props["uri"]

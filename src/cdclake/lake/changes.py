@@ -31,7 +31,7 @@ from cdclake.lake.defaults import missing_defaults
 from cdclake.lake.labels import Labels, combine, relabel, translation, version_labels
 from cdclake.lake.schema import DataColumn, data_columns
 from cdclake.lake.values import parse_texts, plain_values, with_texts
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 KEY = "key"
 FULL = "full"

@@ -76,8 +76,8 @@ from cdclake.lake.schema import (
 )
 from cdclake.lake.tables import row_count
 from cdclake.lake.visibility import SnapshotFacts, in_snapshot_arrow
+from cdclake.lsn import format_lsn
 from cdclake.mixing import splitmix64
-from cdclake.wal.lsn import format_lsn
 
 _OPS = {stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE}
 _SETS = pa.array([stream.OP_INSERT, stream.OP_UPDATE])

@@ -29,7 +29,7 @@ from pyiceberg.types import TimeType
 from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.watermark import committed_lsn, watermark_properties
-from cdclake.sparkenv import error_line
+from cdclake.sparkenv.tasks import error_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -84,7 +84,7 @@ from cdclake.lake.watermark import (
     record_merged,
     summary_properties,
 )
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

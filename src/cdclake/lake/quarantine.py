@@ -26,7 +26,7 @@ from pyiceberg.table import Table
 from cdclake.archive.manifest import utc_now_iso
 from cdclake.lake.changes import Change
 from cdclake.lake.values import UNPRINTED
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 #: the mirror table property of a quarantined table (JSON: reason, batch, lsn, since)
 PROPERTY = "cdclake.quarantine"

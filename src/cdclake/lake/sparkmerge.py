@@ -81,8 +81,8 @@ from cdclake.lake.tables import (
 )
 from cdclake.lake.visibility import SnapshotFacts, facts_of, not_in_snapshot
 from cdclake.lake.watermark import committed_lsn, summary_properties
-from cdclake.sparkenv import error_line, task
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
+from cdclake.sparkenv.tasks import error_line, task
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -46,7 +46,7 @@ from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
 from cdclake.lake.visibility import facts_of
 from cdclake.lake.watermark import STREAM, committed_lsn
-from cdclake.wal.lsn import format_lsn_or_none
+from cdclake.lsn import format_lsn_or_none
 
 log = logging.getLogger(__name__)
 

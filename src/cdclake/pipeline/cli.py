@@ -14,8 +14,8 @@ from typing import Any
 
 from cdclake.config import Config
 from cdclake.errors import ConfigError
+from cdclake.lsn import parse_lsn
 from cdclake.pipeline.params import RunParams
-from cdclake.wal.lsn import parse_lsn
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,14 +24,14 @@ def maintain(config: Config, *, tables: Sequence[str] = (), keep_snapshots: int 
     """Maintain the namespace's tables; the settings default to the Config's."""
     from cdclake.lake.catalog import open_catalog
     from cdclake.lake.maintenance import maintain_tables
-    from cdclake.lake.sparksql import spark_session
+    from cdclake.sparkenv.session import session
 
     keep = config.keep_snapshots if keep_snapshots is None else keep_snapshots
     hours = config.keep_hours if keep_hours is None else keep_hours
     with Lease(open_store(config), LAKE, purpose=f"maintenance of stream {config.stream}",
                ttl=config.lease_ttl, wait=config.lease_wait):
         done = maintain_tables(config, catalog or open_catalog(config),
-                               spark or spark_session(config), retain_last=keep,
+                               spark or session(config, "maintain"), retain_last=keep,
                                older_than=timedelta(hours=hours), tables=list(tables) or None)
     return {"tables": [t.to_json() for t in done], "keep_snapshots": keep, "keep_hours": hours}
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cdclake.errors import ConfigError
-from cdclake.wal.lsn import format_lsn, format_lsn_or_none, is_segment_name, parse_lsn
+from cdclake.lsn import format_lsn, format_lsn_or_none, is_segment_name, parse_lsn
 
 
 @dataclass(frozen=True, slots=True)

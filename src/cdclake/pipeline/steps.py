@@ -56,9 +56,9 @@ from cdclake.lake.batches import (
     pending,
     stream_chunks,
 )
+from cdclake.lsn import format_lsn, format_lsn_or_none, parse_lsn
 from cdclake.pipeline.params import RunParams
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import format_lsn, format_lsn_or_none, parse_lsn
+from cdclake.stream.progress import load_progress
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -351,14 +351,17 @@ def raise_for_failed_tables(results: Mapping[str, Any]) -> None:
 
 
 def lake_session(config: Config, refusal: Callable[[str], CdclakeError]) -> Any:
-    """A Spark session with Iceberg's runtime on its class path (the Spark merge, the mirror
-    check on Spark, a follower's every step); when the JVM does not start (no Java, a bad
-    spark_conf), ``refusal`` of Spark's one line is raised."""
-    from cdclake.lake.sparksql import spark_session
-    from cdclake.sparkenv import error_line
+    """The process's Spark session for steps that read or write the mirrors on Spark (the
+    Spark merge, the mirror check on Spark, a follower's every step), the catalog opened
+    first; when the JVM does not start (no Java, a bad spark_conf), ``refusal`` of Spark's
+    one line is raised."""
+    from cdclake.lake.catalog import open_catalog
+    from cdclake.sparkenv.session import session
+    from cdclake.sparkenv.tasks import error_line
 
     try:
-        return spark_session(config)
+        open_catalog(config)  # Spark reads the catalog's tables, pyiceberg creates them
+        return session(config, "merge")
     except CdclakeError:
         raise
     except Exception as exc:
@@ -481,7 +484,7 @@ def _spark_mirrors(config: Config, catalog: Catalog, relations: Mapping[str, Rel
     engine): the rows stay on the executors, whatever the run wrote. Mirrors Spark cannot read
     (``time`` columns) are read with pyiceberg, in chunks."""
     from cdclake.lake.sparkmerge import spark_mirrors
-    from cdclake.sparkenv import error_line
+    from cdclake.sparkenv.tasks import error_line
 
     try:
         frames, missing, unreadable = spark_mirrors(_merge_session(config), config, catalog,

@@ -5,11 +5,11 @@ Airflow users submit Spark: the Airflow Spark provider's ``SparkSubmitHook`` on 
 
 What goes with each submission:
 
-- ``--py-files``: cdclake's own code as one zip (:func:`cdclake.sparkenv.package_zip`), so
+- ``--py-files``: cdclake's own code as one zip (:func:`cdclake.sparkenv.shipping.package_zip`), so
   executors import only the cluster's Python environment plus what was sent;
 - ``--properties-file`` (mode 0600): every Spark setting of the session the step would have
   built in-process, ``config.spark_conf`` last: Iceberg's runtime (``spark.jars``) and the
-  catalog's JDBC driver on the driver's class path (:func:`cdclake.lake.sparksql.spark_conf`),
+  catalog's JDBC driver on the driver's class path (:func:`cdclake.sparkenv.session.spark_conf`),
   the catalog, the Python of driver and executors. Catalog passwords stay off the command
   line.
 
@@ -36,7 +36,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cdclake import sparkenv
 from cdclake.archive import Layout, open_store
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConfigError, ObjectNotFound, rebuild, redact
@@ -61,7 +60,9 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
     from airflow.exceptions import AirflowException
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from cdclake.lake.sparksql import ensure_jars, pyspark_jars, spark_conf
+    from cdclake.sparkenv.jars import ensure_jars, pyspark_jars
+    from cdclake.sparkenv.session import spark_conf
+    from cdclake.sparkenv.shipping import package_zip
 
     jars = ensure_jars(config)
     spark_home = pyspark_jars().parent  # pyspark's own Spark; its scripts need SPARK_HOME
@@ -75,7 +76,7 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
         with _connection(config):  # the hook resolves it once, here
             hook = SparkSubmitHook(
                 conn_id=config.spark_conn_id, name=f"cdclake-{step}-{config.stream}",
-                py_files=str(sparkenv.package_zip()), properties_file=str(props),
+                py_files=str(package_zip()), properties_file=str(props),
                 spark_binary=str(spark_home / "bin" / "spark-submit"),
                 application_args=[step, "--params", json.dumps(run.to_json()), "--result", key])
         try:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cdclake.errors import QualityError
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 
 SEVERITY_CRITICAL = "critical"
 SEVERITY_WARNING = "warning"

@@ -43,10 +43,11 @@ from cdclake.config import Config
 from cdclake.decoding.plugins.arrow import column_fields
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import ConfigError, LakeError, SourceError, WalError
-from cdclake.lake.catalog import catalog_properties, open_catalog
+from cdclake.lake.catalog import open_catalog
 from cdclake.lake.snapshot import MirrorSnapshot, open_mirror
 from cdclake.lake.tables import find_mirror
 from cdclake.lake.visibility import SnapshotFacts
+from cdclake.lsn import format_lsn
 from cdclake.snapshot.chunks import (
     ChunkResult,
     ChunkTask,
@@ -54,9 +55,9 @@ from cdclake.snapshot.chunks import (
     server_name,
     types_to_json,
 )
-from cdclake.spark.progress import load_progress
-from cdclake.sparkenv import spark_errors, task
-from cdclake.wal.lsn import format_lsn
+from cdclake.sparkenv.session import session
+from cdclake.sparkenv.tasks import spark_errors, task
+from cdclake.stream.progress import load_progress
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -208,7 +209,7 @@ def _plan(catalog: Catalog, config: Config, held: HeldSnapshot, tables: list[Sou
                              dict[str, TableSnapshot]]:
     types = held.dictionary.types.at(held.snapshot.lsn)
     layouts = LayoutCache(held.dictionary.types)
-    io_props = catalog_properties(config)
+    io_props = config.iceberg_properties()
     block_size = held.snapshot.block_size
     per_chunk = max(1, config.snapshot_chunk_size // block_size)
     mirrors: dict[str, MirrorSnapshot] = {}
@@ -328,7 +329,5 @@ def _check_held(held: HeldSnapshot, config: Config, tables: list[SourceTable]) -
 
 
 def _session(config: Config) -> SparkSession:
-    from cdclake.spark.job import spark_session
-
     with spark_errors("initial snapshot: Spark does not start", LakeError):
-        return spark_session(config)
+        return session(config, "snapshot", mirrors=False)

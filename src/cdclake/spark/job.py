@@ -13,7 +13,7 @@ relation version merges the runs by commit LSN into the stream's parts
 the manifest. A batch is at most ``max_batch_segments`` segments (``max_batch_bytes`` of
 WAL). What a batch adds to the transactions open at its end goes to ``spill/<batch>/``; they
 come back in the next batch, and stay as long as one of them is open; the progress
-(:mod:`cdclake.spark.progress`) says where that batch starts.
+(:mod:`cdclake.stream.progress`) says where that batch starts.
 
 Fencing: every object a decode writes is under its decode lease generation
 (``changes/<batch>/g<G>/``, ``spill/<batch>/g<G>/``, ``dictionary/<batch>/g<G>.json``), and
@@ -68,14 +68,15 @@ from cdclake.errors import (
     StoreError,
     WalCorruptError,
 )
+from cdclake.lsn import format_lsn, parse_segment_name
 from cdclake.spark.partition import PartitionContext, PartitionResult, run_partition
 from cdclake.spark.plan import BatchPlan, Waiting, next_plan
-from cdclake.spark.progress import Progress, committed, load_progress, save_progress
 from cdclake.spark.routing import RouteMap
 from cdclake.spark.segments import ParsedSegment, scan_segments, task_records
 from cdclake.spark.writer import MergedVersion, merge_runs
-from cdclake.sparkenv import builder, ship, spark_errors, task
-from cdclake.wal.lsn import format_lsn, parse_segment_name
+from cdclake.sparkenv.session import session
+from cdclake.sparkenv.tasks import spark_errors, task
+from cdclake.stream.progress import Progress, committed, load_progress, save_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -96,16 +97,6 @@ class BatchResult:
     #: decoded the most (a transaction's changes are all its partition's, so one large
     #: transaction is decoded on one core: the batch waits for that partition)
     stats: dict[str, int] = field(default_factory=dict)
-
-
-def spark_session(config: Config) -> SparkSession:
-    """A session on ``config.spark_master`` (``local[*]`` by default), with
-    ``config.spark_conf`` applied over cdclake's defaults, and cdclake shipped to executors
-    that need it (:mod:`cdclake.sparkenv`)."""
-    spark = builder(config, "decode", {
-        "spark.default.parallelism": str(config.spark_partitions)}).getOrCreate()
-    ship(spark)
-    return spark
 
 
 def decode_batch(config: Config, *, spark: SparkSession | None = None,
@@ -156,7 +147,7 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
                           "or CDCLAKE_SOURCE_DSN to a superuser, who may read it")
     if spark is None:
         with spark_errors("decode: Spark does not start", DecodingError):
-            spark = spark_session(config)
+            spark = session(config, "decode", mirrors=False)
     own = _Objects(layout, plan.name, fence.generation)
     own.clear(store)  # left by an attempt of this generation that died (an unfenced run)
     try:

@@ -31,9 +31,9 @@ from cdclake.archive.manifest import Manifest
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
 from cdclake.errors import ArchiveGapError, ConfigError, DecodingError, WalError
-from cdclake.spark.progress import Progress
+from cdclake.lsn import SegmentName, format_lsn, parse_segment_name
 from cdclake.spark.segments import SegmentTask
-from cdclake.wal.lsn import SegmentName, format_lsn, parse_segment_name
+from cdclake.stream.progress import Progress
 from cdclake.wal.reader import first_record_at
 from cdclake.wal.timelines import TimelinePath
 

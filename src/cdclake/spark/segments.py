@@ -37,7 +37,7 @@ from cdclake.decoding.rmgrs import (
 )
 from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.errors import SegmentDigestError
-from cdclake.wal.lsn import SegmentName
+from cdclake.lsn import SegmentName
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     RM_HEAP2_ID,

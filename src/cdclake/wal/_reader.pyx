@@ -25,7 +25,7 @@ from cdclake.wal._payload cimport Bytes, payload
 from cdclake.wal._slots cimport blank, get, offset, put
 
 from cdclake.errors import WalCorruptError
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 from cdclake.wal.record import (
     INVALID_REP_ORIGIN,
     INVALID_XID,

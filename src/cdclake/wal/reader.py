@@ -19,7 +19,7 @@ import crc32c
 
 from cdclake import native
 from cdclake.errors import WalCorruptError, WalGapError, WalTruncatedError, WalVersionError
-from cdclake.wal.lsn import SegmentName, TimelineSwitch, format_lsn, parse_history
+from cdclake.lsn import SegmentName, TimelineSwitch, format_lsn, parse_history
 from cdclake.wal.record import (
     BKPBLOCK_HAS_DATA,
     BKPBLOCK_HAS_IMAGE,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from cdclake.errors import WalCorruptError, WalError, WalTruncatedError
-from cdclake.wal.lsn import (
+from cdclake.lsn import (
     SegmentName,
     check_segment_size,
     is_history_name,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cdclake.wal.lsn import (
+from cdclake.lsn import (
     DEFAULT_SEGMENT_SIZE,
     SegmentName,
     TimelineSwitch,

@@ -32,11 +32,11 @@ from cdclake.decoding.session import DecodeOptions
 from cdclake.lake.batch import Batch, read_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import MergeReport, merge_batch
-from cdclake.lake.sparksql import spark_session
 from cdclake.lake.tables import mirror_identifier
 from cdclake.lake.watermark import COMMIT_LSN, committed_lsn
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
+from cdclake.sparkenv.session import session as spark_session
 from tests.e2e.lake.test_spark_sql_reads_mirrors import _decode
 from tests.oracle.decoding.harness import archive_all
 from tests.support import duck
@@ -179,7 +179,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         config = Config(home=tmp / "home", stream="sparkmerge", spark_master="local[2]",
                         merge_engine="spark")
         catalog = open_catalog(config)
-        spark = spark_session(config)
+        spark = spark_session(config, "test")
         lake = Lake(pg, db, config, spark, tmp / "changes",
                     DecodeOptions(db_oid=db_oid, start_lsn=lo, read_from=read_from,
                                   spill_dir=tmp / "spill", ddl_key=key))

@@ -3,7 +3,7 @@
 A real PostgreSQL 15 stream in two batches (the second updates and deletes rows the first
 committed, so the mirrors have rewritten files or delete files), decoded from the archived WAL
 and merged into Iceberg mirrors in the default SQLite catalog. Every mirror is then read with
-Iceberg's own Spark runtime (:mod:`cdclake.lake.sparksql`), with DuckDB's iceberg extension and
+Iceberg's own Spark runtime (:mod:`cdclake.sparkenv`), with DuckDB's iceberg extension and
 from the source itself: the three must hold the same rows (as multisets, typed values compared
 as Python values). ``cdclake sql`` runs as a process as a user runs it.
 
@@ -34,7 +34,7 @@ from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import merge_batch
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
 from tests.oracle.decoding.harness import archive_all
 from tests.support import duck
@@ -140,11 +140,11 @@ def spark(lake: Lake) -> Iterator[Any]:
     """A plain session first (a JVM without Iceberg), then the mirrors' session."""
     from pyspark.sql import SparkSession
 
-    from cdclake.lake.sparksql import spark_session
+    from cdclake.sparkenv.session import session as spark_session
 
     plain = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     plain.getOrCreate()
-    session = spark_session(lake.config)
+    session = spark_session(lake.config, "test")
     yield session
     session.stop()
 

@@ -29,8 +29,8 @@ import pytest
 
 from cdclake.archive.command import store_env
 from cdclake.config import Config
+from cdclake.lsn import is_segment_name
 from cdclake.pipeline.steps import safe_run_id
-from cdclake.wal.lsn import is_segment_name
 
 from .airflow_live import Chromium, LiveAirflow, find_chromium, install_chromium, port_is_open
 from .conftest import DAGS, REPO, Source

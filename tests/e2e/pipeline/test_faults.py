@@ -33,8 +33,8 @@ from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import DECODE, Lease
 from cdclake.config import Config
 from cdclake.local.postgres import LocalPostgres
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import parse_lsn, parse_segment_name
+from cdclake.lsn import parse_lsn, parse_segment_name
+from cdclake.stream.progress import load_progress
 from tests.e2e.pipeline.test_snapshot_cli import (
     CDCLAKE,
     PASSWORD,

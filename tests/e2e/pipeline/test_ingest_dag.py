@@ -23,7 +23,7 @@ import pytest
 
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 from tests.support import duck
 
 from .conftest import DAGS, Source

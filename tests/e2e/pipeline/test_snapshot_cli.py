@@ -32,8 +32,8 @@ from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres, free_port
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lsn import format_lsn, parse_lsn
+from cdclake.stream.progress import load_progress
 from tests.support import duck
 from tests.support.commands import CDCLAKE, one_error_line
 

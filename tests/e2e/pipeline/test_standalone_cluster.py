@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.lake.sparksql import pyspark_jars
+from cdclake.sparkenv.jars import pyspark_jars
 from tests.e2e.pipeline.test_faults import bank_stream
 from tests.e2e.pipeline.test_snapshot_cli import cdclake, ok
 

@@ -20,8 +20,8 @@ from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import QualityError
 from cdclake.lake.batch import read_batch
+from cdclake.lsn import format_lsn
 from cdclake.quality import QualityContext, raise_for_failures, validate_mirrors, validate_stream
-from cdclake.wal.lsn import format_lsn
 from tests.support import quality_builders as builders
 from tests.support.quality_builders import BIG
 

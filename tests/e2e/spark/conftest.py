@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cdclake.config import Config
-from cdclake.spark.job import spark_session
+from cdclake.sparkenv.session import session as spark_session
 from tests.e2e.archive.conftest import local_s3, s3_config
 
 __all__ = ["local_s3", "s3_config"]
@@ -22,6 +22,6 @@ PARTITIONS = 2
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     session = spark_session(Config(spark_master=f"local[{PARTITIONS}]",
-                                   spark_partitions=PARTITIONS))
+                                   spark_partitions=PARTITIONS), "test")
     yield session
     session.stop()

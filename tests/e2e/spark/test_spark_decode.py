@@ -26,11 +26,11 @@ from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import ConcurrentRunError, UnknownRelationError
 from cdclake.local.postgres import LocalPostgres
+from cdclake.lsn import format_lsn, parse_segment_name
 from cdclake.pipeline import steps
 from cdclake.spark import job
 from cdclake.spark.job import decode_batch
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import format_lsn, parse_segment_name
+from cdclake.stream.progress import load_progress
 from tests.e2e.spark import workload
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
 from tests.e2e.spark.workload import (
@@ -259,8 +259,8 @@ def test_spark_settings_reach_a_new_session(tmp_path: Path) -> None:
     """``CDCLAKE_SPARK_CONF`` is applied when cdclake starts Spark (a fresh JVM: the driver's
     memory can only be set there)."""
     probe = ("from cdclake.config import Config\n"
-             "from cdclake.spark.job import spark_session\n"
-             "conf = spark_session(Config.load()).sparkContext.getConf()\n"
+             "from cdclake.sparkenv.session import session\n"
+             "conf = session(Config.load(), 'test').sparkContext.getConf()\n"
              "print(conf.get('spark.driver.memory'), conf.get('spark.driver.maxResultSize'))")
     env = {**os.environ, "CDCLAKE_HOME": str(tmp_path),
            "CDCLAKE_SPARK_CONF": "spark.driver.memory=1g,spark.driver.maxResultSize=64m"}

@@ -27,9 +27,9 @@ from cdclake.archive.layout import Layout
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.local.postgres import LocalPostgres
+from cdclake.lsn import parse_lsn
 from cdclake.spark.job import BatchResult, decode_batch
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import parse_lsn
+from cdclake.stream.progress import load_progress
 from tests.e2e.spark.helpers import local_decode, rows, ship_to, tables_of
 from tests.e2e.spark.workload import Archived, archive_current, archived, start
 

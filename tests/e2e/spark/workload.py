@@ -19,7 +19,7 @@ from pathlib import Path
 from cdclake.catalog.install import install
 from cdclake.catalog.signing import fetch_key
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import parse_segment_name
+from cdclake.lsn import parse_segment_name
 
 SEGMENT_SIZE = 1024 * 1024
 

@@ -15,7 +15,7 @@ import pytest
 
 from cdclake.catalog.signing import write_key_file
 from cdclake.local.postgres import LocalPostgres
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 from tests.oracle.decoding.harness import Capture, archive_all, prepare
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]

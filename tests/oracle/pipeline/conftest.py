@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from cdclake.config import Config
-from cdclake.spark.job import spark_session
+from cdclake.sparkenv.session import session as spark_session
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = spark_session(Config(spark_master="local[2]", spark_partitions=2))
+    session = spark_session(Config(spark_master="local[2]", spark_partitions=2), "test")
     yield session
     session.stop()

@@ -37,10 +37,10 @@ from cdclake.lake.batches import list_batches, open_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
+from cdclake.lsn import parse_lsn
 from cdclake.pipeline import steps
 from cdclake.pipeline.params import RunParams
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import parse_lsn
+from cdclake.stream.progress import load_progress
 from tests.oracle.decoding.harness import Step, archive_all, oracle, run_steps
 from tests.oracle.pipeline import render
 from tests.support import duck
@@ -148,7 +148,7 @@ def run_phases(pg: LocalPostgres, database: str, phases: Sequence[Callable[[], N
     decoded (in up to ``batches`` batches), validated and merged before the next begins: what
     a phase writes meets mirrors the earlier phases made. The stream alone fills them
     (``snapshot_mode = "never"``, and the steps never snapshot). With ``merge_engine`` spark,
-    ``spark`` must be the session :func:`cdclake.lake.sparksql.spark_session` made for a
+    ``spark`` must be the session :func:`cdclake.sparkenv.session.session` made for a
     configuration whose home is ``work / "home"`` (the merge's session is the same one)."""
     pg.sql("SELECT pg_switch_wal()", database)
     pg.sql("CHECKPOINT", database)  # a running-xacts record early in the first segment

@@ -31,7 +31,7 @@ from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import OWNER, LocalPostgres
 from cdclake.pipeline import steps
-from cdclake.spark.progress import load_progress
+from cdclake.stream.progress import load_progress
 from tests.oracle.pipeline.harness import PipelineRun, compare_mirrors, describe
 from tests.support import duck
 from tests.support.commands import CDCLAKE, one_error_line

@@ -36,10 +36,10 @@ from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
+from cdclake.lsn import format_lsn, parse_lsn
 from cdclake.pipeline import steps
 from cdclake.pipeline.status import status
-from cdclake.spark.progress import load_progress
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.stream.progress import load_progress
 from tests.oracle.decoding.harness import archive_all
 from tests.oracle.pipeline.harness import (
     WORK_MEM,

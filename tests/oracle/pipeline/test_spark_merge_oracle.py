@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from cdclake.config import Config
-from cdclake.lake.sparksql import spark_session
+from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres
+from cdclake.sparkenv.session import session as spark_session
 from tests.oracle.decoding.workloads import column_type_changes
 from tests.oracle.pipeline.harness import run_workload
 from tests.oracle.pipeline.test_pipeline_oracle import check
@@ -27,8 +28,9 @@ pytestmark = pytest.mark.oracle
 def lake_spark(pg: LocalPostgres, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     """A session reading and writing the catalog of the run in ``tmp_path`` (its catalog is
     fixed when the session starts, so it is one per test), and that directory."""
-    session = spark_session(Config(home=tmp_path / "home", spark_master="local[2]",
-                                   spark_partitions=2))
+    config = Config(home=tmp_path / "home", spark_master="local[2]", spark_partitions=2)
+    open_catalog(config)  # Spark reads the catalog's tables; pyiceberg creates them
+    session = spark_session(config, "test")
     yield session, tmp_path
     session.stop()
 

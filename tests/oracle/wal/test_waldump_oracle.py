@@ -19,8 +19,8 @@ import pytest
 from cdclake import _waldump, waldump  # type: ignore[attr-defined]
 from cdclake.cli import main as cli_main
 from cdclake.local.postgres import LocalPostgres
+from cdclake.lsn import parse_lsn
 from cdclake.wal.image import restore_page
-from cdclake.wal.lsn import parse_lsn
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     BKPIMAGE_COMPRESS_LZ4,

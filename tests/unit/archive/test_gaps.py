@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cdclake.archive.gaps import Gap, GapKind, check_continuity
-from cdclake.wal.lsn import SegmentName, TimelineSwitch
+from cdclake.lsn import SegmentName, TimelineSwitch
 from cdclake.wal.timelines import timeline_for_segno
 
 MB = 1 << 20

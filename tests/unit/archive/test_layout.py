@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdclake.archive.layout import Layout, WalFileKind, wal_file_kind
-from cdclake.wal.lsn import SegmentName
+from cdclake.lsn import SegmentName
 
 SEG = "000000010000000A000000FE"
 

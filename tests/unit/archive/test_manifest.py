@@ -14,7 +14,7 @@ from cdclake.archive.manifest import Manifest, ManifestEntry, SystemInfo
 from cdclake.archive.push import push_wal_file
 from cdclake.archive.segment import verify_segment
 from cdclake.errors import ArchiveConflictError, ManifestError
-from cdclake.wal.lsn import SegmentName
+from cdclake.lsn import SegmentName
 from tests.support.walfiles import MB, SYSID, history_text, segment_bytes, sha
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from cdclake.archive.segment import XLP_FIRST_IS_CONTRECORD, XLP_LONG_HEADER, verify_segment
 from cdclake.errors import WalCorruptError, WalTruncatedError, WalVersionError
-from cdclake.wal.lsn import SegmentName
+from cdclake.lsn import SegmentName
 from tests.support.walfiles import MB, SYSID, segment_bytes
 
 NAME = "000000010000000000000005"

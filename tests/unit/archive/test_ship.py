@@ -13,7 +13,7 @@ from cdclake.archive.ship import plan_ship, ship
 from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ArchiveConflictError, ArchiveGapError, WalTruncatedError
-from cdclake.wal.lsn import segment_name
+from cdclake.lsn import segment_name
 from tests.support.walfiles import MB, history_text, segment_bytes, sha, write_segment
 
 

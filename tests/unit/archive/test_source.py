@@ -14,7 +14,7 @@ from cdclake.archive.local import LocalStore
 from cdclake.archive.push import push_wal_file
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.errors import SegmentDigestError, WalError
-from cdclake.wal.lsn import SegmentName
+from cdclake.lsn import SegmentName
 from cdclake.wal.source import SegmentSource
 from tests.support.walfiles import MB, history_text, segment_bytes, sha
 

@@ -16,7 +16,7 @@ from cdclake.decoding.decode import CatalogTracker
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.session import DecodeResult, decode
 from cdclake.decoding.walclass import PgClassTracker
-from cdclake.wal.lsn import parse_lsn
+from cdclake.lsn import parse_lsn
 from cdclake.wal.source import DirectorySource
 from tests.unit.wal.conftest import unzstd
 

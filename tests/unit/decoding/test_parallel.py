@@ -33,7 +33,7 @@ from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.session import DecodeResult
 from cdclake.decoding.stripes import Shares
 from cdclake.errors import CdclakeError, DecodingError
-from cdclake.wal.lsn import segment_name
+from cdclake.lsn import segment_name
 from cdclake.wal.source import DirectorySource
 from tests.unit.decoding.fixture import DecodingFixture
 

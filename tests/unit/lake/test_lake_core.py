@@ -23,7 +23,6 @@ from cdclake.config import Config
 from cdclake.errors import LakeError
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, column_value
 from cdclake.lake.batch import read_batch, relation_from_json
-from cdclake.lake.catalog import catalog_properties
 from cdclake.lake.changes import Prepared, prepare
 from cdclake.lake.defaults import Unparsed, missing_defaults, parse_array, parse_text
 from cdclake.lake.region import affected_region
@@ -246,17 +245,16 @@ def test_full_region_filters_nulls_and_skips_unfilterable(stream: Stream) -> Non
 # -- catalog and batch ----------------------------------------------------------------------
 
 
-def test_catalog_properties(tmp_path: Path) -> None:
-    local = catalog_properties(Config(home=tmp_path))
+def test_iceberg_properties(tmp_path: Path) -> None:
+    local = Config(home=tmp_path).iceberg_properties()
     assert local == {"warehouse": (tmp_path / "warehouse").as_uri(),
                      "uri": f"sqlite:///{tmp_path / 'catalog.db'}"}
-    s3 = catalog_properties(Config(home=tmp_path, warehouse="s3://lake/wh",
-                                   s3_endpoint_url="http://127.0.0.1:9000",
-                                   s3_access_key_id="k", s3_secret_access_key="s"))
+    s3 = Config(home=tmp_path, warehouse="s3://lake/wh", s3_endpoint_url="http://127.0.0.1:9000",
+                s3_access_key_id="k", s3_secret_access_key="s").iceberg_properties()
     assert s3["s3.endpoint"] == "http://127.0.0.1:9000" and s3["s3.access-key-id"] == "k"
     assert s3["s3.secret-access-key"] == "s" and s3["s3.region"] == "us-east-1"
-    rest = catalog_properties(Config(home=tmp_path, catalog_uri="http://rest:8181",
-                                     catalog_properties={"type": "rest", "token": "t"}))
+    rest = Config(home=tmp_path, catalog_uri="http://rest:8181",
+                  catalog_properties={"type": "rest", "token": "t"}).iceberg_properties()
     assert rest["uri"] == "http://rest:8181" and rest["type"] == "rest"
 
 

@@ -19,7 +19,7 @@ from cdclake.lake.merge import merge_batch
 from cdclake.lake.tables import KIND, MIRROR, STREAM, mirror_chunks, mirror_status
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, property_value
 from cdclake.lake.watermark import merged_end_lsn
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 from tests.support.streamgen import BatchBuilder, Stream
 from tests.unit.lake.test_batches import items, owners
 

@@ -28,6 +28,7 @@ from cdclake.errors import ConfigError, LakeError, QualityError
 from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
+from cdclake.lsn import format_lsn, segment_name
 from cdclake.pipeline import (
     RunParams,
     merge,
@@ -39,8 +40,7 @@ from cdclake.pipeline import (
 )
 from cdclake.pipeline.cli import describe
 from cdclake.pipeline.steps import safe_run_id
-from cdclake.spark.progress import save_progress
-from cdclake.wal.lsn import format_lsn, segment_name
+from cdclake.stream.progress import save_progress
 from tests.support.streamgen import Stream
 from tests.support.walfiles import SEGSIZE
 from tests.unit.lake.test_batches import items, owners, two_batches

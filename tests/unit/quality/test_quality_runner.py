@@ -13,10 +13,10 @@ import pytest
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import QualityError
+from cdclake.lsn import format_lsn
 from cdclake.quality.context import QualityContext
 from cdclake.quality.report import ExpectationOutcome, QualityReport, raise_for_failures
 from cdclake.quality.runner import validate_mirror_chunks, validate_mirrors, validate_stream
-from cdclake.wal.lsn import format_lsn
 from tests.support import quality_builders as builders
 from tests.support.quality_builders import BIG, Change
 

@@ -12,10 +12,10 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.signing import new_key, sign
 from cdclake.config import Config
 from cdclake.errors import DecodingError
+from cdclake.lsn import segment_name
 from cdclake.spark.job import _dictionary_start, _Inherited
 from cdclake.spark.plan import plan_batch
 from cdclake.spark.segments import ParsedSegment, is_dictionary_message
-from cdclake.wal.lsn import segment_name
 from cdclake.wal.record import XLogRecord
 from tests.support.walfiles import SEGSIZE
 from tests.unit.decoding.records import DB, heap_record, message

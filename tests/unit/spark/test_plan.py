@@ -13,9 +13,9 @@ from cdclake.archive.push import push_wal_file
 from cdclake.catalog.install import InstallMessage
 from cdclake.decoding.startup import Startup
 from cdclake.errors import ArchiveGapError, DecodingError
+from cdclake.lsn import SegmentName, format_lsn, segment_name
 from cdclake.spark.plan import BatchPlan, Waiting, plan_batch
-from cdclake.spark.progress import Progress
-from cdclake.wal.lsn import SegmentName, format_lsn, segment_name
+from cdclake.stream.progress import Progress
 from tests.support.walfiles import SEGSIZE, history_text, segment_bytes
 
 #: timeline 1 ended 0xA0 bytes into segment 4 (where a promoted standby's WAL ended)

@@ -16,11 +16,11 @@ from cdclake.archive.local import LocalStore
 from cdclake.archive.push import push_wal_file
 from cdclake.decoding.startup import Startup
 from cdclake.errors import SegmentDigestError, WalCorruptError
+from cdclake.lsn import format_lsn
 from cdclake.spark.job import _check_joins
 from cdclake.spark.plan import BatchPlan, plan_batch
-from cdclake.spark.progress import Progress
 from cdclake.spark.segments import ParsedSegment, scan_segments, task_records
-from cdclake.wal.lsn import format_lsn
+from cdclake.stream.progress import Progress
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.source import DirectorySource
 from tests.support.pgwaldump import row_of

@@ -25,7 +25,7 @@ from cdclake.errors import (
     WalTruncatedError,
     WalVersionError,
 )
-from cdclake.wal.lsn import format_lsn
+from cdclake.lsn import format_lsn
 from cdclake.wal.reader import PAGE_SIZE, XLogReader
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.source import DirectorySource

@@ -12,7 +12,7 @@ import pytest
 from cdclake.cli import main as cli_main
 from cdclake.decoding.rmgrs import RMGRS
 from cdclake.errors import WalVersionError
-from cdclake.wal.lsn import format_lsn, parse_lsn
+from cdclake.lsn import format_lsn, parse_lsn
 from cdclake.wal.reader import MAGIC_VERSIONS, PAGE_SIZE, XLogReader
 from cdclake.wal.source import DirectorySource
 from tests.support.pgwaldump import Row, ours, row_of

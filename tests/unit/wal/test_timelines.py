@@ -3,7 +3,7 @@ a timeline became an abandoned branch."""
 
 from __future__ import annotations
 
-from cdclake.wal.lsn import SegmentName, TimelineSwitch
+from cdclake.lsn import SegmentName, TimelineSwitch
 from cdclake.wal.timelines import TimelinePath, newest_path, timeline_path
 
 MB = 1 << 20

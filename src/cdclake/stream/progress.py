@@ -36,7 +36,7 @@ from cdclake.archive.store import ObjectStore
 from cdclake.decoding.carry import OpenTxn
 from cdclake.decoding.startup import Startup
 from cdclake.errors import ConcurrentRunError, ObjectNotFound, StoreError
-from cdclake.wal.lsn import parse_segment_name
+from cdclake.lsn import parse_segment_name
 
 FORMAT = 2
 #: formats this cdclake reads (see the module doc)

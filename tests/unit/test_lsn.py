@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdclake.errors import WalError
-from cdclake.wal.lsn import (
+from cdclake.lsn import (
     DEFAULT_SEGMENT_SIZE,
     SegmentName,
     check_segment_size,

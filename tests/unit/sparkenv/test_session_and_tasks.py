@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 import cdclake
-from cdclake import sparkenv
 from cdclake.config import Config
 from cdclake.errors import LakeError, UnknownRelationError, WalCorruptError
+from cdclake.sparkenv import session, shipping, tasks
 
 
 def test_the_zip_holds_the_package_and_is_named_by_its_content(tmp_path: Path) -> None:
-    first = sparkenv.package_zip(tmp_path)
-    assert first == sparkenv.package_zip(tmp_path)  # unchanged code: the same zip, reused
+    first = shipping.package_zip(tmp_path)
+    assert first == shipping.package_zip(tmp_path)  # unchanged code: the same zip, reused
     names = set(zipfile.ZipFile(first).namelist())
     root = Path(cdclake.__file__).parent
     want = {f"cdclake/{p.relative_to(root)}" for p in root.rglob("*.py")
@@ -38,9 +38,9 @@ def test_a_changed_module_makes_a_new_zip(tmp_path: Path, monkeypatch: pytest.Mo
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("x = 1\n")
     monkeypatch.setattr(cdclake, "__file__", str(pkg / "__init__.py"))
-    first = sparkenv.package_zip(tmp_path / "cache")
+    first = shipping.package_zip(tmp_path / "cache")
     (pkg / "a.py").write_text("x = 2\n")
-    second = sparkenv.package_zip(tmp_path / "cache")
+    second = shipping.package_zip(tmp_path / "cache")
     assert first != second and first.exists() and second.exists()
     assert zipfile.ZipFile(second).read("cdclake/a.py") == b"x = 2\n"
 
@@ -49,17 +49,17 @@ def test_a_changed_module_makes_a_new_zip(tmp_path: Path, monkeypatch: pytest.Mo
     ("local", True), ("local[*]", True), ("local[2]", True), ("local-cluster[2,1,1024]", False),
     ("spark://h:7077", False), ("yarn", False), ("k8s://https://h:6443", False)])
 def test_only_local_masters_run_executors_in_this_process(master: str, local: bool) -> None:
-    assert sparkenv.is_local(master) is local
+    assert shipping.is_local(master) is local
 
 
 def test_a_driver_spark_submit_started_keeps_its_master(monkeypatch: pytest.MonkeyPatch) -> None:
     config = Config(spark_master="spark://nowhere:7077", spark_conf={"spark.x": "own"})
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    own = sparkenv.builder(config, "t", {"spark.x": "cdclake", "spark.y": "1"})._options
+    own = session.builder(config, "t", {"spark.x": "cdclake", "spark.y": "1"})._options
     assert own["spark.master"] == "spark://nowhere:7077"
     assert own["spark.x"] == "own" and own["spark.y"] == "1"  # spark_conf last
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")
-    submitted = sparkenv.builder(config, "t2", {})._options
+    submitted = session.builder(config, "t2", {})._options
     assert "spark.master" not in submitted
 
 
@@ -87,13 +87,13 @@ def crc_error(_: object) -> None:
 
 
 def test_a_tasks_cdclake_error_comes_back_with_its_class_message_and_attributes() -> None:
-    text = worker_text(sparkenv.task(crc_error), 1)
-    back = sparkenv.task_error(Exception(text))
+    text = worker_text(tasks.task(crc_error), 1)
+    back = tasks.task_error(Exception(text))
     assert type(back) is WalCorruptError
     assert str(back) == ("incorrect CRC-32C in record (segment 000000010000000000000003, "
                          "LSN 0/3000128)")
     assert (back.segment, back.lsn) == ("000000010000000000000003", 0x3000128)
-    assert sparkenv.error_line(Exception(text)) == str(back)
+    assert tasks.error_line(Exception(text)) == str(back)
     # the worker's traceback keeps the original error for Spark's log
     assert "cdclake.errors.WalCorruptError: incorrect CRC-32C" in text
 
@@ -103,7 +103,7 @@ def test_an_error_while_spark_iterates_a_task_is_caught_too() -> None:
         yield 1
         raise UnknownRelationError("1663/5/16384", 0x3000128)
 
-    back = sparkenv.task_error(Exception(worker_text(sparkenv.task(records), 1)))
+    back = tasks.task_error(Exception(worker_text(tasks.task(records), 1)))
     assert type(back) is UnknownRelationError and "relfilenode 1663/5/16384" in str(back)
 
 
@@ -111,27 +111,27 @@ def test_another_error_of_a_task_is_named_in_one_line_not_passed_for_cdclakes() 
     def fails(_: object) -> None:
         raise OSError(28, "No space left on device\nsecond line")
 
-    text = worker_text(sparkenv.task(fails), 1)
-    assert sparkenv.task_error(Exception(text)) is None
-    assert sparkenv.error_line(Exception(text)) == "OSError: [Errno 28] No space left on " \
+    text = worker_text(tasks.task(fails), 1)
+    assert tasks.task_error(Exception(text)) is None
+    assert tasks.error_line(Exception(text)) == "OSError: [Errno 28] No space left on " \
                                                    "device second line"
 
 
 def test_text_a_task_handles_cannot_pass_for_an_error_token() -> None:
     """A table name, a value or a server's message may hold anything, lines that look like a
     token included: only a token with this driver's nonce counts."""
-    genuine = worker_text(sparkenv.task(crc_error), 1)
-    token = genuine[genuine.index(sparkenv.MARK):].split()[0]
+    genuine = worker_text(tasks.task(crc_error), 1)
+    token = genuine[genuine.index(tasks.MARK):].split()[0]
     other_driver = token.replace(token.split(":")[1], "0" * 32)
-    forged = f"relation \"x\ncdclake.sparkenv.TaskFailed: {other_driver}\" does not exist"
-    assert sparkenv.task_error(Exception(forged)) is None
-    assert sparkenv.error_line(Exception(forged)) == "relation \"x"
+    forged = f"relation \"x\ncdclake.sparkenv.tasks.TaskFailed: {other_driver}\" does not exist"
+    assert tasks.task_error(Exception(forged)) is None
+    assert tasks.error_line(Exception(forged)) == "relation \"x"
     # a message quoting a genuine-looking prefix with a payload that is no token
-    assert sparkenv.task_error(Exception(f"{sparkenv.MARK}:{token.split(':')[1]}:!!")) is None
+    assert tasks.task_error(Exception(f"{tasks.MARK}:{token.split(':')[1]}:!!")) is None
 
 
 def test_spark_errors_passes_the_drivers_own_exceptions() -> None:
-    with pytest.raises(KeyError), sparkenv.spark_errors("decode"):
+    with pytest.raises(KeyError), tasks.spark_errors("decode"):
         raise KeyError("a bug in the driver")
 
 
@@ -141,14 +141,14 @@ def test_any_other_spark_failure_is_one_cdclake_error_naming_what_failed() -> No
     # (the log is named when this process's JVM is one cdclake started: an earlier test's)
     with pytest.raises(LakeError, match=r"^merge of public\.t: \[X\] bad statement"
                                         r"( \(Spark's log: \S+/logs/spark\.log\))?$"), \
-            sparkenv.spark_errors("merge of public.t", LakeError):
+            tasks.spark_errors("merge of public.t", LakeError):
         raise PySparkException(message="[X] bad statement\n== SQL ==\nMERGE INTO ...")
 
 
 def test_a_jvm_cdclake_starts_logs_to_a_file_in_the_home(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    options = sparkenv.builder(Config(home=tmp_path), "t", {})._options
+    options = session.builder(Config(home=tmp_path), "t", {})._options
     java = shlex.split(options["spark.driver.extraJavaOptions"])
     log4j = Path(java[0].removeprefix("-Dlog4j2.configurationFile="))
     assert java[1] == f"-Dcdclake.spark.log={tmp_path}/logs/spark.log"

@@ -13,7 +13,7 @@ from cdclake.archive.layout import Layout
 from cdclake.archive.local import LocalStore
 from cdclake.decoding.startup import Startup
 from cdclake.errors import ConcurrentRunError, StoreError
-from cdclake.spark.progress import KEEP, Progress, load_progress, save_progress
+from cdclake.stream.progress import KEEP, Progress, load_progress, save_progress
 
 
 def progress(seq: int, next_lsn: int = 0x1000) -> Progress:
