@@ -28,12 +28,43 @@ def _start(version: int) -> LocalPostgres:
     return LocalPostgres.create(version, wal_segsize_mb=1).start()
 
 
-@pytest.fixture(scope="session", params=VERSIONS, ids=[f"pg{v}" for v in VERSIONS])
-def pg(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
+#: test files and directories whose files start Spark jobs, servers and subprocesses, slowest
+#: first: they are collected (and so handed to pytest-xdist's workers, a file at a time)
+#: before the rest, and the many short files fill the workers' gaps at the end
+FIRST = ("tests/e2e/pipeline/test_standalone_cluster.py", "tests/e2e/pipeline/test_ingest_dag.py",
+         "tests/e2e/pipeline/test_maintenance.py", "tests/e2e/pipeline/test_airflow_live.py",
+         "tests/e2e/pipeline", "tests/oracle/pipeline", "tests/oracle/decoding", "tests/e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the files, long ones first; a file's own order stays as pytest made it (its
+    module-scoped parameters grouped)."""
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, d in enumerate(FIRST) if path == d or path.startswith(d + "/")),
+                    len(FIRST))
+
+    items.sort(key=rank)
+
+
+@pytest.fixture(scope="session")
+def clusters() -> Iterator[dict[int, LocalPostgres]]:
+    """The session's clusters by version, each started when first asked for and kept until the
+    session ends: a worker that runs one file's PostgreSQL 15 tests, then its 18 tests, then
+    the next file's, starts each server once."""
+    started: dict[int, LocalPostgres] = {}
+    yield started
+    for cluster in started.values():
+        cluster.destroy()
+
+
+@pytest.fixture(scope="module", params=VERSIONS, ids=[f"pg{v}" for v in VERSIONS])
+def pg(request: pytest.FixtureRequest, clusters: dict[int, LocalPostgres]) -> LocalPostgres:
     """A running cluster of each supported version (tests using it run once per version)."""
-    cluster = _start(request.param)
-    yield cluster
-    cluster.destroy()
+    version = request.param
+    if version not in clusters:
+        clusters[version] = _start(version)
+    return clusters[version]
 
 
 @pytest.fixture

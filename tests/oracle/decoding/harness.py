@@ -153,6 +153,27 @@ def capture(pg: LocalPostgres, database: str, steps: Sequence[Step], *, spill_di
     return cap
 
 
+#: (the server's archive, workload name) -> its capture, shared by both implementations' runs
+_CAPTURED: dict[tuple[Path, str], Capture] = {}
+
+
+def captured_once(pg: LocalPostgres, name: str, make: Callable[[], Capture], *,
+                  spill_dir: Path, work_mem: int = 64 * 1024 * 1024) -> Capture:
+    """The capture of workload ``name`` on ``pg``: made by ``make`` (a :func:`capture`) the
+    first time, and on later calls in this test session (the other implementation's run)
+    decoded again from the same archived WAL, the slot's lines kept: the workload, the
+    install and the slot run once per server, while every implementation is compared with
+    what the slot printed for that very WAL."""
+    key = (pg.archive_dir, name)
+    first = _CAPTURED.get(key)
+    if first is None:
+        cap = _CAPTURED[key] = make()
+        return cap
+    actual, result = ours(pg, first, work_mem=work_mem, spill_dir=spill_dir)
+    return Capture(first.database, first.db_oid, first.read_from, first.slot, first.start_lsn,
+                   first.key, first.end_lsn, first.expected, actual, result)
+
+
 def diff(expected: list[str], actual: list[str]) -> str:
     import difflib
 

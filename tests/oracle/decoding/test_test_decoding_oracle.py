@@ -17,6 +17,7 @@ from tests.oracle.decoding.harness import (
     archive_all,
     as_lines,
     capture,
+    captured_once,
     diff,
     oracle,
     ours,
@@ -32,10 +33,14 @@ NAMES = [w.name for w in workloads(18)]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_matches_slot(pg: LocalPostgres, database: str, name: str, tmp_path: Path) -> None:
+def test_matches_slot(pg: LocalPostgres, name: str, tmp_path: Path,
+                      request: pytest.FixtureRequest) -> None:
     w = {x.name: x for x in workloads(pg.version)}[name]
     skip_unless_built_with(pg, w.requires)
-    cap = capture(pg, database, w.steps, setup=w.setup, spill_dir=tmp_path / "spill")
+    spill = tmp_path / "spill"
+    cap = captured_once(pg, name, lambda: capture(pg, request.getfixturevalue("database"),
+                                                   w.steps, setup=w.setup, spill_dir=spill),
+                        spill_dir=spill)
     assert cap.expected, "the workload produced no decodable change: the test would prove nothing"
     assert cap.actual == cap.expected, diff(cap.expected, cap.actual)
 

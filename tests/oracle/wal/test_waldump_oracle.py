@@ -56,15 +56,22 @@ class Compared:
     stderr: str
 
 
+#: the server's archive -> what :func:`recorded` made there
+_RECORDED: dict[Path, tuple[Any, ...]] = {}
+
+
 @pytest.fixture(scope="module")
 def recorded(pg: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
-    """The workload's WAL and what pg_waldump says about it: once per server."""
-    db = pg.create_database(f"waloracle{pg.version}")
-    info = workload.run_workload(pg, db)
-    segs = workload.copy_segments(pg, info.first_segment, info.last_segment,
-                                  tmp_path_factory.mktemp(f"wal{pg.version}"))
-    theirs, stderr = pgwaldump.run(pg.tool("pg_waldump"), segs[0], segs[-1])
-    return info, segs, theirs, stderr
+    """The workload's WAL and what pg_waldump says about it: once per server, whichever
+    implementation asks first (the session keeps the server, and this, for the other)."""
+    if pg.archive_dir not in _RECORDED:
+        db = pg.create_database(f"waloracle{pg.version}")
+        info = workload.run_workload(pg, db)
+        segs = workload.copy_segments(pg, info.first_segment, info.last_segment,
+                                      tmp_path_factory.mktemp(f"wal{pg.version}"))
+        theirs, stderr = pgwaldump.run(pg.tool("pg_waldump"), segs[0], segs[-1])
+        _RECORDED[pg.archive_dir] = (info, segs, theirs, stderr)
+    return _RECORDED[pg.archive_dir]
 
 
 @pytest.fixture(scope="module")
