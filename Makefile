@@ -24,10 +24,10 @@ system:
 demo: $(STAMP)
 	$(VENV)/bin/cdclake demo
 
-# the suite's files on four pytest-xdist workers: a file's tests stay on one worker, so its
+# the suite's files on three pytest-xdist workers: a file's tests stay on one worker, so its
 # module fixtures (a captured workload, a Spark session) are made once; files are handed out
 # in collection order (tests/conftest.py puts the slow suites first), not by test count
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests dags bench setup.py
 	$(VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
