@@ -272,17 +272,7 @@ class Demo:
 
 def archive_current_segment(pg: LocalPostgres, timeout: float = 120.0) -> None:
     """Close the current WAL segment and wait until archive_command has pushed it."""
-    segment = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", DATABASE)[0][0]
-    pg.sql("SELECT pg_switch_wal()", DATABASE)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        last, failed = pg.sql("SELECT coalesce(last_archived_wal, ''), "
-                              "coalesce(last_failed_wal, '') FROM pg_stat_archiver")[0]
-        if str(last) >= str(segment):
-            return
-        time.sleep(0.2)
-    raise SourceError(f"segment {segment} was not archived within {timeout:.0f}s (last failed: "
-                      f"{failed or 'none'}); see {pg.log_file}")
+    pg.archive_current_segment(DATABASE, timeout)
 
 
 def dags_folder() -> Path:

@@ -22,6 +22,7 @@ from typing import Any
 
 from cdclake.archive.runtime import shared_copy
 from cdclake.errors import SourceError
+from cdclake.lsn import parse_lsn
 
 DEBIAN_BIN = "/usr/lib/postgresql/{version}/bin"
 OWNER = "postgres"
@@ -182,8 +183,10 @@ class LocalPostgres:
         self._run([self.tool("initdb"), "-D", str(self.data_dir), "-U", "postgres",
                    "--auth=trust", "--locale=C", "--encoding=UTF8",
                    f"--wal-segsize={self.wal_segsize_mb}"])
+        # copied under a temporary name and renamed: a reader never sees a half-copied segment
         archive_cmd = self.archive_command or (
-            f"test ! -f '{self.archive_dir}/%f' && cp '%p' '{self.archive_dir}/%f'"
+            f"test ! -f '{self.archive_dir}/%f' && cp '%p' '{self.archive_dir}/.%f.tmp' "
+            f"&& mv '{self.archive_dir}/.%f.tmp' '{self.archive_dir}/%f'"
         )
         conf = {
             "listen_addresses": "'127.0.0.1'",
@@ -265,6 +268,31 @@ class LocalPostgres:
     def create_database(self, name: str) -> str:
         self.sql(f'CREATE DATABASE "{name}"')
         return name
+
+    def archive_current_segment(self, dbname: str = "postgres",
+                                timeout: float = 60.0) -> tuple[str, int]:
+        """Close the current WAL segment and wait until the archiver has finished it (and
+        every one before it); the segment's name and the switch's end LSN.
+
+        The segment is named from ``pg_switch_wal()``'s result, not from
+        ``pg_current_wal_lsn()`` taken before it: that is the *write* position, which can lag
+        the insert position by a segment when records cross into the next one, and waiting on
+        it returns while the newer segment is still being copied. A switch that finds nothing
+        to close returns the start of the current segment, whose predecessor is then named
+        (archived already)."""
+        segment, end = self.sql("SELECT pg_walfile_name(s), s::text FROM pg_switch_wal() s",
+                                dbname)[0]
+        deadline = time.monotonic() + timeout
+        while True:
+            last, failed = self.sql("SELECT coalesce(last_archived_wal, ''), "
+                                    "coalesce(last_failed_wal, '') FROM pg_stat_archiver")[0]
+            # archived in order: a later name (or a .partial/.history of it) covers this one
+            if last[:24] >= segment:
+                return str(segment), parse_lsn(str(end))
+            if time.monotonic() > deadline:
+                raise SourceError(f"segment {segment} was not archived within {timeout:.0f}s "
+                                  f"(last failed: {failed or 'none'}); see {self.log_file}")
+            time.sleep(0.05)
 
     def waldump(self, *args: str) -> str:
         """Run this version's pg_waldump; returns stdout."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -39,13 +38,7 @@ KEYS = {"public.accounts": "id", "public.events": "id", "public.tags": None}
 
 def archive_all(source: Source, timeout: float = 60.0) -> None:
     """Close the current segment and wait until the archiver copied it."""
-    segment = source.sql("SELECT pg_walfile_name(pg_current_wal_lsn())")[0][0]
-    source.sql("SELECT pg_switch_wal()")
-    deadline = time.monotonic() + timeout
-    while not (source.pg.archive_dir / str(segment)).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"segment {segment} was not archived within {timeout}s")
-        time.sleep(0.05)
+    source.pg.archive_current_segment(source.database, timeout)
 
 
 def normal(value: Any) -> Any:

@@ -122,13 +122,7 @@ def ok(out: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str
 
 def archive_all(pg: LocalPostgres, database: str, timeout: float = 60.0) -> None:
     """Close the current segment and wait until the archiver copied it."""
-    segment = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn())", database)[0][0]
-    pg.sql("SELECT pg_switch_wal()", database)
-    deadline = time.monotonic() + timeout
-    while not (pg.archive_dir / str(segment)).exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"segment {segment} was not archived within {timeout}s")
-        time.sleep(0.05)
+    pg.archive_current_segment(database, timeout)
 
 
 # -- reading both sides -------------------------------------------------------------------------

@@ -12,7 +12,6 @@ REPLICA IDENTITY NOTHING and one without a key.
 from __future__ import annotations
 
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,12 +132,4 @@ def archived(pg: LocalPostgres, database: str, first: str, last: str,
 
 def archive_current(pg: LocalPostgres, database: str, timeout: float = 60.0) -> str:
     """Switch segments and wait until the finished one is archived; its name."""
-    segment, _ = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn()), pg_switch_wal()::text",
-                        database)[0]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")[0][0]
-        if last >= segment and (pg.archive_dir / segment).exists():
-            return str(segment)
-        time.sleep(0.05)
-    raise TimeoutError(f"segment {segment} was not archived within {timeout}s")
+    return pg.archive_current_segment(database, timeout)[0]

@@ -9,7 +9,6 @@ the install, emitting from the slot's creation LSN.
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,16 +90,7 @@ def login_role(pg: LocalPostgres, database: str) -> str:
 
 def archive_all(pg: LocalPostgres, database: str, timeout: float = 60.0) -> int:
     """Switch to a new segment and wait until the finished one is archived; its end LSN."""
-    row = pg.sql("SELECT pg_walfile_name(pg_current_wal_lsn()), pg_switch_wal()::text",
-                 database)[0]
-    segment = row[0]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        last = pg.sql("SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver")[0][0]
-        if last >= segment and (pg.archive_dir / segment).exists():
-            return parse_lsn(row[1])
-        time.sleep(0.05)
-    raise TimeoutError(f"segment {segment} was not archived within {timeout}s")
+    return pg.archive_current_segment(database, timeout)[1]
 
 
 def oracle(pg: LocalPostgres, cap: Capture) -> list[str]:
