@@ -88,10 +88,12 @@ def _known(line: int, name: str, known: set[str]) -> Iterator[tuple[int, str]]:
         yield line, name
 
 
-def graph(roots: list[tuple[Path, Path]]) -> dict[str, list[tuple[int, str]]]:
-    """module -> its imports of modules in the tree; ``roots`` are (directory, import root)."""
+def graph(roots: list[tuple[Path, Path]],
+          outside: frozenset[str] = frozenset()) -> dict[str, list[tuple[int, str]]]:
+    """module -> its imports of modules in the tree (and of the ``outside`` packages);
+    ``roots`` are (directory, import root)."""
     files = {module_name(p, base): p for d, base in roots for p in sorted(d.rglob("*.py"))}
-    known = set(files)
+    known = set(files) | outside
     return {m: [(ln, t) for ln, t in imports(p, m, known) if t != m] for m, p in files.items()}
 
 
@@ -256,6 +258,38 @@ def forbidden(g: dict[str, list[tuple[int, str]]]) -> list[str]:
 def test_no_forbidden_import() -> None:
     bad = forbidden(project_graph())
     assert not bad, "\n".join(bad)
+
+
+#: the pyiceberg merge runs where Spark is not: nothing it imports, however deep (lazy imports
+#: too), is Spark's
+SPARKLESS = ("cdclake.lake.merge", "cdclake.lake.arrowmerge", "cdclake.lake.engine")
+SPARK = ("pyspark", "py4j", "cdclake.sparkenv", "cdclake.spark", "cdclake.lake.sparkmerge")
+
+
+def spark_reached(g: dict[str, list[tuple[int, str]]], starts: tuple[str, ...]) -> list[str]:
+    """The imports of Spark in everything ``starts`` import, transitively."""
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += [t for _, t in g.get(m, ())]
+    return sorted(f"{m}:{line} imports {t}" for m in seen for line, t in g.get(m, ())
+                  if _within(t, SPARK))
+
+
+def test_the_pyiceberg_merge_imports_nothing_of_spark() -> None:
+    g = graph([(ROOT / "src" / "cdclake", ROOT / "src")], frozenset({"pyspark", "py4j"}))
+    assert set(SPARKLESS) <= set(g)
+    bad = spark_reached(g, SPARKLESS)
+    assert not bad, "\n".join(bad)
+
+
+def test_spark_reached_through_the_pyiceberg_merge_is_found() -> None:
+    g = {"cdclake.lake.merge": [(1, "cdclake.lake.tables")],
+         "cdclake.lake.tables": [(7, "pyspark"), (8, "cdclake.lsn")], "cdclake.lsn": []}
+    assert spark_reached(g, SPARKLESS) == ["cdclake.lake.tables:7 imports pyspark"]
 
 
 def test_the_forbidden_imports_are_found() -> None:

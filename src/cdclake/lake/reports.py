@@ -1,7 +1,7 @@
 """What a merge reports: per table and per batch, JSON-friendly (docs/lake.md, "Merge report").
 
-Both merges fill them: the pyiceberg one (:mod:`cdclake.lake.merge`) and the Spark one
-(:mod:`cdclake.lake.sparkmerge`).
+Both merge engines fill them: the pyiceberg one (:mod:`cdclake.lake.arrowmerge`) and the
+Spark one (:mod:`cdclake.lake.sparkmerge`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class TableReport:
     commit_lsn: int | None = None  #: the table's commit LSN after it
     snapshot_id: int | None = None  #: the table's current snapshot after it
     attempts: int = 0
-    engine: str = "pyiceberg"  #: pyiceberg or spark (cdclake.lake.sparkmerge)
-    #: why the Spark merge left this table to the pyiceberg merge ('' when it did not)
+    engine: str = "pyiceberg"  #: the MergeEngine that committed: pyiceberg or spark
+    #: why the Spark engine declined this table, which the pyiceberg one merged ('' if not)
     fallback: str = ""
     #: why the merge quarantined the table instead ('' when it did not: lake.quarantine)
     quarantined: str = ""

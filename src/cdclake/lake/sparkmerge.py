@@ -1,6 +1,6 @@
 """Merging one table's batch with Iceberg's Spark runtime: one ``MERGE INTO``, merge-on-read.
 
-The pyiceberg merge (:mod:`cdclake.lake.merge`) replays a batch in one process and rewrites
+The pyiceberg merge (:mod:`cdclake.lake.arrowmerge`) replays a batch in one process and rewrites
 every data file holding a touched row. Here the batch never enters the driver: executors read
 the change Parquet from the store, Spark reduces it to the last change per key and one
 ``MERGE INTO`` applies that, writing position-delete files for the rows it replaces
@@ -25,8 +25,9 @@ The reduction keeps the pyiceberg merge's semantics for the tables it takes:
   snapshot the merge read the commit LSN from (:func:`append_since`): two overlapping merges
   of a batch cannot both append it. The MERGE INTO validates on its own (serializable).
 
-A table this path cannot take exactly is left to the pyiceberg merge, and the report says
-why (:func:`static_reason`, :func:`data_reason`): UPDATEs or DELETEs of a table with replica
+A table this path cannot take exactly is declined (:class:`Declined`): :class:`SparkMerge`
+hands it to its fallback engine (the pyiceberg merge), and the report says why
+(:func:`static_reason`, :func:`data_reason`): UPDATEs or DELETEs of a table with replica
 identity FULL or NOTHING (rows matched as a multiset; its INSERTs are appended here, and a
 TRUNCATE overwrites), a key that changes columns inside the batch, ADD COLUMN ... DEFAULT
 (older rows read the default), ``time`` columns (Spark 3.5 cannot read them), renamed enum
@@ -43,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,8 +58,9 @@ from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
 from cdclake.lake import labels
-from cdclake.lake.batch import Batch, TableEntry, VersionEntry
+from cdclake.lake.batch import Batch, TableChanges, TableEntry, VersionEntry
 from cdclake.lake.changes import FULL, KEY, VersionInfo
+from cdclake.lake.engine import MergeEngine
 from cdclake.lake.reports import TableReport
 from cdclake.lake.retype import Retype, evolved_columns
 from cdclake.lake.schema import (
@@ -79,7 +81,7 @@ from cdclake.lake.tables import (
     mirror_identifier,
     snapshot_id,
 )
-from cdclake.lake.visibility import SnapshotFacts, facts_of, not_in_snapshot
+from cdclake.lake.visibility import EPOCH, HALF, SnapshotFacts, facts_of
 from cdclake.lake.watermark import committed_lsn, summary_properties
 from cdclake.lsn import format_lsn
 from cdclake.sparkenv.tasks import error_line, task
@@ -120,13 +122,42 @@ class BatchStats:
     toast: frozenset[int]  #: attnums some change left unchanged (TOAST)
 
 
-def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Batch,
-                entry: TableEntry) -> TableReport | str:
-    """Merge ``entry``'s changes of ``batch`` with one MERGE INTO; or, when this path cannot
-    take the table exactly, the reason (nothing was committed)."""
+class Declined(Exception):
+    """The Spark path cannot take this table's batch exactly; nothing was committed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class SparkMerge:
+    """The :class:`cdclake.lake.engine.MergeEngine` that merges on Spark's executors; a table
+    it declines (:class:`Declined`) goes to ``fallback``, the report saying why."""
+
+    spark: SparkSession
+    catalog: Catalog
+    config: Config
+    fallback: MergeEngine
+    name: ClassVar[str] = ENGINE
+
+    def merge_table(self, batch: Batch, entry: TableEntry, *,
+                    loaded: TableChanges | None = None) -> TableReport:
+        try:
+            return merge_on_spark(self.spark, self.catalog, self.config, batch, entry)
+        except Declined as declined:
+            report = self.fallback.merge_table(batch, entry, loaded=loaded)
+            report.fallback = declined.reason
+            return report
+
+
+def merge_on_spark(spark: SparkSession, catalog: Catalog, config: Config, batch: Batch,
+                   entry: TableEntry) -> TableReport:
+    """Merge ``entry``'s changes of ``batch`` with one MERGE INTO; raises :class:`Declined`
+    when this path cannot take the table exactly (nothing was committed)."""
     versions = _versions(batch, entry)
     if not versions:
-        return "no change rows"
+        raise Declined("no change rows")
     latest = versions[-1].info.relation
     ident = mirror_identifier(config, latest.schema, latest.name)
     report = TableReport(entry.table, ".".join(ident), sum(v.entry.rows for v in versions),
@@ -139,7 +170,7 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
                                        [v.info.columns for v in versions])
     reason = static_reason([v.info for v in versions], table, stored_labels, retyped)
     if reason:
-        return reason
+        raise Declined(reason)
     stored = committed_lsn(table, config.stream)
     report.previous_lsn = report.commit_lsn = stored
     planned = report.snapshot_id = snapshot_id(table)  # what the merge plans from
@@ -178,7 +209,7 @@ def merge_table(spark: SparkSession, catalog: Catalog, config: Config, batch: Ba
     reason = ("replica identity FULL or NOTHING with UPDATEs or DELETEs (rows are matched as "
               "a multiset)" if multiset else data_reason(stats))
     if reason:
-        return reason
+        raise Declined(reason)
     changes = changes.where("_pending")
     if stats.rows == 0:
         return report  # already applied: no commit, no snapshot
@@ -414,7 +445,7 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
             old = F.col(stream.OLD_KEY).getField(by_attnum[attnum]) if keyed else F.lit(None)
             cols.append(old.cast(types[fields[attnum].name]).alias(_old(fields[attnum].name)))
         cols.append(F.lit(not keyed).alias("_keyless"))
-        cols.append((F.lit(True) if facts is None else not_in_snapshot(
+        cols.append((F.lit(True) if facts is None else _not_in_snapshot(
             facts, F.col(stream.COMMIT_LSN), F.col(stream.XID))).alias("_pending"))
         toast = F.coalesce(F.col(stream.UNCHANGED_TOAST), F.array().cast("array<string>"))
         cols += [F.col(c) for c in (*_ORDER, stream.COMMIT_TS, stream.OP)]
@@ -428,6 +459,19 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
     for frame in frames[1:]:
         out = out.unionByName(frame)
     return out
+
+
+def _not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Column:
+    """:meth:`SnapshotFacts.in_snapshot`, negated, as a Spark column: the changes the Spark
+    merge still applies to a mirror an initial snapshot filled."""
+    from pyspark.sql import functions as F
+
+    full = F.lit(facts.xmax & ~(EPOCH - 1)) + xid  # widen(); the WAL's xid is below 2^32
+    full = (F.when(full > F.lit(facts.xmax + HALF), full - F.lit(EPOCH))
+            .when(full < F.lit(facts.xmax - HALF), full + F.lit(EPOCH)).otherwise(full))
+    running = full.isin(*facts.xip) if facts.xip else F.lit(False)
+    visible = (full < F.lit(facts.xmin)) | ((full < F.lit(facts.xmax)) & ~running)
+    return (commit_lsn >= F.lit(facts.end_lsn)) | ~visible
 
 
 def _lookup(mapping: Column) -> Callable[[Column], Column]:

@@ -21,30 +21,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdclake.errors import LakeError
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column
-
 #: the mirror table property holding the facts of its last initial snapshot (JSON)
 PROPERTY = "cdclake.snapshot"
 
-_EPOCH = 1 << 32
-_HALF = 1 << 31
+EPOCH = 1 << 32
+HALF = 1 << 31
 
 
 def widen(xid: int, reference: int) -> int:
     """The 64-bit transaction id with low 32 bits ``xid`` nearest to ``reference``."""
-    full = (reference & ~(_EPOCH - 1)) | (xid & (_EPOCH - 1))
-    if full > reference + _HALF:
-        full -= _EPOCH
-    elif full < reference - _HALF:
-        full += _EPOCH
+    full = (reference & ~(EPOCH - 1)) | (xid & (EPOCH - 1))
+    if full > reference + HALF:
+        full -= EPOCH
+    elif full < reference - HALF:
+        full += EPOCH
     return full
 
 
@@ -91,25 +88,12 @@ class SnapshotFacts:
                    str(d.get("run", "")))
 
 
-def not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Column:
-    """:meth:`SnapshotFacts.in_snapshot`, negated, as a Spark column: the changes the Spark
-    merge still applies to a mirror an initial snapshot filled."""
-    from pyspark.sql import functions as F
-
-    full = F.lit(facts.xmax & ~(_EPOCH - 1)) + xid  # widen(); the WAL's xid is below 2^32
-    full = (F.when(full > F.lit(facts.xmax + _HALF), full - F.lit(_EPOCH))
-            .when(full < F.lit(facts.xmax - _HALF), full + F.lit(_EPOCH)).otherwise(full))
-    running = full.isin(*facts.xip) if facts.xip else F.lit(False)
-    visible = (full < F.lit(facts.xmin)) | ((full < F.lit(facts.xmax)) & ~running)
-    return (commit_lsn >= F.lit(facts.end_lsn)) | ~visible
-
-
 def in_snapshot_arrow(facts: SnapshotFacts, commit_lsn: pa.ChunkedArray | pa.Array,
                       xid: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """:meth:`SnapshotFacts.in_snapshot` over Arrow columns (the Arrow merge's changes)."""
-    full = pc.add(pc.cast(xid, pa.int64()), facts.xmax & ~(_EPOCH - 1))  # widen()
-    full = pc.if_else(pc.greater(full, facts.xmax + _HALF), pc.subtract(full, _EPOCH),
-                      pc.if_else(pc.less(full, facts.xmax - _HALF), pc.add(full, _EPOCH), full))
+    full = pc.add(pc.cast(xid, pa.int64()), facts.xmax & ~(EPOCH - 1))  # widen()
+    full = pc.if_else(pc.greater(full, facts.xmax + HALF), pc.subtract(full, EPOCH),
+                      pc.if_else(pc.less(full, facts.xmax - HALF), pc.add(full, EPOCH), full))
     running = pc.is_in(full, value_set=pa.array(facts.xip, pa.int64()))
     visible = pc.or_(pc.less(full, facts.xmin),
                      pc.and_(pc.less(full, facts.xmax), pc.invert(running)))

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from cdclake.archive.store import ObjectStore
     from cdclake.catalog.model import RelationVersion
     from cdclake.lake.batches import DecodedBatch
+    from cdclake.lake.engine import MergeEngine
     from cdclake.lake.merge import MergeReport
     from cdclake.quality import QualityContext
 
@@ -288,9 +289,7 @@ def merge(config: Config, params: RunParams | None = None, *,
             log.warning("merge: %d pending batch(es) from %s on have no stream validation "
                         "for this merge: left for the next run", len(waiting), waiting[0])
         reports: list[dict[str, Any]] = []
-        spark = None
-        if todo and not params.dry_run and config.merge_engine == "spark":
-            spark = _merge_session(config)
+        engine = _merge_engine(config, catalog) if todo and not params.dry_run else None
         held: set[int] = set()  # the oids of tables that failed on a batch: not merged past it
         follows: int | None = None
         if params.dry_run:
@@ -304,7 +303,7 @@ def merge(config: Config, params: RunParams | None = None, *,
             log.info("merging batch %s (%s..%s)", batch.name, format_lsn(batch.start_lsn),
                      format_lsn(batch.end_lsn))
             lease.check()
-            report = merge_batch(catalog, config, batch, only=params.tables, spark=spark,
+            report = merge_batch(catalog, config, batch, engine=engine, only=params.tables,
                                  held_back=held, follows=follows)
             held.update(f["oid"] for f in report.failed)
             follows = batch.end_lsn
@@ -366,6 +365,18 @@ def lake_session(config: Config, refusal: Callable[[str], CdclakeError]) -> Any:
         raise
     except Exception as exc:
         raise refusal(error_line(exc)) from exc
+
+
+def _merge_engine(config: Config, catalog: Catalog) -> MergeEngine:
+    """The merge engine ``config.merge_engine`` names: pyiceberg, or Spark with the pyiceberg
+    engine for the tables Spark declines."""
+    from cdclake.lake.arrowmerge import ArrowMerge
+    from cdclake.lake.sparkmerge import SparkMerge
+
+    arrow = ArrowMerge(catalog, config)
+    if config.merge_engine != "spark":
+        return arrow
+    return SparkMerge(_merge_session(config), catalog, config, fallback=arrow)
 
 
 def _merge_session(config: Config) -> Any:

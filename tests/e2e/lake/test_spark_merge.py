@@ -29,9 +29,11 @@ import pytest
 from cdclake.catalog.install import install
 from cdclake.config import Config
 from cdclake.decoding.session import DecodeOptions
+from cdclake.lake.arrowmerge import ArrowMerge
 from cdclake.lake.batch import Batch, read_batch
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.merge import MergeReport, merge_batch
+from cdclake.lake.sparkmerge import SparkMerge
 from cdclake.lake.tables import mirror_identifier
 from cdclake.lake.watermark import COMMIT_LSN, committed_lsn
 from cdclake.local.postgres import LocalPostgres
@@ -180,12 +182,13 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
                         merge_engine="spark")
         catalog = open_catalog(config)
         spark = spark_session(config, "test")
+        engine = SparkMerge(spark, catalog, config, fallback=ArrowMerge(catalog, config))
         lake = Lake(pg, db, config, spark, tmp / "changes",
                     DecodeOptions(db_oid=db_oid, start_lsn=lo, read_from=read_from,
                                   spill_dir=tmp / "spill", ddl_key=key))
         for i, statements in enumerate(BATCHES):
             batch = lake.decode(f"b{i}", statements)
-            lake.reports.append(merge_batch(catalog, config, batch, spark=spark))
+            lake.reports.append(merge_batch(catalog, config, batch, engine=engine))
         yield lake
         spark.stop()
     finally:

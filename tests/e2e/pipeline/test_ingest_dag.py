@@ -177,8 +177,8 @@ def test_a_run_with_nothing_new_commits_nothing(airflow_home: Path, source: Sour
 def test_tables_whose_merge_failed_after_another_committed_are_healed_by_the_next_run(
         airflow_home: Path, source: Source, cdclake_env: Config,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import cdclake.lake.merge as lake_merge
     from cdclake import pipeline
+    from cdclake.lake.arrowmerge import ArrowMerge
 
     config = cdclake_env
     for sql in PHASE_3:
@@ -190,7 +190,7 @@ def test_tables_whose_merge_failed_after_another_committed_are_healed_by_the_nex
     assert set(decoded["tables"]) >= {"public.accounts", "public.events"}
     pipeline.validate_stream(config)
 
-    real = lake_merge.merge_table
+    real = ArrowMerge.merge_table
     committed: list[str] = []
 
     def fail_after_first_commit(*args: Any, **kwargs: Any) -> Any:
@@ -200,9 +200,9 @@ def test_tables_whose_merge_failed_after_another_committed_are_healed_by_the_nex
         committed.append(result.table)
         return result
 
-    monkeypatch.setattr(lake_merge, "merge_table", fail_after_first_commit)
+    monkeypatch.setattr(ArrowMerge, "merge_table", fail_after_first_commit)
     merged = pipeline.merge(config)  # one table never stops the others: each is reported
-    monkeypatch.setattr(lake_merge, "merge_table", real)
+    monkeypatch.setattr(ArrowMerge, "merge_table", real)
 
     first = committed[0]
     others = [t for t in TABLES if t != first and t in decoded["tables"]]

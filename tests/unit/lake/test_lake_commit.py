@@ -12,6 +12,7 @@ from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownExcept
 from pyiceberg.table import Transaction
 
 from cdclake.config import Config
+from cdclake.lake.arrowmerge import ArrowMerge
 from cdclake.lake.batch import read_batch
 from cdclake.lake.merge import merge_batch
 from tests.support.streamgen import Stream
@@ -108,7 +109,8 @@ def test_endless_conflicts_stop_with_a_clear_error(catalog: Catalog, config: Con
         raise CommitFailedException("metadata location changed")
 
     monkeypatch.setattr(Transaction, "commit_transaction", always_conflicts)
-    report = merge_batch(catalog, config, read_batch(stream.root, "b2"), max_attempts=3)
+    report = merge_batch(catalog, config, read_batch(stream.root, "b2"),
+                         engine=ArrowMerge(catalog, config, max_attempts=3))
     assert re.search(r"public\.items.*conflicted with concurrent writers 3",
                      failure(report, "public.items"))
 

@@ -15,8 +15,9 @@ from pyiceberg.table import Table
 from cdclake.catalog.model import IDENTITY_FULL, IDENTITY_NOTHING
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.batch import read_batch
-from cdclake.lake.merge import MergeReport, merge_batch, mirror_identifier
+from cdclake.lake.arrowmerge import ArrowMerge
+from cdclake.lake.batch import Batch, TableEntry, read_batch
+from cdclake.lake.merge import MergeReport, TableReport, merge_batch, mirror_identifier
 from cdclake.lake.watermark import COMMIT_LSN, STREAM
 from tests.support.duck import rows as duck_rows
 from tests.support.streamgen import BatchBuilder, Rel, Stream, relation
@@ -331,22 +332,23 @@ def test_a_table_failing_after_another_committed_then_rerun(
         t.delete(d, {"id": 1})
     b2.write()
 
-    import cdclake.lake.merge as merge_module
-
-    real = merge_module.merge_table
+    arrow = ArrowMerge(catalog, config)
     calls = []
 
-    def crash_on_second(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[3].table)
-        if len(calls) == 2:
-            raise RuntimeError("simulated crash")
-        return real(*args, **kwargs)
+    class CrashOnSecond:
+        """An engine that fails on its second table (an unforeseen error, as a bug would)."""
 
-    monkeypatch.setattr(merge_module, "merge_table", crash_on_second)
-    failed = merge_batch(catalog, config, read_batch(stream.root, "b2"))
+        name = "pyiceberg"
+
+        def merge_table(self, batch: Batch, entry: TableEntry, **kw: Any) -> TableReport:
+            calls.append(entry.table)
+            if len(calls) == 2:
+                raise RuntimeError("simulated crash")
+            return arrow.merge_table(batch, entry, **kw)
+
+    failed = merge_batch(catalog, config, read_batch(stream.root, "b2"), engine=CrashOnSecond())
     assert failure(failed, "public.docs") == "internal error: RuntimeError: simulated crash"
     assert [t.table for t in failed.tables] == ["public.items"]  # committed
-    monkeypatch.setattr(merge_module, "merge_table", real)
     assert calls == ["public.items", "public.docs"]
     report = merge_batch(catalog, config, read_batch(stream.root, "b2"))
     by_table = {r.table: r for r in report.tables}
@@ -393,7 +395,7 @@ def test_full_table_fallback_gives_the_same_result(catalog: Catalog, config: Con
         t.update(rel, {"id": 3, "name": "m", "qty": 3})
         t.delete(rel, {"id": 4})
         t.update(rel, {"id": 50, "name": "moved", "qty": 5}, old={"id": 5})
-    report = run(catalog, config, b2, max_filter_keys=2)
+    report = run(catalog, config, b2, engine=ArrowMerge(catalog, config, max_filter_keys=2))
     assert report.tables[0].strategy == "full-scan"
     expected = [{"id": i, "name": "n", "qty": i} for i in range(10) if i not in (3, 4, 5)]
     expected += [{"id": 3, "name": "m", "qty": 3}, {"id": 50, "name": "moved", "qty": 5}]

@@ -6,16 +6,19 @@ The MERGE itself runs against real Spark and PostgreSQL in tests/e2e/lake/test_s
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
 from cdclake.config import Config
 from cdclake.decoding import stream
-from cdclake.lake import sparkmerge
-from cdclake.lake.batch import read_batch
+from cdclake.lake.arrowmerge import ArrowMerge
+from cdclake.lake.batch import Batch, TableEntry, read_batch
+from cdclake.lake.reports import TableReport
 from cdclake.lake.sparkmerge import (
     BatchStats,
+    SparkMerge,
     _ready_column,
     data_reason,
     merge_sql,
@@ -64,11 +67,25 @@ def test_a_type_change_no_promotion_holds_is_left_to_pyiceberg_before_any_commit
         t.rewrite(v2, [{"id": 1, "n": 7}])
     b2.write()
     batch = read_batch(stream.root, "b2")
-    reason = sparkmerge.merge_table(None, catalog, config, batch,  # type: ignore[arg-type]
-                                    batch.entries[0])
-    assert reason == ("column n (attnum 2) changed type from string to int, which Iceberg "
-                      "cannot promote (replaced in the commit that writes its new values)")
-    assert mirror(catalog, config, "t").metadata_location == metadata
+    arrow = ArrowMerge(catalog, config)
+    handed_over = []  # the mirror's metadata when the fallback got the table
+
+    class Fallback:
+        name = "pyiceberg"
+
+        def merge_table(self, batch: Batch, entry: TableEntry, **kw: Any) -> TableReport:
+            handed_over.append(mirror(catalog, config, "t").metadata_location)
+            return arrow.merge_table(batch, entry, **kw)
+
+    engine = SparkMerge(None, catalog, config, fallback=Fallback())  # type: ignore[arg-type]
+    report = engine.merge_table(batch, batch.entries[0])
+    assert report.fallback == ("column n (attnum 2) changed type from string to int, which "
+                               "Iceberg cannot promote (replaced in the commit that writes its "
+                               "new values)")
+    assert handed_over == [metadata]  # Spark committed nothing before it declined
+    assert report.engine == "pyiceberg" and report.rewritten == 1
+    assert mirror(catalog, config, "t").scan(selected_fields=("id", "n")).to_arrow(
+        ).to_pylist() == [{"id": 1, "n": 7}]
 
 
 def test_merge_sql_deletes_updates_and_inserts_by_key() -> None:

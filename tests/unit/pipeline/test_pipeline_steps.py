@@ -19,12 +19,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-import cdclake.lake.merge as lake_merge
 from cdclake.archive import Layout, open_store
 from cdclake.archive.lease import LAKE, Lease
 from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ConfigError, LakeError, QualityError
+from cdclake.lake.arrowmerge import ArrowMerge
 from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
 from cdclake.lake.watermark import merged_end_lsn
@@ -238,15 +238,14 @@ def test_a_bug_in_one_tables_merge_is_a_bug_once_the_others_committed(
     """An error nobody foresaw in items' merge: owners still commits, and the run then ends
     as a bug does (exit 1, one line, the traceback in the home's log), not as a LakeError."""
     two_batches(stream)
-    real = lake_merge.merge_table
+    real = ArrowMerge.merge_table
 
-    def merge_table(catalog: Any, config: Config, batch: str, source: Any,
-                    **kwargs: Any) -> Any:
-        if source.table == "public.items":
+    def merge_table(self: ArrowMerge, batch: Any, entry: Any, **kwargs: Any) -> Any:
+        if entry.table == "public.items":
             raise KeyError("_cdc_lsn")
-        return real(catalog, config, batch, source, **kwargs)
+        return real(self, batch, entry, **kwargs)
 
-    monkeypatch.setattr(lake_merge, "merge_table", merge_table)
+    monkeypatch.setattr(ArrowMerge, "merge_table", merge_table)
     monkeypatch.setenv("CDCLAKE_HOME", str(config.home))
     monkeypatch.setenv("CDCLAKE_STORE_URL", config.store_url)
     monkeypatch.setenv("CDCLAKE_SNAPSHOT_MODE", "never")
