@@ -10,7 +10,7 @@ alone, and the other tables go on. Only a change the merge would apply decides: 
 mirror has already (its commit LSN) or that its initial snapshot saw is no reason.
 
 A new copy of the table is what ends it: ``cdclake snapshot --tables schema.table`` replaces
-the mirror's rows and drops the mark in the same commit (:mod:`cdclake.lake.snapshot`), once
+the mirror's rows and drops the mark in the same commit (:mod:`cdclake.snapshot.mirror`), once
 the column's type has changed in the source or a codec was added; or the table is excluded
 (``CDCLAKE_EXCLUDE_TABLES``).
 """

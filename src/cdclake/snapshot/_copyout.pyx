@@ -12,7 +12,7 @@ into Arrow's buffers, each value what the change stream's codec makes of the sam
 disk; :meth:`CopyOut.read` gathers CSV rows into a block of bytes. Both release the GIL, so a
 chunk's conversion runs on while the next batch arrives.
 
-Which kind each column is read as is decided in :mod:`cdclake.lake.copyrows`; what a chunk
+Which kind each column is read as is decided in :mod:`cdclake.snapshot.copyrows`; what a chunk
 does with the batches in :mod:`cdclake.snapshot.chunks`, which reads CSV through psycopg when
 this module was not built. Every failure libpq reports raises :class:`CopyOutError` with its
 message.
@@ -78,7 +78,7 @@ class Malformed(Exception):
 # -- COPY's binary format, a column at a time ----------------------------------------------
 #
 # The kinds a column of ``COPY ... (FORMAT binary)`` is read as (the Python side,
-# cdclake.lake.copyrows, chooses them by codec and base type). Values are big-endian; a value
+# cdclake.snapshot.copyrows, chooses them by codec and base type). Values are big-endian; a value
 # becomes what the change stream's codec makes of the same datum on disk (cdclake.tuples).
 
 cpdef enum Kind:

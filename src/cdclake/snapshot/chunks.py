@@ -4,7 +4,7 @@ The driver exports a snapshot (``pg_export_snapshot()``, its transaction held op
 each table as chunks of heap blocks; a worker joins that snapshot (``SET TRANSACTION
 SNAPSHOT``, as ``pg_dump -j`` does), so every chunk sees the same committed state, copies its
 blocks with a TID range scan and streams the rows — converted by
-:class:`cdclake.lake.copyrows.CopyRows` in batches of at most ``batch_rows`` — into ONE
+:class:`cdclake.snapshot.copyrows.CopyRows` in batches of at most ``batch_rows`` — into ONE
 Parquet file laid out as the mirror's schema with its field ids, ready for pyiceberg's
 ``parquet_file_to_data_file``. A chunk is never held in memory whole.
 
@@ -55,13 +55,13 @@ from cdclake.catalog.connection import connect, pinned_options
 from cdclake.catalog.model import RelationVersion, TypeInfo, type_from_json, type_to_json
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError, SourceError, TupleDecodeError
-from cdclake.lake.copyrows import (
+from cdclake.parquet import dictionary_columns
+from cdclake.snapshot.copyrows import (
     OUTPUT_FUNCTIONS,
     SESSION_SETTINGS,
     CopyRows,
     counts_only_columns,
 )
-from cdclake.parquet import dictionary_columns
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ from one exported snapshot, and hand over to the change stream exactly.
 
 The driver holds the snapshot transaction (:func:`cdclake.catalog.snapshot.export_snapshot`),
 plans each table as chunks of heap blocks (``ctid`` ranges: tables without a key split as
-well as any), stages each mirror's schema (:func:`cdclake.lake.snapshot.open_mirror`) and runs
+well as any), stages each mirror's schema (:func:`cdclake.snapshot.mirror.open_mirror`) and runs
 one Spark task per chunk (:func:`cdclake.snapshot.chunks.copy_chunk`): the executor joins
 the snapshot, streams the chunk through COPY into one Parquet data file in the mirror's
 location and returns its path and counts — rows never pass through the driver. Then each
@@ -12,7 +12,7 @@ handoff facts (:mod:`cdclake.lake.visibility`). Progress (rows, rows/s, chunks p
 logged while the tasks run; a chunk retries inside its task; a run that dies before a table's
 commit leaves that table without a committed snapshot, so the next run copies it again and,
 once committed, removes the orphaned files (those of runs that can no longer commit:
-:meth:`cdclake.lake.snapshot.MirrorSnapshot.remove_stale`).
+:meth:`cdclake.snapshot.mirror.MirrorSnapshot.remove_stale`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from cdclake.decoding.plugins.arrow import column_fields
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import ConfigError, LakeError, SourceError, WalError
 from cdclake.lake.catalog import open_catalog
-from cdclake.lake.snapshot import MirrorSnapshot, open_mirror
 from cdclake.lake.tables import find_mirror
 from cdclake.lake.visibility import SnapshotFacts
 from cdclake.lsn import format_lsn
@@ -55,6 +54,7 @@ from cdclake.snapshot.chunks import (
     server_name,
     types_to_json,
 )
+from cdclake.snapshot.mirror import MirrorSnapshot, open_mirror
 from cdclake.sparkenv.session import session
 from cdclake.sparkenv.tasks import spark_errors, task
 from cdclake.stream.progress import load_progress

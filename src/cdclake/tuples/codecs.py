@@ -356,7 +356,7 @@ class _Builder:
         def from_text(s: str) -> list[object]:
             return [None if x is None else efrom(x) for x in arrays.parse_literal(s, delim)]
 
-        # what a reader of many such texts at once needs to know (lake.copyrows)
+        # what a reader of many such texts at once needs to know (snapshot.copyrows)
         from_text.element = (efrom, delim)  # type: ignore[attr-defined]
         return _Parts(pa.list_(elem.arrow_type), text, value, from_text)
 

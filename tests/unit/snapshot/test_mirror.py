@@ -21,11 +21,11 @@ from cdclake.decoding.plugins.arrow import column_fields
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError
 from cdclake.lake.batch import read_batch
-from cdclake.lake.copyrows import CopyRows
 from cdclake.lake.merge import merge_batch
-from cdclake.lake.snapshot import DIRECTORY_PREFIX, MirrorSnapshot, open_mirror
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, facts_of
 from cdclake.lake.watermark import committed_lsn
+from cdclake.snapshot.copyrows import CopyRows
+from cdclake.snapshot.mirror import DIRECTORY_PREFIX, MirrorSnapshot, open_mirror
 from tests.support.duck import rows as duck_rows
 from tests.support.streamgen import Stream, relation
 from tests.unit.tuples.builtin_types import BUILTIN

@@ -40,14 +40,6 @@ from pyiceberg.types import (
 from cdclake.catalog.model import Column, RelationVersion, TypeInfo
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError
-from cdclake.lake.copyrows import (
-    SESSION_SETTINGS,
-    CopyRows,
-    binary_kind,
-    counts_only_columns,
-    quote_ident,
-    vectorized,
-)
 from cdclake.lake.rows import table_of
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
@@ -58,6 +50,14 @@ from cdclake.lake.schema import (
     mirror_system_fields,
 )
 from cdclake.lake.values import PgText
+from cdclake.snapshot.copyrows import (
+    SESSION_SETTINGS,
+    CopyRows,
+    binary_kind,
+    counts_only_columns,
+    quote_ident,
+    vectorized,
+)
 from cdclake.tuples.codecs import codec_for, numeric_typmod
 from cdclake.tuples.untypeable import NotTypeable
 from tests.unit.tuples.builtin_types import BUILTIN

@@ -1,4 +1,4 @@
-"""An initial snapshot's side of the lake: the mirror it fills, and the one commit that fills it.
+"""The mirror an initial snapshot fills, and the one commit that fills it.
 
 Before the copy, :func:`open_mirror` finds or creates the table's mirror and stages, in an
 Iceberg transaction not yet committed, the schema the copied files are written in (the

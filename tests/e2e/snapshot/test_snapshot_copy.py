@@ -43,7 +43,6 @@ from cdclake.decoding.session import DecodeOptions, decode
 from cdclake.errors import SourceError
 from cdclake.lake.batch import read_batch
 from cdclake.lake.catalog import open_catalog
-from cdclake.lake.copyrows import SESSION_SETTINGS, CopyRows
 from cdclake.lake.labels import stored_labels
 from cdclake.lake.merge import merge_batch, mirror_identifier
 from cdclake.lake.schema import (
@@ -52,11 +51,12 @@ from cdclake.lake.schema import (
     CDC_PG_TEXT,
     iceberg_schema,
 )
-from cdclake.lake.snapshot import snapshot_labels
 from cdclake.lake.values import plain_values
 from cdclake.local.postgres import LocalPostgres
 from cdclake.snapshot import chunks
 from cdclake.snapshot.chunks import ChunkResult, ChunkTask, copy_chunk, types_to_json
+from cdclake.snapshot.copyrows import SESSION_SETTINGS, CopyRows
+from cdclake.snapshot.mirror import snapshot_labels
 from cdclake.wal.source import DirectorySource
 from tests.oracle.decoding.harness import archive_all, prepare
 from tests.oracle.features import server_supports
