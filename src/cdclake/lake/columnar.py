@@ -69,12 +69,12 @@ from cdclake.lake.schema import (
     CDC_COMMIT_TS,
     CDC_PG_TEXT,
     apply_evolution,
-    arrow_type,
     mirror_fields,
     mirror_system_fields,
     plan_evolution,
 )
 from cdclake.lake.tables import row_count
+from cdclake.lake.typemap import arrow_type
 from cdclake.lake.visibility import SnapshotFacts, in_snapshot_arrow
 from cdclake.lsn import format_lsn
 from cdclake.mixing import splitmix64

@@ -34,7 +34,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from cdclake.lake.schema import DataColumn, field_types, promoted
+from cdclake.lake.schema import DataColumn, field_types
+from cdclake.lake.typemap import promoted
 from cdclake.lake.values import PgText
 
 #: a value as the merge holds it (:mod:`cdclake.lake.values`) -> the same value under the new type

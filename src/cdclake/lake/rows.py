@@ -16,13 +16,8 @@ from pyiceberg.schema import Schema
 
 from cdclake.errors import LakeError
 from cdclake.lake.apply import Row, column_value
-from cdclake.lake.schema import (
-    CDC_COMMIT_LSN,
-    CDC_COMMIT_TS,
-    CDC_PG_TEXT,
-    arrow_type,
-    mirror_fields,
-)
+from cdclake.lake.schema import CDC_COMMIT_LSN, CDC_COMMIT_TS, CDC_PG_TEXT, mirror_fields
+from cdclake.lake.typemap import arrow_type
 from cdclake.lake.values import PgText, parse_texts, plain_values, split_texts, with_texts
 
 __all__ = ["row_texts", "rows_from_arrow", "rows_to_arrow"]

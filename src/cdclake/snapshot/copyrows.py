@@ -50,15 +50,8 @@ from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.decoding.rows import LayoutCache, LiveColumn
 from cdclake.errors import LakeError
 from cdclake.lake.metrics import needs_counts_only
-from cdclake.lake.schema import (
-    CDC_COMMIT_LSN,
-    CDC_COMMIT_TS,
-    CDC_PG_TEXT,
-    arrow_type,
-    iceberg_type,
-    mirror_fields,
-    promoted,
-)
+from cdclake.lake.schema import CDC_COMMIT_LSN, CDC_COMMIT_TS, CDC_PG_TEXT, mirror_fields
+from cdclake.lake.typemap import arrow_type, iceberg_type, promoted
 from cdclake.tuples import codecs, datetimes, numeric, scalars
 from cdclake.tuples.codecs import Codec
 from cdclake.tuples.untypeable import NotTypeable

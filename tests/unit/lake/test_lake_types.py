@@ -30,7 +30,7 @@ from pyiceberg.types import (
 from cdclake.catalog.model import IDENTITY_FULL
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.schema import iceberg_type
+from cdclake.lake.typemap import iceberg_type
 from tests.support.duck import rows as duck_rows
 from tests.support.streamgen import relation
 from tests.unit.lake.test_lake_merge import mirror, run
