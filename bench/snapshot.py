@@ -40,8 +40,8 @@ from typing import Any
 import pyarrow as pa
 from decode import WIDE_DDL, WIDE_LOAD
 
+from cdclake.catalog.export import export_snapshot, followed_tables
 from cdclake.catalog.install import install
-from cdclake.catalog.snapshot import export_snapshot, followed_tables
 from cdclake.config import Config, parse_size
 from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres

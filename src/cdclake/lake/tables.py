@@ -39,9 +39,9 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake.batches import chunked
 from cdclake.lake.changes import KEY, Identity
 from cdclake.lake.datafiles import DataFiles
+from cdclake.lake.pending import chunked
 from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
 from cdclake.lake.visibility import facts_of
@@ -240,7 +240,7 @@ def mirror_chunks(config: Config, catalog: Catalog, relations: Mapping[str, Rela
                   max_rows: int = 1_000_000
                   ) -> tuple[Iterator[tuple[str, RelationVersion, pa.Table]], list[str]]:
     """The rows of the mirror of each source table in ``relations`` (keyed as given), as
-    chunks of at most ``max_rows`` rows and :data:`~cdclake.lake.batches.CHUNK_BYTES` read
+    chunks of at most ``max_rows`` rows and :data:`~cdclake.lake.pending.CHUNK_BYTES` read
     one at a time (``columns``: only those the function names for the relation and the
     mirror's Arrow schema), and the keys that have no mirror: the table is outside
     ``config.tables``, or no change of it was merged yet.

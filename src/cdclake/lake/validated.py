@@ -24,7 +24,7 @@ from cdclake.archive.manifest import utc_now_iso
 from cdclake.catalog.model import RelationVersion
 from cdclake.errors import ObjectNotFound
 from cdclake.lake.batch import selected
-from cdclake.lake.batches import DecodedBatch
+from cdclake.lake.pending import DecodedBatch
 
 
 def _record(store: ObjectStore, layout: Layout, batch: DecodedBatch) -> dict[str, Any] | None:

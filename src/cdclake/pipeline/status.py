@@ -19,7 +19,7 @@ from cdclake.archive.manifest import Manifest
 from cdclake.catalog.connection import connect
 from cdclake.config import Config
 from cdclake.errors import CdclakeError, ConfigError, SourceError, StoreError
-from cdclake.lake.batches import list_batches, pending
+from cdclake.lake.pending import list_batches, pending
 from cdclake.lsn import format_lsn, format_lsn_or_none, parse_lsn
 from cdclake.spark.plan import Waiting, next_plan
 from cdclake.stream.progress import Progress, load_progress

@@ -5,7 +5,7 @@ Each step takes the :class:`~cdclake.config.Config` and the run's
 :class:`~cdclake.pipeline.params.RunParams` and returns a JSON-able dict, so the Airflow DAG
 runs them as separate tasks (results travel through XCom) and ``cdclake run`` calls them in
 sequence (:func:`run_once`). None of them keeps state of its own: what remains to be merged
-is recomputed from the store and the lake every time (:mod:`cdclake.lake.batches`), which
+is recomputed from the store and the lake every time (:mod:`cdclake.lake.pending`), which
 is what makes every task safe to retry or to run again alone:
 
 - ship skips what the manifest lists; the initial snapshot copies only tables without a
@@ -48,7 +48,7 @@ from cdclake.errors import (
     redact,
 )
 from cdclake.lake.batch import combined, manifest_rows, selected, unselectable
-from cdclake.lake.batches import (
+from cdclake.lake.pending import (
     latest_relations,
     list_batches,
     merge_groups,
@@ -65,9 +65,9 @@ if TYPE_CHECKING:
 
     from cdclake.archive.store import ObjectStore
     from cdclake.catalog.model import RelationVersion
-    from cdclake.lake.batches import DecodedBatch
     from cdclake.lake.engine import MergeEngine
     from cdclake.lake.merge import MergeReport
+    from cdclake.lake.pending import DecodedBatch
     from cdclake.quality import QualityContext
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def validate_stream(config: Config, params: RunParams | None = None, *,
     changes in chunks of at most ``config.quality_chunk_rows`` rows (the process holds one),
     read with only the columns the suite looks at (system and key columns). Consecutive
     batches are checked together in the groups the merge takes at once
-    (:func:`~cdclake.lake.batches.merge_groups`, ``merge_max_rows``): a table's checks cost
+    (:func:`~cdclake.lake.pending.merge_groups`, ``merge_max_rows``): a table's checks cost
     GX a fixed price however few its changes, which a backlog paid once per table and batch
     (pgbench scale 80, 16 batches: the step took 16 s, 9 s in groups).
 
@@ -720,7 +720,7 @@ def _check_tables(config: Config, store: ObjectStore, named: Mapping[str, Sequen
     relations = Dictionary.from_json(json.loads(store.get(progress.dictionary_key))).versions()
     problems = {what: unselectable(names, relations) for what, names in named.items()}
     if source and config.source_dsn and any(problems.values()):
-        from cdclake.catalog.snapshot import followed_tables
+        from cdclake.catalog.export import followed_tables
 
         now = [t.name for t in followed_tables(config.source_dsn)]
         problems = {what: unselectable(names, relations, now) for what, names in named.items()}

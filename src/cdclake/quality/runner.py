@@ -103,7 +103,7 @@ def validate_stream_chunks(config: Config,
                            run_name: str | None = None,
                            context: QualityContext | None = None) -> QualityReport:
     """:func:`validate_stream` over consecutive chunks of each table's changes (as
-    :func:`cdclake.lake.batches.stream_chunks` reads them), one chunk in memory at a time.
+    :func:`cdclake.lake.pending.stream_chunks` reads them), one chunk in memory at a time.
 
     The suite runs on every chunk (a table's second and later chunks are ``table#2``, … in
     the report, and runs ``<run>#2``, … of the table's suite in Data Docs: the GX objects are

@@ -1,7 +1,7 @@
 """The initial snapshot: tables' current rows copied into their mirrors from one exported
 PostgreSQL snapshot, on Spark, and handed over to the change stream by transaction visibility.
 
-It composes the layers below it — the source's snapshot (:mod:`cdclake.catalog.snapshot`),
+It composes the layers below it — the source's snapshot (:mod:`cdclake.catalog.export`),
 the stream's type mapping and the mirrors' tables (``lake``), the handoff by visibility
 (:mod:`cdclake.lake.visibility`, which the merge reads) and Spark (``sparkenv``) — so it sits
 above ``lake`` and below ``pipeline``, and imports nothing of the decode job (``spark``).

@@ -1,7 +1,7 @@
 """The initial snapshot on Spark: copy tables' current rows into their mirrors, in parallel,
 from one exported snapshot, and hand over to the change stream exactly.
 
-The driver holds the snapshot transaction (:func:`cdclake.catalog.snapshot.export_snapshot`),
+The driver holds the snapshot transaction (:func:`cdclake.catalog.export.export_snapshot`),
 plans each table as chunks of heap blocks (``ctid`` ranges: tables without a key split as
 well as any), stages each mirror's schema (:func:`cdclake.snapshot.mirror.open_mirror`) and runs
 one Spark task per chunk (:func:`cdclake.snapshot.chunks.copy_chunk`): the executor joins
@@ -31,7 +31,7 @@ from pyspark.accumulators import AccumulatorParam
 from cdclake.archive import Layout, open_store
 from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.archive.source import StoreSegmentSource
-from cdclake.catalog.snapshot import (
+from cdclake.catalog.export import (
     FollowedTable,
     HeldSnapshot,
     SourceTable,

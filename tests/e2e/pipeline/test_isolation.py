@@ -26,8 +26,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import StringType
 
 from cdclake.archive import Layout, open_store
-from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
+from cdclake.lake.pending import list_batches
 from cdclake.lake.tables import mirror_identifier
 from tests.e2e.pipeline.test_faults import Stream, bank_stream
 from tests.e2e.pipeline.test_snapshot_cli import (

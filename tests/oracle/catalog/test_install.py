@@ -15,9 +15,9 @@ import pytest
 
 from cdclake.catalog.capture import capture, database_oid
 from cdclake.catalog.connection import connect
+from cdclake.catalog.export import export_snapshot, followed_tables
 from cdclake.catalog.install import InstallReport, install, uninstall
 from cdclake.catalog.signing import load_key, pads
-from cdclake.catalog.snapshot import export_snapshot, followed_tables
 from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import SourceError

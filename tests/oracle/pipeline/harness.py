@@ -33,8 +33,8 @@ from cdclake.catalog.dictionary import Dictionary
 from cdclake.catalog.install import install
 from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.config import Config
-from cdclake.lake.batches import list_batches, open_batch
 from cdclake.lake.catalog import open_catalog
+from cdclake.lake.pending import list_batches, open_batch
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
 from cdclake.lsn import parse_lsn

@@ -21,7 +21,7 @@ from cdclake.lake.visibility import PROPERTY, SnapshotFacts, property_value
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.lsn import format_lsn
 from tests.support.streamgen import BatchBuilder, Stream
-from tests.unit.lake.test_batches import items, owners
+from tests.unit.lake.test_pending import items, owners
 
 
 def batch(stream: Stream, name: str) -> BatchBuilder:

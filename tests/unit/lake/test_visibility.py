@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from cdclake.catalog.snapshot import parse_pg_snapshot
+from cdclake.catalog.export import parse_pg_snapshot
 from cdclake.errors import LakeError, SourceError
 from cdclake.lake.visibility import (
     PROPERTY,

@@ -25,8 +25,8 @@ from cdclake.cli import main
 from cdclake.config import Config
 from cdclake.errors import ConfigError, LakeError, QualityError
 from cdclake.lake.arrowmerge import ArrowMerge
-from cdclake.lake.batches import list_batches
 from cdclake.lake.catalog import open_catalog
+from cdclake.lake.pending import list_batches
 from cdclake.lake.watermark import merged_end_lsn
 from cdclake.lsn import format_lsn, segment_name
 from cdclake.pipeline import (
@@ -38,12 +38,12 @@ from cdclake.pipeline import (
     validate_stream,
     validate_tables,
 )
-from cdclake.pipeline.cli import describe
+from cdclake.pipeline.commands import describe
 from cdclake.pipeline.steps import safe_run_id
 from cdclake.stream.progress import save_progress
 from tests.support.streamgen import Stream
 from tests.support.walfiles import SEGSIZE
-from tests.unit.lake.test_batches import items, owners, two_batches
+from tests.unit.lake.test_pending import items, owners, two_batches
 from tests.unit.spark.test_plan import _progress, _push
 
 

@@ -1,4 +1,4 @@
-"""The decoded batches in a local store (``lake.batches``) and the table selection the steps
+"""The decoded batches in a local store (``lake.pending``) and the table selection the steps
 and the merge share (``lake.batch.selected``): no Spark, no PostgreSQL."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from cdclake.catalog.model import IDENTITY_FULL, RelationVersion
 from cdclake.config import Config
 from cdclake.decoding import stream as contract
 from cdclake.errors import LakeError
-from cdclake.lake import batches as batches_module
+from cdclake.lake import pending as pending_module
 from cdclake.lake.batch import Batch, combined, manifest_rows, selected, unselectable
-from cdclake.lake.batches import (
+from cdclake.lake.pending import (
     DecodedBatch,
     chunked,
     latest_relations,
@@ -265,7 +265,7 @@ def test_stream_chunks_are_whole_files_in_stream_order_and_bounded(
     # four files, one contiguous chunk per column (GX's take over many chunks is slow)
     assert {col.num_chunks for _, _, c in stream_chunks(batch) for col in c.columns} == {1}
     # and by bytes: a part is never split, a chunk holds no more than CHUNK_BYTES beyond one
-    monkeypatch.setattr(batches_module, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(pending_module, "CHUNK_BYTES", 1)
     assert [c.num_rows for _, _, c in stream_chunks(batch)] == [3, 3, 3, 1]
     monkeypatch.undo()
     # only the columns asked for are read (a name the files lack is left out)
