@@ -1,12 +1,9 @@
-"""A real S3 endpoint over HTTP for the archive's e2e tests: moto_server in its own process.
-
-The lead may move ``local_s3`` to tests/conftest.py once other packages need it.
-"""
+"""The archive's e2e tests: the session's S3 endpoint (tests/e2e/conftest.py), a fresh prefix
+of its bucket per test."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +12,6 @@ from cdclake.config import Config
 from cdclake.local.s3 import LocalS3
 
 _prefixes = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def local_s3() -> Iterator[LocalS3]:
-    """One moto_server for the session, with the ``cdclake`` bucket."""
-    with LocalS3.start() as server:
-        yield server
 
 
 @pytest.fixture

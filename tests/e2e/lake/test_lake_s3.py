@@ -25,7 +25,7 @@ def _s3fs(s3: LocalS3) -> pafs.S3FileSystem:
                              scheme="http")
 
 
-def test_merge_from_and_into_s3(lake_s3: LocalS3, tmp_path: Path) -> None:
+def test_merge_from_and_into_s3(local_s3: LocalS3, tmp_path: Path) -> None:
     rel = relation("orders", [("id", pa.int64()), ("amount", pa.decimal128(10, 2)),
                               ("note", pa.string())], key=["id"])
     stream = Stream(tmp_path / "changes")
@@ -37,28 +37,28 @@ def test_merge_from_and_into_s3(lake_s3: LocalS3, tmp_path: Path) -> None:
         t.update(rel, {"id": 1, "amount": Decimal("1.75"), "note": None}, unchanged=["note"])
         t.delete(rel, {"id": 2})
     local = b.write()
-    s3 = _s3fs(lake_s3)
-    pafs.copy_files(str(local), f"{lake_s3.bucket}/lake-e2e/changes/b1",
+    s3 = _s3fs(local_s3)
+    pafs.copy_files(str(local), f"{local_s3.bucket}/lake-e2e/changes/b1",
                     source_filesystem=pafs.LocalFileSystem(), destination_filesystem=s3)
 
-    config = lake_s3.config(Config(home=tmp_path / "home", stream="s3"), prefix="lake-e2e")
-    config = config.replace(warehouse=f"s3://{lake_s3.bucket}/lake-e2e/warehouse")
+    config = local_s3.config(Config(home=tmp_path / "home", stream="s3"), prefix="lake-e2e")
+    config = config.replace(warehouse=f"s3://{local_s3.bucket}/lake-e2e/warehouse")
     catalog = open_catalog(config)
-    batch = read_batch(f"{lake_s3.bucket}/lake-e2e/changes", "b1", filesystem=s3)
+    batch = read_batch(f"{local_s3.bucket}/lake-e2e/changes", "b1", filesystem=s3)
     report = merge_batch(catalog, config, batch)
     (r,) = report.tables
     assert (r.inserted, r.updated, r.deleted) == (2, 1, 1)
 
     table = catalog.load_table(mirror_identifier(config, "public", "orders"))
-    assert table.location().startswith(f"s3://{lake_s3.bucket}/lake-e2e/warehouse")
+    assert table.location().startswith(f"s3://{local_s3.bucket}/lake-e2e/warehouse")
     got = table.scan(selected_fields=("id", "amount", "note")).to_arrow().to_pylist()
     assert [(g["id"], str(g["amount"]), g["note"]) for g in got] == [(1, "1.75", "x" * 3000)]
-    keys = [o["Key"] for o in lake_s3.client().list_objects_v2(
-        Bucket=lake_s3.bucket, Prefix="lake-e2e/warehouse/")["Contents"]]
+    keys = [o["Key"] for o in local_s3.client().list_objects_v2(
+        Bucket=local_s3.bucket, Prefix="lake-e2e/warehouse/")["Contents"]]
     assert any(k.endswith(".parquet") for k in keys)
 
     again = merge_batch(catalog, config,
-                        read_batch(f"{lake_s3.bucket}/lake-e2e/changes", "b1", filesystem=s3))
+                        read_batch(f"{local_s3.bucket}/lake-e2e/changes", "b1", filesystem=s3))
     assert again.tables[0].skipped_applied == 4
     assert len(catalog.load_table(mirror_identifier(config, "public", "orders")).snapshots()) \
         == len(table.snapshots())

@@ -85,17 +85,12 @@ def stop_spark() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[LocalS3]:
-    with LocalS3.start() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def config(source: Source, s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> Config:
-    return s3.config(Config(home=tmp_path_factory.mktemp("home"),
-                            archive_dir=source.pg.archive_dir,
-                            source_dsn=source.pg.dsn(source.database)),
-                     prefix="shop/main")
+def config(source: Source, local_s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """The module's stream, under a prefix of its own in the session's bucket."""
+    home = tmp_path_factory.mktemp("home")
+    return local_s3.config(Config(home=home, archive_dir=source.pg.archive_dir,
+                                  source_dsn=source.pg.dsn(source.database)),
+                           prefix=f"shop/{home.name}")
 
 
 @pytest.fixture
