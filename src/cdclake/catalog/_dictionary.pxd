@@ -5,7 +5,7 @@ once per change (inlined into each): the newest version of the relation applies.
 
 cdef inline object newest_version(dict by_loc, object spc, object rel, object lsn):
     """The newest version of relfilenode (``spc``, ``rel``) in ``by_loc`` (a Dictionary's
-    ``_by_loc``) when it applies at ``lsn`` and is not a tombstone; None where the dictionary
+    ``by_loc``) when it applies at ``lsn`` and is not a tombstone; None where the dictionary
     itself must answer (no version, an older one, a dropped relation)."""
     versions = by_loc.get((spc, rel))
     if versions is None:

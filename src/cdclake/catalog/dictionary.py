@@ -53,12 +53,15 @@ class Dictionary:
         self.db_oid = 0
         self.server_version_num = 0
         self._default_tablespace = 0
-        self._by_loc: dict[Locator, list[RelationVersion]] = {}
+        #: relation versions by relfilenode, oldest first: public because the compiled
+        #: decoder's inline lookup of the newest version (catalog/_dictionary.pxd) reads it
+        self.by_loc: dict[Locator, list[RelationVersion]] = {}
         self._by_oid: dict[int, list[RelationVersion]] = {}
         self._catalogs: dict[Locator, str] = {}  #: catalog relfilenodes -> relkind
         self._toast: dict[Locator, int] = {}  #: TOAST relfilenodes -> LSN known from
         self._pg_class: RelationVersion | None = None
-        self._pg_class_loc: Locator | None = None
+        #: pg_class's relfilenode (read per change by the compiled decoder's gate)
+        self.pg_class_loc: Locator | None = None
         #: the newest transaction id (with epoch) of an authentic ``cdclake.ddl`` message
         #: applied: a signed message from a wraparound before it is a replayed copy
         #: (:func:`cdclake.catalog.signing.stale_epoch`)
@@ -71,7 +74,7 @@ class Dictionary:
     # -- lookups (hot path) ------------------------------------------------------------------
 
     def relation_for_locator(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
-        versions = self._by_loc.get((spc, relfilenode))
+        versions = self.by_loc.get((spc, relfilenode))
         if versions is None:
             return None
         v = versions[-1]
@@ -105,7 +108,7 @@ class Dictionary:
 
     def first_version_after(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
         """The earliest version defined after ``lsn`` (rows written before their definition)."""
-        versions = self._by_loc.get((spc, relfilenode), [])
+        versions = self.by_loc.get((spc, relfilenode), [])
         i = bisect.bisect_right([v.valid_from for v in versions], lsn)
         for v in versions[i:]:
             if not v.dropped:
@@ -131,7 +134,7 @@ class Dictionary:
         return self._pg_class
 
     def pg_class_locator(self) -> Locator | None:
-        return self._pg_class_loc
+        return self.pg_class_loc
 
     def class_row(self, ctid: Ctid) -> ClassRow | None:
         """The followed relation's pg_class row at ``ctid``, if any."""
@@ -141,7 +144,7 @@ class Dictionary:
 
     def add_version(self, v: RelationVersion) -> None:
         if v.relfilenode:
-            _insert(self._by_loc.setdefault((v.tablespace, v.relfilenode), []), v)
+            _insert(self.by_loc.setdefault((v.tablespace, v.relfilenode), []), v)
             if v.toast_relfilenode:
                 self._toast.setdefault((v.tablespace, v.toast_relfilenode), v.valid_from)
         _insert(self._by_oid.setdefault(v.oid, []), v)
@@ -158,7 +161,7 @@ class Dictionary:
         marker = dataclasses.replace(base, oid=oid, tablespace=spc, relfilenode=relfilenode,
                                      name=f"pg_temp_{original}", valid_from=lsn,
                                      rewrite_of=original, toast_relfilenode=0)
-        _insert(self._by_loc.setdefault((spc, relfilenode), []), marker)
+        _insert(self.by_loc.setdefault((spc, relfilenode), []), marker)
 
     def add_catalog_locator(self, spc: int, relfilenode: int) -> None:
         self._catalogs.setdefault((spc, relfilenode), "r")
@@ -188,8 +191,8 @@ class Dictionary:
     def set_pg_class_filenode(self, spc: int, filenode: int, lsn: int) -> None:
         """A RELMAP update moved pg_class (VACUUM FULL pg_class): its rows are elsewhere now,
         so the places known of them say nothing any more."""
-        self._pg_class_loc = (spc or self._default_tablespace, filenode)
-        self._catalogs[self._pg_class_loc] = "r"
+        self.pg_class_loc = (spc or self._default_tablespace, filenode)
+        self._catalogs[self.pg_class_loc] = "r"
         self._class_rows.clear()
         self._class_row_of.clear()
 
@@ -302,8 +305,8 @@ class Dictionary:
         if pg_class:
             v = dataclasses.replace(RelationVersion.from_json(pg_class), valid_from=lsn)
             self._pg_class = v
-            if self._pg_class_loc is None:
-                self._pg_class_loc = (v.tablespace, v.relfilenode)
+            if self.pg_class_loc is None:
+                self.pg_class_loc = (v.tablespace, v.relfilenode)
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -315,12 +318,12 @@ class Dictionary:
             "types": self.types.to_json(),
             "versions": [v.to_json() for v in self.versions()],
             "loc_versions": [[spc, rel, [v.to_json() for v in vs if v.rewrite_of]]
-                             for (spc, rel), vs in sorted(self._by_loc.items())
+                             for (spc, rel), vs in sorted(self.by_loc.items())
                              if any(v.rewrite_of for v in vs)],
             "catalogs": [[spc, rel, kind] for (spc, rel), kind in self._catalogs.items()],
             "toast": [[spc, rel, lsn] for (spc, rel), lsn in self._toast.items()],
             "pg_class": self._pg_class.to_json() if self._pg_class else None,
-            "pg_class_locator": list(self._pg_class_loc) if self._pg_class_loc else None,
+            "pg_class_locator": list(self.pg_class_loc) if self.pg_class_loc else None,
             "ddl_xid8": self.ddl_xid8,
             "class_rows": [[*ctid, r.oid, r.toast, r.tablespace, r.relfilenode]
                            for ctid, r in sorted(self._class_rows.items())],
@@ -337,13 +340,13 @@ class Dictionary:
             self.add_version(RelationVersion.from_json(v))
         for spc, rel, markers in d.get("loc_versions", ()):
             for m in markers:
-                _insert(self._by_loc.setdefault((spc, rel), []), RelationVersion.from_json(m))
+                _insert(self.by_loc.setdefault((spc, rel), []), RelationVersion.from_json(m))
         self._catalogs = {(spc, rel): kind for spc, rel, kind in d.get("catalogs", ())}
         self._toast = {(spc, rel): lsn for spc, rel, lsn in d.get("toast", ())}
         if d.get("pg_class"):
             self._pg_class = RelationVersion.from_json(d["pg_class"])
         if d.get("pg_class_locator"):
-            self._pg_class_loc = tuple(d["pg_class_locator"])  # type: ignore[assignment]
+            self.pg_class_loc = tuple(d["pg_class_locator"])  # type: ignore[assignment]
         self.ddl_xid8 = int(d.get("ddl_xid8", 0))
         for block, offnum, oid, toast, spc, rel in d.get("class_rows", ()):
             self._track((block, offnum), ClassRow(oid, toast, spc, rel))

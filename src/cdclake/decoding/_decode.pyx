@@ -217,7 +217,7 @@ cdef _buffer(rb, xid, change):
     t.size += n
     rb.size += n
     if rb.size > rb.work_mem:
-        rb._evict()
+        rb.evict()
 
 
 def process(self, rec):
@@ -244,7 +244,7 @@ cdef bint _drop(filt, loc, lsn) except -1:
     if type(filt) is Filter and not filt.tables and not filt.exclude:
         d = filt.dictionary
         if type(d) is Dictionary:
-            v = newest_version(d._by_loc, loc.spc, loc.rel, lsn)
+            v = newest_version(d.by_loc, loc.spc, loc.rel, lsn)
             if v is not None:
                 known = _user_tables.get(PyLong_FromVoidPtr(<void *> v))
                 if known is None or (<tuple> known)[0] is not v:
@@ -260,7 +260,7 @@ cdef bint _is_pg_class(tracker, loc) except -1:
     """``tracker.is_pg_class(loc.spc, loc.rel)``, inline for the PgClassTracker (asked of
     every INSERT, UPDATE and DELETE)."""
     if type(tracker) is PgClassTracker:
-        pg_class = tracker.dictionary._pg_class_loc
+        pg_class = tracker.dictionary.pg_class_loc
         return pg_class is not None and pg_class[1] == loc.rel and pg_class[0] == loc.spc
     return tracker.is_pg_class(loc.spc, loc.rel)
 

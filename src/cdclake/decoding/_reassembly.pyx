@@ -53,7 +53,7 @@ def replay(self, info, changes):
     change = plugin.change
     dictionary = self.dictionary
     for_locator = dictionary.relation_for_locator
-    by_loc = dictionary._by_loc if type(dictionary) is Dictionary else None
+    by_loc = dictionary.by_loc if type(dictionary) is Dictionary else None
     cdef dict kept = self._kept
     plugin.begin(info)
     cdef dict toast = {}

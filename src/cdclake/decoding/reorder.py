@@ -154,11 +154,11 @@ class ReorderBuffer:
         t.size += n
         self.size += n
         if self.size > self.work_mem:
-            self._evict()
+            self.evict()
 
     # -- memory ----------------------------------------------------------------------------
 
-    def _evict(self) -> None:
+    def evict(self) -> None:
         """Serialize the heaviest transactions until memory is back under work_mem."""
         if self.size > self.peak_size:
             self.peak_size = self.size

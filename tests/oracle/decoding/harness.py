@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cdclake.catalog.dictionary import Dictionary
@@ -160,8 +160,7 @@ def captured_once(pg: LocalPostgres, name: str, make: Callable[[], Capture], *,
         cap = _CAPTURED[key] = make()
         return cap
     actual, result = ours(pg, first, work_mem=work_mem, spill_dir=spill_dir)
-    return Capture(first.database, first.db_oid, first.read_from, first.slot, first.start_lsn,
-                   first.key, first.end_lsn, first.expected, actual, result)
+    return replace(first, actual=actual, result=result)
 
 
 def diff(expected: list[str], actual: list[str]) -> str:
