@@ -445,7 +445,7 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
             old = F.col(stream.OLD_KEY).getField(by_attnum[attnum]) if keyed else F.lit(None)
             cols.append(old.cast(types[fields[attnum].name]).alias(_old(fields[attnum].name)))
         cols.append(F.lit(not keyed).alias("_keyless"))
-        cols.append((F.lit(True) if facts is None else _not_in_snapshot(
+        cols.append((F.lit(True) if facts is None else not_in_snapshot(
             facts, F.col(stream.COMMIT_LSN), F.col(stream.XID))).alias("_pending"))
         toast = F.coalesce(F.col(stream.UNCHANGED_TOAST), F.array().cast("array<string>"))
         cols += [F.col(c) for c in (*_ORDER, stream.COMMIT_TS, stream.OP)]
@@ -461,7 +461,7 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
     return out
 
 
-def _not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Column:
+def not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Column:
     """:meth:`SnapshotFacts.in_snapshot`, negated, as a Spark column: the changes the Spark
     merge still applies to a mirror an initial snapshot filled."""
     from pyspark.sql import functions as F

@@ -162,6 +162,13 @@ class Lake:
         self.options = dataclasses.replace(self.options, start_lsn=hi)
         return read_batch(self.root, name)
 
+    def merge(self, batch: Batch) -> MergeReport:
+        """Merge ``batch`` on the Spark engine (the pyiceberg one taking what it declines),
+        with a catalog of its own, as a separate run would."""
+        catalog = open_catalog(self.config)
+        return merge_batch(catalog, self.config, batch, engine=SparkMerge(
+            self.spark, catalog, self.config, fallback=ArrowMerge(catalog, self.config)))
+
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
@@ -338,9 +345,8 @@ def test_the_schema_followed_the_source(lake: Lake) -> None:
 
 
 def test_merging_a_batch_again_commits_nothing(lake: Lake) -> None:
-    catalog = open_catalog(lake.config)
     before = {t: _table(lake, t).current_snapshot().snapshot_id for t in SPARK_TABLES}
-    again = merge_batch(catalog, lake.config, read_batch(lake.root, "b2"), spark=lake.spark)
+    again = lake.merge(read_batch(lake.root, "b2"))
     for t in again.tables:
         if t.table in SPARK_TABLES:
             assert t.skipped_applied == t.changes > 0, t
@@ -362,12 +368,11 @@ def test_of_two_overlapping_merges_of_a_table_without_a_key_one_appends(
 
     def stalled(spark: Any, properties: Any, run: Any) -> None:  # A, about to commit
         monkeypatch.setattr(sparkmerge, "with_commit_properties", real)
-        other.append(merge_batch(open_catalog(lake.config), lake.config, batch,
-                                 spark=lake.spark))
+        other.append(lake.merge(batch))
         real(spark, properties, run)
 
     monkeypatch.setattr(sparkmerge, "with_commit_properties", stalled)
-    mine = merge_batch(open_catalog(lake.config), lake.config, batch, spark=lake.spark)
+    mine = lake.merge(batch)
     assert _duck(lake, "public.log") == _source(lake, "public.log")
     b, a = other[0].tables[0], mine.tables[0]
     assert (b.table, b.engine, b.strategy, b.rows_written) == ("public.log", "spark", "append",
@@ -381,7 +386,7 @@ def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -
     take the value from. The table's merge fails, naming table, column and the fix; nothing
     commits, and the batch stays pending."""
     batch = lake.decode("b-orphan", ["UPDATE orphan SET n = 1 WHERE id = 1"])
-    report = merge_batch(open_catalog(lake.config), lake.config, batch, spark=lake.spark)
+    report = lake.merge(batch)
     assert [f["table"] for f in report.failed] == ["public.orphan"]
     assert report.end_lsn == report.previous_end_lsn
     message = report.failed[0]["error"]
@@ -393,12 +398,13 @@ def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -
 
 
 def test_the_snapshot_handoff_on_spark_is_the_pyiceberg_one(lake: Lake) -> None:
-    """visibility.not_in_snapshot (a Spark column) against SnapshotFacts.in_snapshot, over
+    """The Spark merge's visibility column against SnapshotFacts.in_snapshot, over
     xids around the snapshot's xmin, xip and xmax, across an epoch boundary, and commit LSNs
     either side of its end."""
     from pyspark.sql import functions as F
 
-    from cdclake.lake.visibility import SnapshotFacts, not_in_snapshot
+    from cdclake.lake.sparkmerge import not_in_snapshot
+    from cdclake.lake.visibility import SnapshotFacts
 
     epoch = 1 << 32
     cases = [SnapshotFacts("s", 100, 200, 1000, 1010, (1002, 1005), 0),

@@ -1,6 +1,7 @@
 """Fixtures for the Spark decode tests: one local SparkSession (2 partitions) per module.
 
-The S3 endpoint fixtures of the archive tests are reused for the one test over HTTP S3.
+The session's S3 endpoint (tests/e2e/conftest.py) and the archive tests' prefix per test serve
+the one test over HTTP S3.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import pytest
 
 from cdclake.config import Config
 from cdclake.sparkenv.session import session as spark_session
-from tests.e2e.archive.conftest import local_s3, s3_config
+from tests.e2e.archive.conftest import s3_config
 
-__all__ = ["local_s3", "s3_config"]
+__all__ = ["s3_config"]
 
 PARTITIONS = 2
 
