@@ -13,6 +13,7 @@ layers that have twins (wal, tuples, decoding) use it for every test.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,12 @@ from cdclake.local.postgres import LocalPostgres
 from tests.support import VERSIONS
 
 _db_counter = itertools.count()
+
+#: every JVM spark-submit starts (a session in this process, in a ``cdclake`` subprocess, or
+#: an Airflow task's spark-submit) inherits this: the suite's JVMs live seconds, and for
+#: them the C2 compiler and a parallel collector cost CPU they never earn back (a third of a
+#: Spark-heavy test's CPU on this 2-core machine). The benchmarks run the product's defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 def _start(version: int) -> LocalPostgres:
