@@ -155,13 +155,19 @@ def follow_until_stopped(config: Config, params: RunParams | None = None, *,
     """:func:`follow` as a process runs it: its Spark session started first (pyspark puts its
     own SIGINT handler in place), then SIGTERM and SIGINT taken (:func:`stop_signals`), for
     ``seconds`` or until a signal; how many runs it made. A second signal's
-    KeyboardInterrupt goes to the caller."""
+    KeyboardInterrupt goes to the caller. The session and its JVM end with it."""
+    from cdclake.sparkenv.session import end
+
     params = check_params(params or RunParams())
     spark = follow_session(config)
     stop = threading.Event()
-    with stop_signals(stop):
-        return follow(config, params, stop=stop, spark=spark,
-                      until=None if seconds is None else time.monotonic() + seconds, **kwargs)
+    try:
+        with stop_signals(stop):
+            return follow(config, params, stop=stop, spark=spark,
+                          until=None if seconds is None else time.monotonic() + seconds,
+                          **kwargs)
+    finally:
+        end()
 
 
 def follow_for(config: Config, params: RunParams | None = None) -> dict[str, Any]:

@@ -161,7 +161,6 @@ def _drop_jvm_without_iceberg() -> None:
     JVM per process, and a new session on it would keep the old class path."""
     from py4j.protocol import Py4JError
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     gateway = SparkContext._gateway
     if gateway is None:
@@ -175,6 +174,20 @@ def _drop_jvm_without_iceberg() -> None:
                               "submit it with the settings spark_conf derives (spark.jars, "
                               "spark.driver.extraClassPath), as cdclake.pipeline.submit "
                               "does") from None
+    end()
+
+
+def end() -> None:
+    """Stop this process's session and the JVM pyspark started for it, and wait until that
+    JVM has ended: a process that exits first leaves the JVM running its shutdown for a
+    while, orphaned (a follower stopped by SIGTERM must take its JVM with it). Under
+    spark-submit the JVM is the submitter's and stays."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gateway = SparkContext._gateway
+    if gateway is None or submitted():
+        return
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
