@@ -60,6 +60,7 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
     from airflow.exceptions import AirflowException
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+    from cdclake.sparkenv.classdata import java_options
     from cdclake.sparkenv.jars import ensure_jars, pyspark_jars
     from cdclake.sparkenv.session import spark_conf
     from cdclake.sparkenv.shipping import package_zip
@@ -72,6 +73,9 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
         props = _properties(Path(tmp) / "spark.properties", {
             "spark.pyspark.driver.python": sys.executable,
             "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            # a driver on this host maps the class-data archive; one elsewhere has none
+            **({"spark.driver.extraJavaOptions": options} if (options := java_options(jars))
+               else {}),
             **spark_conf(config, jars, master="cluster"), **config.spark_conf})
         with _connection(config):  # the hook resolves it once, here
             hook = SparkSubmitHook(

@@ -123,8 +123,7 @@ def run_jarjar(rules: Path, src: Path, dest: Path) -> None:
     if not JARJAR.exists():
         raise ConfigError(f"Spark SQL needs {JARJAR} (Debian package libjarjar-java) to build "
                           f"Iceberg's relocated Jackson once: {REMEDY}")
-    java = _java()
-    out = subprocess.run([java, "-jar", str(JARJAR), "process", str(rules), str(src), str(dest)],
+    out = subprocess.run([java(), "-jar", str(JARJAR), "process", str(rules), str(src), str(dest)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0 or not dest.exists():
         tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -132,7 +131,8 @@ def run_jarjar(rules: Path, src: Path, dest: Path) -> None:
                           f"(exit {out.returncode}): {tail[0]}")
 
 
-def _java() -> str:
+def java() -> str:
+    """The Java runtime Spark's scripts start (``JAVA_HOME``'s, else the one on PATH)."""
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java or not Path(java).exists():

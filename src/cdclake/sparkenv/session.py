@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from cdclake.config import Config
 from cdclake.errors import ConfigError
 from cdclake.sparkenv.catalog import EXTENSIONS, SPARK_CATALOG, catalog_conf, is_sql
+from cdclake.sparkenv.classdata import java_options
 from cdclake.sparkenv.jars import JarSet, ensure_jars
 from cdclake.sparkenv.shipping import cache_dir, is_local, ship, submitted
 
@@ -51,7 +52,7 @@ def session(config: Config, app: str, *, mirrors: bool = True,
     conf = {"spark.sql.session.timeZone": "UTC",
             "spark.default.parallelism": str(config.spark_partitions),
             **spark_conf(config, jars, config.spark_master, mirrors=mirrors)}
-    spark = builder(config, app, conf).getOrCreate()
+    spark = builder(config, app, conf, java=java_options(jars)).getOrCreate()
     ship(spark)
     return spark
 
@@ -92,9 +93,11 @@ def spark_conf(config: Config, jars: JarSet, master: str = "local", *,
     return conf
 
 
-def builder(config: Config, app: str, conf: dict[str, str]) -> SparkSession.Builder:
+def builder(config: Config, app: str, conf: dict[str, str], *,
+            java: str = "") -> SparkSession.Builder:
     """A session builder for ``config`` with ``conf`` (cdclake's settings for this kind of
-    session), then ``config.spark_conf`` over it.
+    session), then ``config.spark_conf`` over it; ``java``: more options for a JVM started
+    here (:func:`cdclake.sparkenv.classdata.java_options`).
 
     Python workers run this interpreter unless PYSPARK_PYTHON says otherwise. Settings the JVM
     reads at start (``spark.driver.memory``, class paths, its log) only take effect in a
@@ -110,7 +113,8 @@ def builder(config: Config, app: str, conf: dict[str, str]) -> SparkSession.Buil
                 "spark.ui.showConsoleProgress": "false"}  # cdclake logs its progress
     if not submitted():
         b = b.master(config.spark_master)
-        defaults["spark.driver.extraJavaOptions"] = _log_to(config.logs_path() / "spark.log")
+        defaults["spark.driver.extraJavaOptions"] = " ".join(filter(None, (
+            _log_to(config.logs_path() / "spark.log"), java)))
     for key, value in {**defaults, **conf, **config.spark_conf}.items():
         b = b.config(key, value)
     return b
@@ -177,17 +181,18 @@ def _drop_jvm_without_iceberg() -> None:
     end()
 
 
-def end() -> None:
+def end() -> int | None:
     """Stop this process's session and the JVM pyspark started for it, and wait until that
     JVM has ended: a process that exits first leaves the JVM running its shutdown for a
     while, orphaned (a follower stopped by SIGTERM must take its JVM with it). Under
-    spark-submit the JVM is the submitter's and stays."""
+    spark-submit the JVM is the submitter's and stays. The JVM's exit status, when it was
+    this process's."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     gateway = SparkContext._gateway
     if gateway is None or submitted():
-        return
+        return None
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
@@ -200,3 +205,4 @@ def end() -> None:
         proc.wait(60)
     SparkContext._gateway = None
     SparkContext._jvm = None
+    return None if proc is None else proc.returncode

@@ -219,3 +219,27 @@ def test_missing_jarjar_names_package_and_remedy(tmp_path: Path,
     monkeypatch.setattr(jars, "JARJAR", tmp_path / "jarjar.jar")
     with pytest.raises(ConfigError, match=r"libjarjar-java.*make test"):
         jars.run_jarjar(tmp_path / "r", tmp_path / "i", tmp_path / "o")
+
+
+# -- the driver's class-data archive -----------------------------------------------------------
+
+
+def test_the_class_data_archive_is_named_by_jvm_and_class_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdclake.sparkenv import classdata
+
+    monkeypatch.setattr(classdata.shipping, "cache_dir", lambda: tmp_path)
+    path = classdata.archive(JARS)
+    assert path.parent == tmp_path / "classdata" and path.suffix == ".jsa"
+    assert classdata.java_options(JARS) == ""  # none built: the JVM starts as always
+    other = JarSet(JARS.runtime, JARS.jackson, Path("/j/postgresql.jar"))
+    assert classdata.archive(other) != path  # another class path: another archive
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    options = classdata.java_options(JARS)
+    assert options.endswith(f" -XX:SharedArchiveFile={path}")
+    assert options.startswith(classdata.QUIET)  # one it cannot map is passed over silently
+    config = Config(home=tmp_path / "home")
+    java = session.builder(config, "t", {}, java=options)._options[
+        "spark.driver.extraJavaOptions"]
+    assert java.endswith(options) and "-Dcdclake.spark.log=" in java
