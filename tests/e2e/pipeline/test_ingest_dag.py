@@ -4,14 +4,14 @@ over HTTP) → decode → GX → Iceberg (SQLite catalog) → read back with Duc
 The tests run in order on one source and one lake, like a stream's life: a first batch, a
 second with every kind of change (updates with key changes and unchanged TOAST, deletes,
 TRUNCATE, ADD COLUMN), a run with nothing new, then a merge killed between two table commits
-and the run that heals it. After each, every mirror must equal its source table row for row,
-read by an Iceberg reader cdclake did not write.
+and the run that heals it, and the maintenance DAG on what they wrote. After each, every
+mirror must equal its source table row for row, read by an Iceberg reader cdclake did not
+write.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -224,42 +224,28 @@ def test_tables_whose_merge_failed_after_another_committed_are_healed_by_the_nex
     assert merged_end_lsn(open_catalog(config), config.namespace, config.stream) == end
 
 
-def test_the_spark_merge_then_maintenance_keep_the_mirrors_exact(
-        airflow_home: Path, source: Source, cdclake_env: Config,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ingest DAG with ``CDCLAKE_MERGE_ENGINE=spark``: the keyed tables merge with MERGE
-    INTO (the FULL table goes to pyiceberg, saying why); then the maintenance DAG compacts
-    them, keeps each watermark and checks every mirror whole."""
+def test_the_maintenance_dag_keeps_the_mirrors_exact_and_their_watermarks(
+        airflow_home: Path, source: Source, cdclake_env: Config) -> None:
+    """The maintenance DAG on the mirrors the runs above wrote: it compacts them, keeps each
+    watermark and checks every mirror whole. (The DAG on the Spark merge is run through the
+    Spark provider to a standalone master in test_standalone_cluster.py; maintenance of the
+    Spark merge's position deletes in test_spark_merge_and_maintenance.py.)"""
     from cdclake.lake.catalog import open_catalog
     from cdclake.lake.tables import mirror_identifier
     from cdclake.lake.watermark import committed_lsn
 
-    monkeypatch.setenv("CDCLAKE_MERGE_ENGINE", "spark")
-    config = Config.load()
-    for sql in PHASE_4:
-        source.sql(sql)
-    archive_all(source)
-    run_dag(airflow_home)
-    assert_mirrors_equal(source, config)
-    newest = max((config.reports_path() / "runs").glob("*.json"), key=lambda p: p.stat().st_mtime)
-    merged = json.loads(newest.read_text())["steps"]["merge"]
-    engines = {t["table"]: (t["engine"], t["fallback"])
-               for b in merged["batches"] for t in b["tables"]}
-    assert engines["public.accounts"] == ("spark", "")
-    assert engines["public.tags"][0] == "pyiceberg" and "FULL" in engines["public.tags"][1]
-    checked = json.loads(newest.read_text())["steps"]["validate_tables"]
-    assert checked["scope"] == "written by this run" and checked["success"]
+    config = cdclake_env
 
-    catalog = open_catalog(config)
-    tables = {t: catalog.load_table(mirror_identifier(config, *t.split("."))) for t in TABLES}
-    before = {t: committed_lsn(tbl, config.stream) for t, tbl in tables.items()}
+    def watermarks() -> dict[str, Any]:
+        catalog = open_catalog(config)
+        return {t: committed_lsn(catalog.load_table(mirror_identifier(config, *t.split("."))),
+                                 config.stream) for t in TABLES}
+
+    before = watermarks()
     run = run_dag(airflow_home, "cdclake_maintenance", keep_hours=0)
     assert run.state == "success"
     assert_mirrors_equal(source, config)
-    catalog = open_catalog(config)
-    after = {t: committed_lsn(catalog.load_table(mirror_identifier(config, *t.split("."))),
-                              config.stream) for t in TABLES}
-    assert after == before
+    assert watermarks() == before
 
 
 # -- the workload --------------------------------------------------------------------------------
@@ -294,18 +280,16 @@ PHASE_2 = [
     "UPDATE tags SET weight = 20 WHERE tag = 'blue'",
 ]
 
-PHASE_4 = [
-    "UPDATE accounts SET balance = balance * 2 WHERE id % 3 = 0",
-    "UPDATE accounts SET id = id + 5000 WHERE id = 11",
-    "DELETE FROM accounts WHERE id = 13",
-    "INSERT INTO accounts VALUES (700, 'spark', 7, 'merged on Spark', now())",
-    "UPDATE events SET amount = amount + 1",
-    "DELETE FROM tags WHERE tag = 'violet'",
-]
 PHASE_3 = [
     "UPDATE accounts SET balance = 0 WHERE id < 5",
     "INSERT INTO accounts VALUES (600, 'crash test', 6, 'x', now())",
     "UPDATE events SET kind = 'changed' WHERE id > 105",
     "DELETE FROM events WHERE id = 100",
     "INSERT INTO tags VALUES ('violet', 7)",
+    "UPDATE accounts SET balance = balance * 2 WHERE id % 3 = 0",
+    "UPDATE accounts SET id = id + 5000 WHERE id = 11",
+    "DELETE FROM accounts WHERE id = 13",
+    "INSERT INTO accounts VALUES (700, 'late', 7, 'a new key', now())",
+    "UPDATE events SET amount = amount + 1",
+    "DELETE FROM tags WHERE tag = 'violet'",
 ]

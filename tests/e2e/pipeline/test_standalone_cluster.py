@@ -6,12 +6,12 @@ virtualenv that sees this one's site-packages as a plain path, so the editable i
 ``.pth`` hook is not run and ``import cdclake`` fails there (checked). A decode or merge task
 that imports cdclake on an executor can then only work with the zip cdclake ships.
 
-Both ways a job reaches the cluster are run on the bank's stream (tests/e2e/pipeline/
-test_faults.py), with the Spark merge, and the mirrors compared with the source (DuckDB):
-``cdclake run`` with ``CDCLAKE_SPARK_MASTER=spark://…`` (an in-process driver that ships the
-zip with ``addPyFile``; its executors decode with the compiled twins the zip carries), and the
-ingest DAG whose Spark steps go through the Airflow Spark provider on a ``spark_default``
-connection to the master (``spark-submit --py-files``).
+Both ways a job reaches the cluster take turns on one bank stream (tests/e2e/pipeline/
+test_faults.py), with the Spark merge, the mirrors compared with the source (DuckDB) after
+each: the ingest DAG whose Spark steps go through the Airflow Spark provider on a
+``spark_default`` connection to the master (``spark-submit --py-files``), then ``cdclake run``
+with ``CDCLAKE_SPARK_MASTER=spark://…`` (an in-process driver that ships the zip with
+``addPyFile``; its executors decode with the compiled twins the zip carries).
 """
 
 from __future__ import annotations
@@ -99,9 +99,10 @@ def standalone_cluster(work: Path) -> Iterator[str]:
                 proc.wait(60)
 
 
-def shipped_zips(work: Path) -> set[str]:
-    """The cdclake zips the worker's executors were sent (each app has its own directory)."""
-    return {p.name for p in (work / "work").glob("app-*/*/cdclake-*.zip")}
+def apps_sent_the_zip(work: Path) -> set[str]:
+    """The applications whose executors on the worker were sent cdclake's zip (each app has
+    its own directory)."""
+    return {p.parent.parent.name for p in (work / "work").glob("app-*/*/cdclake-*.zip")}
 
 
 @pytest.fixture(scope="module")
@@ -112,46 +113,39 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         yield url, work, python
 
 
-def test_cdclake_run_on_a_standalone_master(cluster: tuple[str, Path, Path],
-                                            tmp_path: Path) -> None:
-    url, work, python = cluster
-    with bank_stream(tmp_path / "home") as stream:
-        stream.env.update({"CDCLAKE_SPARK_MASTER": url, "PYSPARK_PYTHON": str(python),
-                           "CDCLAKE_MERGE_ENGINE": "spark",
-                           "CDCLAKE_SPARK_CONF": "spark.executor.memory=1g,"
-                                                 "spark.cores.max=2"})
-        for i in range(2):
-            stream.changes()
-            out = json.loads(ok(cdclake(stream.env, "run", "--run-id", f"cluster-{i}",
-                                        "--json")).stdout)
-            stream.assert_mirrors_equal()
-            # the executors loaded the compiled hot path from the zip (cdclake.native)
-            assert out["steps"]["decode"]["stats"]["pure_python_partitions"] == 0, out
-        engines = {t["table"]: t["engine"] for b in out["steps"]["merge"]["batches"]
-                   for t in b["tables"]}
-        assert engines["public.accounts"] == engines["public.events"] == "spark"
-    assert shipped_zips(work), "no executor was sent cdclake's zip"
-
-
-def test_the_dag_submits_through_the_spark_provider_to_the_master(
+def test_the_dag_then_cdclake_run_on_a_standalone_master(
         cluster: tuple[str, Path, Path], airflow_home: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bank stream, both ways in turn: the DAG through the Spark provider takes the
+    first round (its snapshot, decode and merge each an application sent the zip), then
+    ``cdclake run`` with the master as ``CDCLAKE_SPARK_MASTER`` the next."""
     from tests.e2e.pipeline.test_ingest_dag import run_dag
 
     url, work, python = cluster
-    before = {p.parent.parent.name for p in (work / "work").glob("app-*/*/cdclake-*.zip")}
     with bank_stream(tmp_path / "home") as stream:
         for key, value in stream.env.items():
             if key.startswith(("CDCLAKE_", "AWS_")):
                 monkeypatch.setenv(key, value)
-        monkeypatch.setenv("CDCLAKE_MERGE_ENGINE", "spark")
-        monkeypatch.setenv("CDCLAKE_SPARK_CONF", "spark.executor.memory=1g,spark.cores.max=2")
-        monkeypatch.setenv("PYSPARK_PYTHON", str(python))
+        settings = {"CDCLAKE_MERGE_ENGINE": "spark", "PYSPARK_PYTHON": str(python),
+                    "CDCLAKE_SPARK_CONF": "spark.executor.memory=1g,spark.cores.max=2"}
+        for key, value in settings.items():
+            monkeypatch.setenv(key, value)
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
                            json.dumps({"conn_type": "spark", "host": url}))
         stream.changes()
         run_dag(airflow_home)
         stream.assert_mirrors_equal()
-    apps = {p.parent.parent.name for p in (work / "work").glob("app-*/*/cdclake-*.zip")}
-    # snapshot, decode and merge: one application each on the cluster, each sent the zip
-    assert len(apps - before) >= 3, apps - before
+        apps = apps_sent_the_zip(work)
+        # snapshot, decode and merge: one application each on the cluster, each sent the zip
+        assert len(apps) >= 3, apps
+
+        stream.env.update({"CDCLAKE_SPARK_MASTER": url, **settings})
+        stream.changes()
+        out = json.loads(ok(cdclake(stream.env, "run", "--run-id", "cluster", "--json")).stdout)
+        stream.assert_mirrors_equal()
+        # the executors loaded the compiled hot path from the zip (cdclake.native)
+        assert out["steps"]["decode"]["stats"]["pure_python_partitions"] == 0, out
+        engines = {t["table"]: t["engine"] for b in out["steps"]["merge"]["batches"]
+                   for t in b["tables"]}
+        assert engines["public.accounts"] == engines["public.events"] == "spark"
+    assert apps_sent_the_zip(work) - apps, "cdclake run's executors were sent no zip"
