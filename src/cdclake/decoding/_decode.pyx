@@ -233,26 +233,17 @@ def process(self, rec):
         handler(rec)
 
 
-#: gate 4's answer by relation version (its id, and the version, kept alive so the id stays
-#: its own): ``is_user_table`` is a property of a frozen version, asked of every change
-cdef dict _user_tables = {}
-
-
 cdef bint _drop(filt, loc, lsn) except -1:
-    """``filt.drop_locator(loc, lsn)``, inline where the newest version of a relation applies
-    and no table list is given (gate 4 by ``is_user_table``, as the reference decides)."""
-    if type(filt) is Filter and not filt.tables and not filt.exclude:
+    """``filt.drop_locator(loc, lsn)``, its remembered verdict read inline where the newest
+    version of a relation applies (the rule, and the memo's writes, are Filter's alone)."""
+    if type(filt) is Filter:
         d = filt.dictionary
         if type(d) is Dictionary:
             v = newest_version(d.by_loc, loc.spc, loc.rel, lsn)
             if v is not None:
-                known = _user_tables.get(PyLong_FromVoidPtr(<void *> v))
-                if known is None or (<tuple> known)[0] is not v:
-                    if len(_user_tables) > 4096:
-                        _user_tables.clear()
-                    known = _user_tables[PyLong_FromVoidPtr(<void *> v)] = (
-                        v, v.is_user_table)
-                return not (<tuple> known)[1]
+                known = (<dict> filt.verdicts).get(PyLong_FromVoidPtr(<void *> v))
+                if known is not None and (<tuple> known)[0] is v:
+                    return (<tuple> known)[1]
     return filt.drop_locator(loc, lsn)
 
 

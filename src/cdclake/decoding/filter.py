@@ -13,7 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdclake.catalog.dictionary import Dictionary
+from cdclake.catalog.model import RelationVersion
 from cdclake.wal.record import RelFileLocator
+
+#: relation versions whose verdict :class:`Filter` remembers (then it starts again)
+VERDICTS = 4096
 
 
 @dataclass
@@ -25,6 +29,12 @@ class Filter:
     tables: frozenset[str] = field(default_factory=frozenset)
     #: gate 3 too: qualified names never kept, whatever ``tables`` says
     exclude: frozenset[str] = field(default_factory=frozenset)
+    #: gates 3-4's verdict (drop?) per relation version, by the version's id, the version
+    #: kept beside it so the id stays its own: asked of every change, decided once per
+    #: version. The compiled decoder reads it (``cdclake.decoding._decode``); only
+    #: :meth:`drop_locator` writes it.
+    verdicts: dict[int, tuple[RelationVersion, bool]] = field(default_factory=dict,
+                                                              repr=False, compare=False)
 
     def origin_ok(self, origin: int) -> bool:
         return origin == 0 or not self.local_only
@@ -35,9 +45,13 @@ class Filter:
         v = d.relation_for_locator(loc.spc, loc.rel, lsn)
         if v is None:
             return d.is_catalog(loc.spc, loc.rel, lsn)
-        if not v.is_user_table:
-            return True
-        return not self.keeps_table(v.schema, v.name)
+        known = self.verdicts.get(id(v))
+        if known is None or known[0] is not v:
+            if len(self.verdicts) >= VERDICTS:
+                self.verdicts.clear()
+            known = self.verdicts[id(v)] = (
+                v, not v.is_user_table or not self.keeps_table(v.schema, v.name))
+        return known[1]
 
     def keeps_table(self, schema: str, name: str) -> bool:
         """Gate 3 by name: also what commit processing asks of relations decided late."""

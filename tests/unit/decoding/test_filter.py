@@ -91,3 +91,19 @@ def test_relation_kinds_the_gates_drop(decfix: DecodingFixture, tmp_path: Path) 
     assert not excluded.keeps_table("public", "vf") and excluded.keeps_table("public", "tx")
     assert Filter(d, local_only=True).origin_ok(0)
     assert not Filter(d, local_only=True).origin_ok(3) and Filter(d).origin_ok(3)
+
+
+def test_the_verdict_is_decided_once_per_relation_version(decfix: DecodingFixture,
+                                                          tmp_path: Path) -> None:
+    """Gates 3-4 answer every change: the verdict is remembered per relation version (the
+    compiled decoder reads the same memo), and a new version is decided again."""
+    d = decfix.decode(tmp_path / "spill")[2]
+    flt = Filter(d, tables=frozenset({"public.tx"}))
+    vf = relation_named(d, "public.vf")[-1]
+    loc = RelFileLocator(vf.tablespace, decfix.db_oid, vf.relfilenode)
+    assert flt.drop_locator(loc, decfix.end_lsn)  # not in the selection
+    assert flt.verdicts == {id(vf): (vf, True)}
+    flt.verdicts[id(vf)] = (vf, False)
+    assert not flt.drop_locator(loc, decfix.end_lsn)  # asked again: the memo answers
+    flt.verdicts[id(vf)] = (relation_named(d, "public.tx")[-1], False)  # another version's
+    assert flt.drop_locator(loc, decfix.end_lsn)
