@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*/_*.pyx src/cdclake/*/
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
 	$(VENV)/bin/pip install -q -e ".[dev]"
 	$(VENV)/bin/python -m cdclake.sparkenv.jars --build
-	$(VENV)/bin/python -m cdclake.sparkenv.classdump --build
+	$(VENV)/bin/python -m cdclake.sparkenv.classdump
 	touch $(STAMP)
 
 system:

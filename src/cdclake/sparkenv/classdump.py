@@ -1,5 +1,5 @@
 """Build the Spark driver's class-data archive (:mod:`cdclake.sparkenv.classdata`) at install:
-``python -m cdclake.sparkenv.classdump --build``, which ``make`` runs.
+``python -m cdclake.sparkenv.classdump``, which ``make`` runs.
 
 A session of the default configuration, in a JVM started with ``-XX:ArchiveClassesAtExit``,
 runs what cdclake's steps make a driver load (an Iceberg table created, appended to, merged
@@ -81,16 +81,11 @@ def _workload(spark: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cdclake.sparkenv.classdump --build``: build the archive at install time.
-    A build that fails says so in one line and exits 0: sessions start without an archive."""
-    parser = argparse.ArgumentParser(prog="python -m cdclake.sparkenv.classdump",
-                                     description=main.__doc__)
-    parser.add_argument("--build", action="store_true", help="build the class-data archive")
-    args = parser.parse_args(argv)
-    if not args.build:
-        parser.print_help()
-        return 0
-    with tempfile.TemporaryDirectory(prefix="cdclake-classdata-") as home:
+    """``python -m cdclake.sparkenv.classdump``: build the archive at install time. A build
+    that fails says so in one line and exits 0: sessions start without an archive."""
+    argparse.ArgumentParser(prog="python -m cdclake.sparkenv.classdump",
+                            description=main.__doc__).parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="cdclake-classdump-") as home:
         try:
             path = build(Config.load(env={"CDCLAKE_HOME": home}))
         except Exception as exc:
