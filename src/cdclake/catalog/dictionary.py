@@ -133,9 +133,6 @@ class Dictionary:
     def pg_class_relation(self) -> RelationVersion | None:
         return self._pg_class
 
-    def pg_class_locator(self) -> Locator | None:
-        return self.pg_class_loc
-
     def class_row(self, ctid: Ctid) -> ClassRow | None:
         """The followed relation's pg_class row at ``ctid``, if any."""
         return self._class_rows.get(ctid)

@@ -153,7 +153,7 @@ class PgClassTracker:
         self._layout: tuple[RelationVersion, dict[str, int], int] | None = None
 
     def is_pg_class(self, spc: int, rel: int) -> bool:
-        loc = self.dictionary.pg_class_locator()
+        loc = self.dictionary.pg_class_loc
         return loc is not None and loc == (spc, rel)
 
     def relmap_update(self, upd: RelmapUpdate, lsn: int) -> None:

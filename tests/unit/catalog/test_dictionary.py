@@ -60,4 +60,4 @@ def test_json_round_trip(built: tuple[DecodingFixture, Dictionary]) -> None:
     again = Dictionary.from_json(d.to_json())
     assert again.to_json() == d.to_json()
     assert again.versions() == d.versions()
-    assert again.pg_class_locator() == d.pg_class_locator()
+    assert again.pg_class_loc == d.pg_class_loc

@@ -77,7 +77,7 @@ def test_relation_kinds_the_gates_drop(decfix: DecodingFixture, tmp_path: Path) 
     # the deletion of a TOAST chunk (its row's DELETE says everything)
     assert flt.drop_locator(RelFileLocator(tx.tablespace, decfix.db_oid, tx.toast_relfilenode),
                             lsn)
-    pg_class = d.pg_class_locator()
+    pg_class = d.pg_class_loc
     assert pg_class is not None
     assert flt.drop_locator(RelFileLocator(pg_class[0], decfix.db_oid, pg_class[1]), lsn)
     # a relfilenode nothing explains yet is let through: commit processing decides

@@ -40,7 +40,7 @@ def test_the_database_wide_vacuum_full_moves_pg_class(decfix: DecodingFixture,
     at_install = Dictionary()
     decfix.decode(tmp_path / "a", dictionary=at_install, end_lsn=decfix.start_lsn)
     _lines, _result, d = decfix.decode(tmp_path / "b")
-    before, after = at_install.pg_class_locator(), d.pg_class_locator()
+    before, after = at_install.pg_class_loc, d.pg_class_loc
     assert before is not None and after is not None and before != after
 
 
