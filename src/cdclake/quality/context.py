@@ -86,7 +86,8 @@ class QualityContext:
         self.reports_dir.mkdir(parents=True, exist_ok=True)
         self.gx: FileDataContext = gx.get_context(mode="file",
                                                   project_root_dir=str(self.reports_dir))
-        self._configure()
+        if self._configure():  # GX reads some settings only when a context is made
+            self.gx = gx.get_context(mode="file", project_root_dir=str(self.reports_dir))
         _no_fingerprints()
         #: suite name -> (what its stored objects were made from, its checkpoint)
         self._checkpoints: dict[str, tuple[str, Any]] = {}
@@ -105,9 +106,16 @@ class QualityContext:
     def data_docs_index(self) -> Path:
         return self.data_docs_dir / "index.html"
 
-    def _configure(self) -> None:
-        """No analytics, no progress bars on stderr, one Data Docs site under reports/."""
+    def _configure(self) -> bool:
+        """No analytics, no progress bars on stderr, one Data Docs site under reports/ whose
+        views compile their templates once per process (:mod:`cdclake.quality.views`), no
+        profiling section (cdclake stores no profiling results), and no config variables
+        file: cdclake's context uses none, and GX read that YAML again on every access of a
+        store's settings — several times per table validated. True when the configuration
+        was changed (and saved)."""
         from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        from cdclake.quality.views import INDEX_VIEW, PAGE_VIEW
 
         variables = self.gx.variables
         sites = {
@@ -118,7 +126,11 @@ class QualityContext:
                     "class_name": "TupleFilesystemStoreBackend",
                     "base_directory": SITE_DIRECTORY,
                 },
-                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
+                                       "view": INDEX_VIEW},
+                "site_section_builders": {"expectations": {"view": PAGE_VIEW},
+                                          "validations": {"view": PAGE_VIEW},
+                                          "profiling": "None"},
             }
         }
         stored: Any = variables.progress_bars  # a dict when read from great_expectations.yml
@@ -135,8 +147,12 @@ class QualityContext:
         if variables.data_docs_sites != sites:
             variables.data_docs_sites = sites
             changed = True
+        if variables.config_variables_file_path is not None:
+            variables.config_variables_file_path = None  # type: ignore[assignment]  # unset
+            changed = True
         if changed:
             variables.save()
+        return changed
 
     def validate(self, *, suite: ExpectationSuite, asset: str, frame: pd.DataFrame | Any,
                  result_format: dict[str, Any], run_id: RunIdentifier,

@@ -320,6 +320,37 @@ def test_data_docs_index_lists_both_suites_under_reports(
         Path(page).read_text()
 
 
+def test_data_docs_templates_compile_once_per_process(tmp_path: Path) -> None:
+    """Each home's context renders its pages through views whose Jinja environments share
+    the process's compiled templates: a second home compiles none of GX's template files
+    again (the one compile left is a template GX makes from a string). The contexts read no
+    config variables file."""
+    import jinja2
+
+    compiled: list[str | None] = []
+    compile_ = jinja2.Environment._compile
+
+    def counted(self: jinja2.Environment, source: str, filename: str) -> object:
+        compiled.append(filename)
+        return compile_(self, source, filename)
+
+    rel = builders.relation("public.views", oid=16521)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jinja2.Environment, "_compile", counted)
+        for home in ("a", "b"):
+            compiled.clear()
+            config = Config(home=tmp_path / home)
+            report = validate_stream(config, {"public.views": builders.stream(
+                rel, builders.good_changes())}, {"public.views": rel})
+            page = Path(report.tables[0].data_docs_page or "")
+            assert "Every UPDATE and DELETE of public.views carries its replica identity" in \
+                page.read_text()
+            gx_yml = (config.reports_path() / "gx" / "great_expectations.yml").read_text()
+            assert "config_variables_file_path: uncommitted" not in gx_yml
+            assert "cdclake.quality.views" in gx_yml
+    assert not [f for f in compiled if f and f.endswith(".j2")], compiled
+
+
 def test_a_backlog_renders_its_data_docs_once(quality_config: Config) -> None:
     """Batch after batch inside ``publishing_once``: each report names the pages its
     results get, and the site (whose index reads every stored result) is rendered once, at
