@@ -41,7 +41,7 @@ pyiceberg merge (:mod:`cdclake.lake.visibility`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -73,6 +73,7 @@ from cdclake.lake.schema import (
     mirror_system_fields,
     plan_evolution,
 )
+from cdclake.lake.sparkparts import read_parts, spark_ready
 from cdclake.lake.tables import (
     MIRROR,
     ensure_table,
@@ -378,40 +379,6 @@ def _versions(batch: Batch, entry: TableEntry) -> list[_Version]:
                             f"{entry.table}: {exc}") from exc
         out.append(_Version(v, VersionInfo.of(v.relation, schema), paths))
     return out
-
-
-def spark_ready(t: pa.DataType) -> pa.DataType:
-    """The Arrow type Spark takes for a change-stream type: uuid (16-byte fixed binary) as
-    its text, which is how Iceberg's Spark runtime holds a uuid column."""
-    if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
-        return pa.string()
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(spark_ready(f.type)) for f in t])
-    return t
-
-
-def _ready_column(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.Array:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if arr.type == t:
-        return arr
-    if pa.types.is_struct(arr.type):
-        children = [_ready_column(arr.field(i), t.field(i).type)
-                    for i in range(arr.type.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(t), mask=arr.is_null())
-    return pa.array([None if b is None else str(uuid.UUID(bytes=b)) for b in arr.to_pylist()],
-                    pa.string())
-
-
-def read_parts(filesystem: pafs.FileSystem, schema: pa.Schema
-               ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """mapInArrow body: each input row names a Parquet part; yield its rows as ``schema``."""
-    def read(paths: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for names in paths:
-            for path in names.column(0).to_pylist():
-                part = pq.read_table(path, filesystem=filesystem)
-                arrays = [_ready_column(part.column(f.name), f.type) for f in schema]
-                yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
-    return read
 
 
 def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequence[_Version],

@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 from psycopg.conninfo import conninfo_to_dict
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.schema import Schema
+from pyspark.accumulators import Accumulator, AccumulatorParam
 
 from cdclake import native
 from cdclake.catalog.connection import connect, pinned_options
@@ -65,7 +66,8 @@ from cdclake.snapshot.copyrows import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ChunkResult", "ChunkTask", "copy_chunk", "types_from_json", "types_to_json"]
+__all__ = ["ChunkResult", "ChunkTask", "ChunkTotals", "copy_chunk", "counted_copy",
+           "types_from_json", "types_to_json"]
 
 #: seconds before the second attempt; doubled for each further one
 RETRY_BACKOFF_S = 0.5
@@ -560,3 +562,31 @@ def _final_error(task: ChunkTask, exc: BaseException, attempts: int) -> Exceptio
                            f"{server_name(task.dsn)}: {cause}")
     return LakeError(f"{task.where()} failed after {attempts} attempt(s) writing "
                      f"{task.location}: {cause}")
+
+
+def counted_copy(totals: Accumulator) -> Callable[[ChunkTask], ChunkResult]:  # type: ignore[type-arg]
+    """The snapshot's task body: :func:`copy_chunk`, its rows and the chunk added to
+    ``totals`` (a :class:`ChunkTotals` accumulator: the driver's progress lines).
+
+    Built here, not in the driver: Spark pickles what a task body uses by reference, and an
+    executor's worker then imports this module only (the driver's imports cost every worker
+    0.3 s more)."""
+    def run(task: ChunkTask) -> ChunkResult:
+        result = copy_chunk(task)
+        totals.add({task.table: (result.rows, 1)})
+        return result
+    return run
+
+
+class ChunkTotals(AccumulatorParam):  # type: ignore[type-arg]
+    """table -> (rows, chunks) summed as tasks finish: the snapshot's progress."""
+
+    def zero(self, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        return {}
+
+    def addInPlace(self, a: dict[str, tuple[int, int]],
+                   b: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for k, (rows, chunks) in b.items():
+            r0, c0 = a.get(k, (0, 0))
+            a[k] = (r0 + rows, c0 + chunks)
+        return a

@@ -26,8 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyspark.accumulators import AccumulatorParam
-
 from cdclake.archive import Layout, open_store
 from cdclake.archive.arrowfs import arrow_filesystem
 from cdclake.archive.source import StoreSegmentSource
@@ -50,7 +48,8 @@ from cdclake.lsn import format_lsn
 from cdclake.snapshot.chunks import (
     ChunkResult,
     ChunkTask,
-    copy_chunk,
+    ChunkTotals,
+    counted_copy,
     server_name,
     types_to_json,
 )
@@ -252,34 +251,14 @@ def chunk_blocks(blocks: int, per_chunk: int, cores: int, min_blocks: int) -> in
     return max(1, -(-blocks // n))
 
 
-class _Totals(AccumulatorParam):  # type: ignore[type-arg]
-    """table -> (rows, chunks) summed as tasks finish."""
-
-    def zero(self, value: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-        return {}
-
-    def addInPlace(self, a: dict[str, tuple[int, int]],
-                   b: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-        for k, (rows, chunks) in b.items():
-            r0, c0 = a.get(k, (0, 0))
-            a[k] = (r0 + rows, c0 + chunks)
-        return a
-
-
 def _copy(spark: SparkSession, tasks: list[ChunkTask], reports: dict[str, TableSnapshot],
           say: Callable[[str], None]) -> list[ChunkResult]:
     """Run every chunk on Spark, reporting progress; the results (paths, counts) only."""
     if not tasks:
         return []
     sc = spark.sparkContext
-    totals = sc.accumulator({}, _Totals())
-
-    def run(task: ChunkTask) -> ChunkResult:
-        result = copy_chunk(task)
-        totals.add({task.table: (result.rows, 1)})
-        return result
-
-    rdd = sc.parallelize(tasks, len(tasks)).map(task(run))
+    totals = sc.accumulator({}, ChunkTotals())
+    rdd = sc.parallelize(tasks, len(tasks)).map(task(counted_copy(totals)))
     started = time.monotonic()
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool:

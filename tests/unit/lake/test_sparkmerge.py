@@ -19,12 +19,11 @@ from cdclake.lake.reports import TableReport
 from cdclake.lake.sparkmerge import (
     BatchStats,
     SparkMerge,
-    _ready_column,
     data_reason,
     merge_sql,
     rows_sql,
-    spark_ready,
 )
+from cdclake.lake.sparkparts import ready_column, spark_ready
 from tests.support.streamgen import Stream, relation
 from tests.unit.lake.test_lake_merge import mirror, run
 
@@ -115,9 +114,9 @@ def test_uuid_goes_to_spark_as_text() -> None:
     u = uuid.UUID("12345678-1234-5678-1234-567812345678")
     raw = pa.array([u.bytes, None], pa.binary(16))
     assert spark_ready(raw.type) == pa.string()
-    assert _ready_column(raw, pa.string()).to_pylist() == [str(u), None]
+    assert ready_column(raw, pa.string()).to_pylist() == [str(u), None]
     key = pa.StructArray.from_arrays([raw], names=["id"], mask=pa.array([False, True]))
-    ready = _ready_column(key, spark_ready(key.type))
+    ready = ready_column(key, spark_ready(key.type))
     assert ready.to_pylist() == [{"id": str(u)}, None]
 
 
