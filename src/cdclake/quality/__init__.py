@@ -2,7 +2,7 @@
 
 The suites are JSON files in ``expectations/`` (shipped here through the ``expectations``
 symlink); :mod:`cdclake.quality.runner` instantiates them per table, validates through a GX
-Checkpoint that also updates Data Docs under ``config.reports_path()``, and returns a
+validation definition, renders Data Docs under ``config.reports_path()``, and returns a
 :class:`QualityReport`. Importing this package does not import GX (seconds); the first
 validation does.
 """

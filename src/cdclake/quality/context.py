@@ -6,11 +6,13 @@ only a persisted context gives one index listing every run. The context lives in
 ``<reports>/gx`` and its Data Docs site in ``<reports>/data_docs`` (``index.html`` there), next
 to the batch reports, so publishing ``reports/`` publishes both.
 
-GX's Checkpoint runs all its validation definitions on one set of batch parameters, and a
-dataframe asset takes its dataframe from those parameters, so each (suite, table) gets its own
-asset, validation definition and checkpoint, all kept in the context and updated in place by
-the first check of each process (and again when they change): the stored objects match the
-suite files of the running version.
+A dataframe asset takes its dataframe from the batch parameters of a run, so each (suite,
+table) gets its own asset and validation definition, kept in the context and updated in place
+by the first check of each process (and again when they change): the stored objects match the
+suite files of the running version. A definition is run as itself, which stores its result:
+a Checkpoint around it (no actions — cdclake renders Data Docs once per check) only checked
+again that it and its definition were the stored ones and serialised both, a sixth of what
+checking a small batch cost.
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ class QualityContext:
         if self._configure():  # GX reads some settings only when a context is made
             self.gx = gx.get_context(mode="file", project_root_dir=str(self.reports_dir))
         _no_fingerprints()
-        #: suite name -> (what its stored objects were made from, its checkpoint)
-        self._checkpoints: dict[str, tuple[str, Any]] = {}
+        #: suite name -> (what its stored objects were made from, its validation definition)
+        self._definitions: dict[str, tuple[str, Any]] = {}
         #: the results whose pages :meth:`publishing_once` renders at its end (None: outside)
         self._deferred: list[Any] | None = None
 
@@ -158,17 +160,25 @@ class QualityContext:
                  result_format: dict[str, Any], run_id: RunIdentifier,
                  ) -> tuple[ExpectationSuiteValidationResult, Any]:
         """Run ``suite`` on ``frame`` (pandas, or a Spark DataFrame: GX's Spark engine then
-        computes the metrics on the executors) through its Checkpoint; the result is stored
-        in the context, and its Data Docs page is rendered by :meth:`publish`.
+        computes the metrics on the executors) through its validation definition; the result
+        is stored in the context, and its Data Docs page is rendered by :meth:`publish`.
 
         Returns the validation result and its key in the context's store.
         """
-        checkpoint = self._checkpoint(suite, asset, is_spark(frame), result_format)
+        from great_expectations.data_context.types.resource_identifiers import (
+            ExpectationSuiteIdentifier,
+            ValidationResultIdentifier,
+        )
+
+        definition = self._definition(suite, asset, is_spark(frame))
         try:
-            outcome = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id)
+            result = definition.run(batch_parameters={"dataframe": frame},
+                                    result_format=result_format, run_id=run_id)
         finally:
-            _forget_batches(checkpoint)
-        ((key, result),) = outcome.run_results.items()
+            _forget_batch(definition)
+        key = ValidationResultIdentifier(  # where the run stored it, as a Checkpoint names it
+            expectation_suite_identifier=ExpectationSuiteIdentifier(name=suite.name),
+            run_id=run_id, batch_identifier=result.batch_id)
         return result, key
 
     def publish(self, keys: list[Any]) -> list[str | None]:
@@ -246,15 +256,13 @@ class QualityContext:
                 dropped += 1
         return dropped
 
-    def _checkpoint(self, suite: ExpectationSuite, asset: str, spark: bool,
-                    result_format: dict[str, Any]) -> Any:
-        """The suite's checkpoint, its suite, validation definition and asset stored in the
-        context — written again only when what they are made from changed."""
+    def _definition(self, suite: ExpectationSuite, asset: str, spark: bool) -> Any:
+        """The suite's validation definition, its suite and asset stored in the context —
+        written again only when what they are made from changed."""
         import great_expectations as gx
 
-        made_of = json.dumps([suite.to_json_dict(), asset, spark, result_format],
-                             sort_keys=True, default=str)
-        known = self._checkpoints.get(suite.name)
+        made_of = json.dumps([suite.to_json_dict(), asset, spark], sort_keys=True, default=str)
+        known = self._definitions.get(suite.name)
         if known is not None and known[0] == made_of:
             return known[1]
         batch_definition = self._batch_definition(asset, spark=spark)
@@ -262,12 +270,8 @@ class QualityContext:
         definition = self.gx.validation_definitions.add_or_update(
             gx.ValidationDefinition(name=suite.name, data=batch_definition, suite=stored_suite)
         )
-        checkpoint = self.gx.checkpoints.add_or_update(
-            gx.Checkpoint(name=suite.name, validation_definitions=[definition], actions=[],
-                          result_format=result_format)
-        )
-        self._checkpoints[suite.name] = (made_of, checkpoint)
-        return checkpoint
+        self._definitions[suite.name] = (made_of, definition)
+        return definition
 
     def _batch_definition(self, asset_name: str, *, spark: bool = False) -> Any:
         from great_expectations.datasource.fluent import PandasDatasource, SparkDatasource
@@ -303,11 +307,10 @@ class QualityContext:
         return str(Path(unquote(parsed.path)).resolve()) if parsed.scheme == "file" else url
 
 
-def _forget_batches(checkpoint: Any) -> None:
-    """Drop the data GX's execution engines keep of the batches a run validated: each asset's
+def _forget_batch(definition: Any) -> None:
+    """Drop the data GX's execution engine keeps of the batch a run validated: each asset's
     last frame would stay cached until that asset runs again — a chunk in memory per table
     checked, while the next chunk is read."""
-    for definition in checkpoint.validation_definitions:
-        engine = definition.batch_definition.data_asset.datasource.get_execution_engine()
-        engine.batch_manager.reset_batch_cache()
-        engine.batch_manager.batch_data_cache.clear()
+    engine = definition.batch_definition.data_asset.datasource.get_execution_engine()
+    engine.batch_manager.reset_batch_cache()
+    engine.batch_manager.batch_data_cache.clear()

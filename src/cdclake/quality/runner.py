@@ -2,8 +2,8 @@
 
 One call validates every table given, each with the suite instantiated for that table, in one
 GX run (one run id, so Data Docs group them), and returns a :class:`QualityReport`. GX names
-(suites, checkpoints, Data Docs pages) are ``<suite>.<stream>.<schema>.<table>``: the reports
-directory belongs to a home that several streams may share. Failing is the caller's
+(suites, validation definitions, Data Docs pages) are ``<suite>.<stream>.<schema>.<table>``:
+the reports directory belongs to a home that several streams may share. Failing is the caller's
 decision: :func:`~cdclake.quality.report.raise_for_failures` turns critical failures into a
 ``QualityError`` with a readable summary; tables without replica identity are only reported.
 

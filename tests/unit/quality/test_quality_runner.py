@@ -461,7 +461,7 @@ def test_chunks_of_a_stream_are_checked_as_one_and_where_they_meet(
 def test_a_context_keeps_each_tables_newest_results_and_stores_its_objects_once(
         quality_config: Config) -> None:
     """A follower checks every few seconds: the index must not grow without end, and the
-    suite, definition and checkpoint are written once, not at every check."""
+    suite and its validation definition are written once, not at every check."""
     ctx = QualityContext(quality_config.reports_path(), keep_results=2)
     rel = builders.relation("public.kept", oid=16530)
     reports = [validate_stream(quality_config, {"public.kept": builders.stream(
