@@ -36,6 +36,10 @@ from tests.e2e.pipeline.test_snapshot_cli import cdclake, ok
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
+#: the master's, the worker's and the executors' JVMs as the suite runs its drivers' (C1 only,
+#: the serial collector: tests/conftest.py): short-lived JVMs on a 2-core machine
+TEST_JVM = os.environ.get("SPARK_SUBMIT_OPTS", "")
+
 
 def _port() -> int:
     with socket.socket() as s:
@@ -70,6 +74,7 @@ def standalone_cluster(work: Path) -> Iterator[str]:
     """``spark://127.0.0.1:<port>`` with one worker of 2 cores, stopped at the end."""
     spark_home = pyspark_jars().parent
     env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_DAEMON_JAVA_OPTS": TEST_JVM,
            "SPARK_LOG_DIR": str(work / "logs"), "SPARK_WORKER_DIR": str(work / "work")}
     port, ui = _port(), _port()
     url = f"spark://127.0.0.1:{port}"
@@ -127,7 +132,8 @@ def test_the_dag_then_cdclake_run_on_a_standalone_master(
             if key.startswith(("CDCLAKE_", "AWS_")):
                 monkeypatch.setenv(key, value)
         settings = {"CDCLAKE_MERGE_ENGINE": "spark", "PYSPARK_PYTHON": str(python),
-                    "CDCLAKE_SPARK_CONF": "spark.executor.memory=1g,spark.cores.max=2"}
+                    "CDCLAKE_SPARK_CONF": "spark.executor.memory=1g,spark.cores.max=2,"
+                    f"spark.executor.extraJavaOptions={TEST_JVM}"}
         for key, value in settings.items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
