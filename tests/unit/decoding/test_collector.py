@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from cdclake.decoding.collector import THRESHOLDS, fewer_collections
+from tests.support.twins import no_twin  # noqa: F401 - no twinned code here: runs once
 
 
 @pytest.fixture(autouse=True)

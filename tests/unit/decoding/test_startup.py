@@ -8,6 +8,7 @@ import pytest
 
 from cdclake.decoding.startup import CONSISTENT, START, Startup
 from cdclake.errors import DecodingError
+from tests.support.twins import no_twin  # noqa: F401 - no twinned code here: runs once
 
 
 def test_nothing_is_emitted_before_the_first_running_xacts() -> None:

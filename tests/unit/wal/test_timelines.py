@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cdclake.lsn import SegmentName, TimelineSwitch
 from cdclake.wal.timelines import TimelinePath, newest_path, timeline_path
+from tests.support.twins import no_twin  # noqa: F401 - no twinned code here: runs once
 
 MB = 1 << 20
 #: timeline 1 ended 0xA0 bytes into segment 8 (a promotion after a clean shutdown's checkpoint)
