@@ -49,12 +49,30 @@ def session(config: Config, app: str, *, mirrors: bool = True,
     """
     jars = ensure_jars(config, cache=cache)
     _drop_jvm_without_iceberg()
-    conf = {"spark.sql.session.timeZone": "UTC",
-            "spark.default.parallelism": str(config.spark_partitions),
+    conf = {"spark.sql.session.timeZone": "UTC", **task_counts(config),
             **spark_conf(config, jars, config.spark_master, mirrors=mirrors)}
     spark = builder(config, app, conf, java=java_options(jars)).getOrCreate()
     ship(spark)
     return spark
+
+
+#: SQL shuffle partitions per core cdclake's jobs use: two, so a skewed task does not hold a
+#: whole stage back
+SHUFFLE_PER_CORE = 2
+
+
+def task_counts(config: Config) -> dict[str, str]:
+    """How many tasks Spark makes: ``config.spark_partitions`` (the cores cdclake's jobs use,
+    the decode's partitions) for RDDs, :data:`SHUFFLE_PER_CORE` times that for the shuffles
+    of SQL (the Spark merge's windows and MERGE INTO, maintenance's rewrites).
+
+    Spark SQL's own default, 200 shuffle partitions, is sized for clusters hundreds of cores
+    wide, and adaptive execution coalesces the partitions a stage reads, never the tasks
+    of every stage: merging a small batch on two cores ran some 200 tasks per shuffle. The
+    Spark merge then maintenance test took 99 s of CPU with it, 75 s with 4. ``spark_conf``
+    overrides both, as any setting."""
+    return {"spark.default.parallelism": str(config.spark_partitions),
+            "spark.sql.shuffle.partitions": str(SHUFFLE_PER_CORE * config.spark_partitions)}
 
 
 def spark_conf(config: Config, jars: JarSet, master: str = "local", *,

@@ -63,6 +63,15 @@ def test_a_driver_spark_submit_started_keeps_its_master(monkeypatch: pytest.Monk
     assert "spark.master" not in submitted
 
 
+def test_sql_shuffles_are_sized_by_the_cores_cdclake_uses() -> None:
+    """Not Spark's 200: two tasks a core, and the user's spark_conf still decides."""
+    counts = session.task_counts(Config(spark_partitions=3))
+    assert counts == {"spark.default.parallelism": "3", "spark.sql.shuffle.partitions": "6"}
+    config = Config(spark_partitions=3, spark_conf={"spark.sql.shuffle.partitions": "64"})
+    options = session.builder(config, "t", session.task_counts(config))._options
+    assert options["spark.sql.shuffle.partitions"] == "64"
+
+
 # -- errors raised in tasks come back as themselves -------------------------------------------
 
 
