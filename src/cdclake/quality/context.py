@@ -11,8 +11,8 @@ table) gets its own asset and validation definition, kept in the context and upd
 by the first check of each process (and again when they change): the stored objects match the
 suite files of the running version. A definition is run as itself, which stores its result:
 a Checkpoint around it (no actions — cdclake renders Data Docs once per check) only checked
-again that it and its definition were the stored ones and serialised both, a sixth of what
-checking a small batch cost.
+again that it and its definition were the stored ones and serialised both (6 % of checking
+three tables twice in a new home: 1.12 → 1.06 s of CPU).
 """
 
 from __future__ import annotations
