@@ -2,7 +2,7 @@
 
 GX renders a page through a view class that builds its own Jinja ``Environment``, and its
 site builder makes new views for every ``build_data_docs``: each run's pages compiled GX's
-templates (page, section, component, the styles) again — a fifth of what validating a
+templates (page, section, component, the styles) again — some 15 % of what validating a
 table's batch costs here. The site configuration names its views (the documented
 ``view: {module_name, class_name}`` of a section builder and of the index builder), so
 cdclake's name these: GX's views whose environments share one in-memory bytecode cache

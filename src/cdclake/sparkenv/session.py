@@ -69,7 +69,7 @@ def task_counts(config: Config) -> dict[str, str]:
     Spark SQL's own default, 200 shuffle partitions, is sized for clusters hundreds of cores
     wide, and adaptive execution coalesces the partitions a stage reads, never the tasks
     of every stage: merging a small batch on two cores ran some 200 tasks per shuffle. The
-    Spark merge then maintenance test took 99 s of CPU with it, 75 s with 4. ``spark_conf``
+    Spark merge then maintenance test took 99 s of CPU with it, 77 s with 4. ``spark_conf``
     overrides both, as any setting."""
     return {"spark.default.parallelism": str(config.spark_partitions),
             "spark.sql.shuffle.partitions": str(SHUFFLE_PER_CORE * config.spark_partitions)}
