@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(VENV)/bin/python bench/snapshot.py
 	$(VENV)/bin/python bench/scale.py
 	$(VENV)/bin/python bench/merge.py
+	$(VENV)/bin/python bench/quality.py
 
 clean:
 	rm -rf $(VENV) .cdclake .pytest_cache
