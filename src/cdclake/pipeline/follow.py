@@ -72,7 +72,8 @@ def follow_session(config: Config) -> Any:
     on its class path, so the decode, the snapshot, the Spark merge and the mirror check all
     run on it."""
     return steps.lake_session(
-        config, lambda line: ConfigError(f"--follow: Spark does not start ({line})"))
+        config, lambda line: ConfigError(f"--follow: Spark does not start ({line})"),
+        tasks=(*steps.MERGE_TASKS, "cdclake.spark.job", "cdclake.snapshot.chunks"))
 
 
 @contextlib.contextmanager

@@ -349,18 +349,23 @@ def raise_for_failed_tables(results: Mapping[str, Any]) -> None:
     raise LakeError(line)
 
 
-def lake_session(config: Config, refusal: Callable[[str], CdclakeError]) -> Any:
+#: the modules of the Spark merge's task bodies (its read of a batch's parts)
+MERGE_TASKS = ("cdclake.lake.sparkparts",)
+
+
+def lake_session(config: Config, refusal: Callable[[str], CdclakeError],
+                 tasks: tuple[str, ...] = MERGE_TASKS) -> Any:
     """The process's Spark session for steps that read or write the mirrors on Spark (the
     Spark merge, the mirror check on Spark, a follower's every step), the catalog opened
     first; when the JVM does not start (no Java, a bad spark_conf), ``refusal`` of Spark's
-    one line is raised."""
+    one line is raised. ``tasks``: the modules of the task bodies it will run."""
     from cdclake.lake.catalog import open_catalog
     from cdclake.sparkenv.session import session
     from cdclake.sparkenv.tasks import error_line
 
     try:
         open_catalog(config)  # Spark reads the catalog's tables, pyiceberg creates them
-        return session(config, "merge")
+        return session(config, "merge", tasks=tasks)
     except CdclakeError:
         raise
     except Exception as exc:

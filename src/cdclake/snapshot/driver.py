@@ -309,4 +309,4 @@ def _check_held(held: HeldSnapshot, config: Config, tables: list[SourceTable]) -
 
 def _session(config: Config) -> SparkSession:
     with spark_errors("initial snapshot: Spark does not start", LakeError):
-        return session(config, "snapshot", mirrors=False)
+        return session(config, "snapshot", mirrors=False, tasks=(counted_copy.__module__,))

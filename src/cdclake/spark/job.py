@@ -147,7 +147,7 @@ def decode_batch(config: Config, *, spark: SparkSession | None = None,
                           "or CDCLAKE_SOURCE_DSN to a superuser, who may read it")
     if spark is None:
         with spark_errors("decode: Spark does not start", DecodingError):
-            spark = session(config, "decode", mirrors=False)
+            spark = session(config, "decode", mirrors=False, tasks=(__name__,))
     own = _Objects(layout, plan.name, fence.generation)
     own.clear(store)  # left by an attempt of this generation that died (an unfenced run)
     try:

@@ -28,6 +28,7 @@ from cdclake.config import Config
 from cdclake.errors import ConfigError
 from cdclake.sparkenv.catalog import EXTENSIONS, SPARK_CATALOG, catalog_conf, is_sql
 from cdclake.sparkenv.classdata import java_options
+from cdclake.sparkenv.daemon import MODULES
 from cdclake.sparkenv.jars import JarSet, ensure_jars
 from cdclake.sparkenv.shipping import cache_dir, is_local, ship, submitted
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def session(config: Config, app: str, *, mirrors: bool = True,
-            cache: Path | None = None) -> SparkSession:
+            tasks: tuple[str, ...] = (), cache: Path | None = None) -> SparkSession:
     """This process's session on ``config.spark_master`` (``app`` names it when it starts
     here): cdclake's settings, then ``config.spark_conf`` over them.
 
@@ -45,11 +46,14 @@ def session(config: Config, app: str, *, mirrors: bool = True,
     here; the decode and the snapshot, which never do, pass False and get the session
     without that catalog. The class path is read when the JVM starts: a process whose JVM
     cannot load Iceberg (one started by someone else) has it stopped first. ``cache``: where
-    the relocated Jackson jar is built (the virtualenv's by default).
+    the relocated Jackson jar is built (the virtualenv's by default). ``tasks``: the modules
+    of the caller's task bodies, which this host's workers then find loaded
+    (:func:`workers_conf`).
     """
     jars = ensure_jars(config, cache=cache)
     _drop_jvm_without_iceberg()
     conf = {"spark.sql.session.timeZone": "UTC", **task_counts(config),
+            **workers_conf(_master(config), tasks),
             **spark_conf(config, jars, config.spark_master, mirrors=mirrors)}
     spark = builder(config, app, conf, java=java_options(jars)).getOrCreate()
     ship(spark)
@@ -73,6 +77,25 @@ def task_counts(config: Config) -> dict[str, str]:
     overrides both, as any setting."""
     return {"spark.default.parallelism": str(config.spark_partitions),
             "spark.sql.shuffle.partitions": str(SHUFFLE_PER_CORE * config.spark_partitions)}
+
+
+def _master(config: Config) -> str:
+    """The master this process's session has: spark-submit's when it started the process."""
+    if not submitted():
+        return config.spark_master
+    from pyspark import SparkConf
+
+    return SparkConf().get("spark.master", "")
+
+
+def workers_conf(master: str, tasks: tuple[str, ...]) -> dict[str, str]:
+    """Python workers on this host (a ``local`` master) start from cdclake's daemon
+    (:mod:`cdclake.sparkenv.daemon`: pyspark's, with its bytecode and ``tasks`` loaded before
+    it forks a worker); other masters' executors keep pyspark's."""
+    if not is_local(master):
+        return {}
+    return {"spark.python.daemon.module": "cdclake.sparkenv.daemon",
+            f"spark.executorEnv.{MODULES}": ",".join(tasks)}
 
 
 def spark_conf(config: Config, jars: JarSet, master: str = "local", *,

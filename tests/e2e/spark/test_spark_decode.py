@@ -255,6 +255,23 @@ def test_a_backlog_is_decoded_as_bounded_batches_in_one_step(pg: LocalPostgres,
     assert steps.decode(bounded, spark=spark)["batch"] is None
 
 
+def test_python_workers_find_pyspark_and_the_decode_loaded(spark: Any) -> None:
+    """A worker is forked from cdclake's daemon, which imported pyspark from the installed
+    package (not Spark's zip, compiled anew at every start) and the session's task modules:
+    a task that names neither finds both loaded."""
+
+    def probe(_: Iterator[int]) -> Iterator[tuple[str, bool, bool]]:
+        import sys
+
+        yield (sys.modules["pyspark"].__file__ or "", "cdclake.sparkenv.daemon" in sys.modules,
+               "cdclake.spark.job" in sys.modules)
+
+    seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
+    assert len(seen) == 2
+    for pyspark_file, daemon, decode in seen:
+        assert ".zip" not in pyspark_file and daemon and decode, seen
+
+
 def test_spark_settings_reach_a_new_session(tmp_path: Path) -> None:
     """``CDCLAKE_SPARK_CONF`` is applied when cdclake starts Spark (a fresh JVM: the driver's
     memory can only be set there)."""

@@ -14,7 +14,7 @@ import pytest
 import cdclake
 from cdclake.config import Config
 from cdclake.errors import LakeError, UnknownRelationError, WalCorruptError
-from cdclake.sparkenv import session, shipping, tasks
+from cdclake.sparkenv import daemon, session, shipping, tasks
 
 
 def test_the_zip_holds_the_package_and_is_named_by_its_content(tmp_path: Path) -> None:
@@ -163,3 +163,23 @@ def test_a_jvm_cdclake_starts_logs_to_a_file_in_the_home(tmp_path: Path,
     assert java[1] == f"-Dcdclake.spark.log={tmp_path}/logs/spark.log"
     assert "appenderRef.console" not in log4j.read_text()  # nothing to the terminal
     assert "fileName = ${sys:cdclake.spark.log}" in log4j.read_text()
+
+
+def test_workers_on_this_host_start_from_cdclakes_daemon() -> None:
+    conf = session.workers_conf("local[2]", ("cdclake.spark.job", "cdclake.lake.sparkparts"))
+    assert conf == {"spark.python.daemon.module": "cdclake.sparkenv.daemon",
+                    "spark.executorEnv.CDCLAKE_TASK_MODULES":
+                        "cdclake.spark.job,cdclake.lake.sparkparts"}
+    # another host's executors may not have cdclake: they keep pyspark's daemon
+    assert session.workers_conf("spark://h:7077", ("cdclake.spark.job",)) == {}
+
+
+def test_the_daemon_passes_over_only_the_installed_pysparks_zips() -> None:
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    site = str(Path(pyspark.__file__).parent.parent)
+    ours = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.7-src.zip")]
+    other = "/opt/spark/python/lib/pyspark.zip"  # another Spark's: its code may differ
+    assert daemon.installed_zips([*ours, other, site]) == set(ours)
+    assert daemon.installed_zips([*ours, other]) == set()  # no installed pyspark to use
