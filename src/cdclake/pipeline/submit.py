@@ -62,7 +62,7 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
 
     from cdclake.sparkenv.classdata import java_options
     from cdclake.sparkenv.jars import ensure_jars, pyspark_jars
-    from cdclake.sparkenv.session import spark_conf
+    from cdclake.sparkenv.session import spark_conf, workers_conf
     from cdclake.sparkenv.shipping import package_zip
 
     jars = ensure_jars(config)
@@ -70,19 +70,21 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
     store, layout = open_store(config), Layout()
     key = layout.submitted_key(uuid.uuid4().hex)
     with tempfile.TemporaryDirectory(prefix="cdclake-submit-") as tmp:
-        props = _properties(Path(tmp) / "spark.properties", {
-            "spark.pyspark.driver.python": sys.executable,
-            "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
-            # a driver on this host maps the class-data archive; one elsewhere has none
-            **({"spark.driver.extraJavaOptions": options} if (options := java_options(jars))
-               else {}),
-            **spark_conf(config, jars, master="cluster"), **config.spark_conf})
-        with _connection(config):  # the hook resolves it once, here
+        with _connection(config) as master:  # the hook resolves it once, here
+            props = _properties(Path(tmp) / "spark.properties", {
+                "spark.pyspark.driver.python": sys.executable,
+                "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+                # a driver on this host maps the class-data archive; one elsewhere has none
+                **({"spark.driver.extraJavaOptions": options}
+                   if (options := java_options(jars)) else {}),
+                **workers_conf(master, ()),  # the step's session names its tasks
+                **spark_conf(config, jars, master="cluster"), **config.spark_conf})
             hook = SparkSubmitHook(
                 conn_id=config.spark_conn_id, name=f"cdclake-{step}-{config.stream}",
                 py_files=str(package_zip()), properties_file=str(props),
                 spark_binary=str(spark_home / "bin" / "spark-submit"),
-                application_args=[step, "--params", json.dumps(run.to_json()), "--result", key])
+                application_args=[step, "--params", json.dumps(run.to_json()), "--result",
+                                  key])
         try:
             hook.submit(str(APPLICATION), env={**os.environ, "SPARK_HOME": str(spark_home)})
             failure = "it exited 0"
@@ -102,24 +104,24 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
 
 
 @contextlib.contextmanager
-def _connection(config: Config) -> Iterator[None]:
+def _connection(config: Config) -> Iterator[str]:
     """``config.spark_conn_id`` as Airflow has it, else ``config.spark_master`` as that
-    connection (an environment variable connection, while the hook is built)."""
+    connection (an environment variable connection, while the hook is built); the master it
+    names, as the Spark provider reads it (host, and port when there is one)."""
     from airflow.exceptions import AirflowNotFoundException
     from airflow.hooks.base import BaseHook
 
     try:
-        BaseHook.get_connection(config.spark_conn_id)
-        known = True
+        conn = BaseHook.get_connection(config.spark_conn_id)
     except AirflowNotFoundException:
-        known = False
-    if known:
-        yield
+        conn = None
+    if conn is not None:
+        yield f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
         return
     var = f"AIRFLOW_CONN_{config.spark_conn_id.upper()}"
     os.environ[var] = json.dumps({"conn_type": "spark", "host": config.spark_master})
     try:
-        yield
+        yield config.spark_master
     finally:
         os.environ.pop(var, None)
 

@@ -26,6 +26,8 @@ import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
 
+#: this module, as ``spark.python.daemon.module`` names it
+DAEMON = "cdclake.sparkenv.daemon"
 #: the session's task modules, comma-separated (``spark.executorEnv``, so this process has it)
 MODULES = "CDCLAKE_TASK_MODULES"
 

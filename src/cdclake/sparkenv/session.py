@@ -28,7 +28,7 @@ from cdclake.config import Config
 from cdclake.errors import ConfigError
 from cdclake.sparkenv.catalog import EXTENSIONS, SPARK_CATALOG, catalog_conf, is_sql
 from cdclake.sparkenv.classdata import java_options
-from cdclake.sparkenv.daemon import MODULES
+from cdclake.sparkenv.daemon import DAEMON, MODULES
 from cdclake.sparkenv.jars import JarSet, ensure_jars
 from cdclake.sparkenv.shipping import cache_dir, is_local, ship, submitted
 
@@ -53,7 +53,7 @@ def session(config: Config, app: str, *, mirrors: bool = True,
     jars = ensure_jars(config, cache=cache)
     _drop_jvm_without_iceberg()
     conf = {"spark.sql.session.timeZone": "UTC", **task_counts(config),
-            **workers_conf(_master(config), tasks),
+            **workers_conf(None if submitted() else config.spark_master, tasks),
             **spark_conf(config, jars, config.spark_master, mirrors=mirrors)}
     spark = builder(config, app, conf, java=java_options(jars)).getOrCreate()
     ship(spark)
@@ -79,23 +79,16 @@ def task_counts(config: Config) -> dict[str, str]:
             "spark.sql.shuffle.partitions": str(SHUFFLE_PER_CORE * config.spark_partitions)}
 
 
-def _master(config: Config) -> str:
-    """The master this process's session has: spark-submit's when it started the process."""
-    if not submitted():
-        return config.spark_master
-    from pyspark import SparkConf
-
-    return SparkConf().get("spark.master", "")
-
-
-def workers_conf(master: str, tasks: tuple[str, ...]) -> dict[str, str]:
-    """Python workers on this host (a ``local`` master) start from cdclake's daemon
+def workers_conf(master: str | None, tasks: tuple[str, ...]) -> dict[str, str]:
+    """Python workers on this host (a ``local`` master) fork from cdclake's daemon
     (:mod:`cdclake.sparkenv.daemon`: pyspark's, with its bytecode and ``tasks`` loaded before
-    it forks a worker); other masters' executors keep pyspark's."""
-    if not is_local(master):
-        return {}
-    return {"spark.python.daemon.module": "cdclake.sparkenv.daemon",
-            f"spark.executorEnv.{MODULES}": ",".join(tasks)}
+    it forks a worker); other masters' executors keep pyspark's, and leave the variable
+    naming ``tasks`` unread. ``master`` None: spark-submit's, whose properties chose the
+    daemon (:func:`cdclake.pipeline.submit.submit`)."""
+    conf = {f"spark.executorEnv.{MODULES}": ",".join(tasks)}
+    if master is not None and is_local(master):
+        conf["spark.python.daemon.module"] = DAEMON
+    return conf
 
 
 def spark_conf(config: Config, jars: JarSet, master: str = "local", *,

@@ -166,12 +166,14 @@ def test_a_jvm_cdclake_starts_logs_to_a_file_in_the_home(tmp_path: Path,
 
 
 def test_workers_on_this_host_start_from_cdclakes_daemon() -> None:
-    conf = session.workers_conf("local[2]", ("cdclake.spark.job", "cdclake.lake.sparkparts"))
-    assert conf == {"spark.python.daemon.module": "cdclake.sparkenv.daemon",
-                    "spark.executorEnv.CDCLAKE_TASK_MODULES":
-                        "cdclake.spark.job,cdclake.lake.sparkparts"}
-    # another host's executors may not have cdclake: they keep pyspark's daemon
-    assert session.workers_conf("spark://h:7077", ("cdclake.spark.job",)) == {}
+    tasks = ("cdclake.spark.job", "cdclake.lake.sparkparts")
+    named = {"spark.executorEnv.CDCLAKE_TASK_MODULES": "cdclake.spark.job,cdclake.lake.sparkparts"}
+    assert session.workers_conf("local[2]", tasks) == {
+        **named, "spark.python.daemon.module": "cdclake.sparkenv.daemon"}
+    # another host's executors may not have cdclake: they keep pyspark's daemon; under
+    # spark-submit (None) the submitter's properties chose it
+    assert session.workers_conf("spark://h:7077", tasks) == named
+    assert session.workers_conf(None, tasks) == named
 
 
 def test_the_daemon_passes_over_only_the_installed_pysparks_zips() -> None:
