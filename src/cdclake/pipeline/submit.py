@@ -49,6 +49,7 @@ APPLICATION = Path(__file__).with_name("sparkapp.py")
 
 def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``step`` as a Spark application through the Airflow Spark provider; its result.
+    The merge on pyiceberg (``merge_engine``'s default) starts no Spark: it runs here.
 
     A failed step raises its own one-line error, of its own class (a ConfigError, LakeError,
     WalCorruptError, …); a submission that ended without a result (the driver died, the
@@ -57,6 +58,12 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
     if step not in SPARK_STEPS:
         raise ConfigError(f"{step!r} is not a Spark step ({', '.join(SPARK_STEPS)})")
     run = RunParams.from_mapping(params)  # a bad parameter fails here, before any JVM
+    if step == "merge" and config.merge_engine != "spark":
+        # pyiceberg's merge starts no Spark: an application would be a JVM and a driver for
+        # nothing (some 4 s of CPU, more of wall time, in every run of the DAG)
+        from cdclake.pipeline.steps import merge
+
+        return merge(config, run)
     from airflow.exceptions import AirflowException
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 

@@ -41,6 +41,17 @@ def test_a_bad_step_or_parameter_is_refused_before_anything_starts(
         submit.submit(step, Config(), params)
 
 
+def test_the_merge_on_pyiceberg_runs_here_and_on_spark_is_submitted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyiceberg's merge starts no Spark, so no application is submitted for it."""
+    monkeypatch.setitem(sys.modules, "airflow.providers.apache.spark.hooks.spark_submit", None)
+    config = Config(home=tmp_path)
+    done = submit.submit("merge", config, {})
+    assert done == steps.merge(config) and done["batches"] == []
+    with pytest.raises(ImportError):  # the provider it would submit with
+        submit.submit("merge", config.replace(merge_engine="spark"), {})
+
+
 def test_the_application_writes_its_error_where_it_was_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
