@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from cdclake.archive.store import ObjectStore
+    from cdclake.catalog.export import FollowedTable
     from cdclake.catalog.model import RelationVersion
     from cdclake.lake.engine import MergeEngine
     from cdclake.lake.merge import MergeReport
@@ -105,24 +106,43 @@ def ship(config: Config, params: RunParams | None = None) -> dict[str, Any]:
 
 def snapshot(config: Config, params: RunParams | None = None, *, spark: Any = None,
              catalog: Catalog | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None,
+             todo: list[FollowedTable] | None = None) -> dict[str, Any]:
     """Copy the current rows of the tables in scope that have no mirror yet
     (``snapshot_mode=initial``) and replace the mirrors of ``params.snapshot_tables`` by a
-    fresh copy, all in one snapshot (:mod:`cdclake.snapshot.driver`). The merge then hands over
-    from each snapshot to the change stream by transaction visibility."""
+    fresh copy, all in one snapshot (:mod:`cdclake.snapshot.driver`); ``todo``: those tables,
+    when :func:`tables_to_snapshot` chose them first. The merge then hands over from each
+    snapshot to the change stream by transaction visibility."""
     params = params or RunParams()
-    forced = params.snapshot_tables
-    if not forced and config.snapshot_mode == "never":
-        return {"skipped": True, "reason": "snapshot_mode is never", "tables": []}
-    if params.dry_run:
-        return {"skipped": True, "reason": "dry run: nothing is copied", "tables": [],
-                "dry_run": True}
+    if skipped := _snapshot_skipped(config, params):
+        return {"skipped": True, "tables": [], **skipped}
     from cdclake.snapshot.driver import snapshot_tables
 
     with _lease(config, open_store(config), LAKE, "snapshot"):
-        return snapshot_tables(config, replace=forced,
+        return snapshot_tables(config, replace=params.snapshot_tables,
                                missing=config.snapshot_mode == "initial", spark=spark,
-                               catalog=catalog or _catalog(config), progress=progress)
+                               catalog=catalog or _catalog(config), progress=progress,
+                               todo=todo)
+
+
+def tables_to_snapshot(config: Config, params: RunParams) -> list[FollowedTable]:
+    """The tables the snapshot step would copy now (none when it is skipped): the DAG's task
+    submits a Spark application only when there is one."""
+    if _snapshot_skipped(config, params):
+        return []
+    from cdclake.snapshot.driver import tables_to_copy
+
+    return tables_to_copy(config, _catalog(config), replace=params.snapshot_tables,
+                          missing=config.snapshot_mode == "initial")
+
+
+def _snapshot_skipped(config: Config, params: RunParams) -> dict[str, Any]:
+    """Why the snapshot step copies nothing whatever the tables (``{}``: it may copy)."""
+    if not params.snapshot_tables and config.snapshot_mode == "never":
+        return {"reason": "snapshot_mode is never"}
+    if params.dry_run:
+        return {"reason": "dry run: nothing is copied", "dry_run": True}
+    return {}
 
 
 # -- 3. decode --------------------------------------------------------------------------------

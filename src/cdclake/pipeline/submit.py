@@ -49,7 +49,9 @@ APPLICATION = Path(__file__).with_name("sparkapp.py")
 
 def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``step`` as a Spark application through the Airflow Spark provider; its result.
-    The merge on pyiceberg (``merge_engine``'s default) starts no Spark: it runs here.
+    A step that starts no Spark runs here: the merge on pyiceberg (``merge_engine``'s
+    default), a snapshot with no table to copy (its tables chosen once, here, and given to
+    the step: one that appears meanwhile is the next run's).
 
     A failed step raises its own one-line error, of its own class (a ConfigError, LakeError,
     WalCorruptError, …); a submission that ended without a result (the driver died, the
@@ -58,12 +60,14 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
     if step not in SPARK_STEPS:
         raise ConfigError(f"{step!r} is not a Spark step ({', '.join(SPARK_STEPS)})")
     run = RunParams.from_mapping(params)  # a bad parameter fails here, before any JVM
-    if step == "merge" and config.merge_engine != "spark":
-        # pyiceberg's merge starts no Spark: an application would be a JVM and a driver for
-        # nothing (some 4 s of CPU, more of wall time, in every run of the DAG)
-        from cdclake.pipeline.steps import merge
+    # a step that starts no Spark runs here: an application would be a JVM and a driver
+    # for nothing (some 4 s of CPU, more of wall time, in every run of the DAG)
+    from cdclake.pipeline import steps
 
-        return merge(config, run)
+    if step == "merge" and config.merge_engine != "spark":
+        return steps.merge(config, run)
+    if step == "snapshot" and not (todo := steps.tables_to_snapshot(config, run)):
+        return steps.snapshot(config, run, todo=todo)
     from airflow.exceptions import AirflowException
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 

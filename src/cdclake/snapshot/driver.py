@@ -93,26 +93,36 @@ class TableSnapshot:
                 "snapshot_id": self.snapshot_id, "stale_removed": self.stale_removed}
 
 
-def snapshot_tables(config: Config, *, replace: Sequence[str] = (), replace_all: bool = False,
-                    missing: bool = True, spark: SparkSession | None = None,
-                    catalog: Catalog | None = None,
-                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Copy, in one snapshot, the tables in scope that ``replace`` names (``schema.table``;
-    every table with ``replace_all``) and, with ``missing``, those without a mirror yet (the
-    first run). A replaced mirror is swapped in one commit (``cdclake snapshot``). When there
-    is nothing to copy no snapshot is taken at all: a scheduled run costs the source one
-    catalog query."""
+def tables_to_copy(config: Config, catalog: Catalog, *, replace: Sequence[str] = (),
+                   replace_all: bool = False, missing: bool = True) -> list[FollowedTable]:
+    """The tables in scope a snapshot copies now: those ``replace`` names (``schema.table``;
+    every table with ``replace_all``) and, with ``missing``, those without a mirror yet. A
+    name out of scope, or no table of the source, is refused."""
     if not config.source_dsn:
         raise ConfigError("an initial snapshot reads the source: set CDCLAKE_SOURCE_DSN")
-    say = progress or log.info
     _check_scope(replace, config)
-    catalog = catalog or open_catalog(config)
     listed = [t for t in followed_tables(config.source_dsn)
               if (not config.tables or t.name in config.tables)
               and t.name not in config.exclude_tables]
     _check_named(replace, listed)
-    todo = [t for t in listed if replace_all or t.name in replace
+    return [t for t in listed if replace_all or t.name in replace
             or (missing and not _has_mirror(catalog, config, t))]
+
+
+def snapshot_tables(config: Config, *, replace: Sequence[str] = (), replace_all: bool = False,
+                    missing: bool = True, spark: SparkSession | None = None,
+                    catalog: Catalog | None = None,
+                    progress: Callable[[str], None] | None = None,
+                    todo: list[FollowedTable] | None = None) -> dict[str, Any]:
+    """Copy, in one snapshot, the tables :func:`tables_to_copy` chooses (``todo``, when the
+    caller chose them first). A replaced mirror is swapped in one commit (``cdclake
+    snapshot``). When there is nothing to copy no snapshot is taken at all: a scheduled run
+    costs the source one catalog query."""
+    say = progress or log.info
+    catalog = catalog or open_catalog(config)
+    if todo is None:
+        todo = tables_to_copy(config, catalog, replace=replace, replace_all=replace_all,
+                              missing=missing)
     started = time.monotonic()
     if not todo:
         return {"tables": [], "snapshot": None, "rows": 0, "seconds": 0.0,

@@ -52,6 +52,14 @@ def test_the_merge_on_pyiceberg_runs_here_and_on_spark_is_submitted(
         submit.submit("merge", config.replace(merge_engine="spark"), {})
 
 
+def test_a_snapshot_that_copies_nothing_runs_here(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "airflow.providers.apache.spark.hooks.spark_submit", None)
+    config = Config(home=tmp_path, snapshot_mode="never")
+    assert submit.submit("snapshot", config, {}) == {
+        "skipped": True, "tables": [], "reason": "snapshot_mode is never"}
+
+
 def test_the_application_writes_its_error_where_it_was_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
