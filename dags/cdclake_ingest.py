@@ -4,10 +4,9 @@ tables → report, one batch per run.
 Thin on purpose: every task is one call into :mod:`cdclake.pipeline` with the configuration
 (``CDCLAKE_*`` / ``CDCLAKE_CONFIG``) and the run's params; all logic, and what makes each
 task safe to retry, lives there. The Spark steps (the snapshot when it has tables to copy,
-the decode, the merge when ``merge_engine`` is spark) are submitted through the Airflow Spark provider on the
-``spark_default`` connection (:mod:`cdclake.pipeline.submit`), with cdclake shipped to the
-executors. One active run at
-a time: two runs would decode the same
+the decode, the merge when ``merge_engine`` is spark) are submitted through the Airflow
+Spark provider on the ``spark_default`` connection (:mod:`cdclake.pipeline.submit`), with
+cdclake shipped to the executors. One active run at a time: two runs would decode the same
 segments and race on the mirrors.
 """
 
