@@ -48,7 +48,7 @@ def session(config: Config, app: str, *, mirrors: bool = True,
     cannot load Iceberg (one started by someone else) has it stopped first. ``cache``: where
     the relocated Jackson jar is built (the virtualenv's by default). ``tasks``: the modules
     of the caller's task bodies, which this host's workers then find loaded
-    (:func:`workers_conf`).
+    (:func:`workers_conf`; a session started earlier keeps the modules its caller named).
     """
     jars = ensure_jars(config, cache=cache)
     _drop_jvm_without_iceberg()
