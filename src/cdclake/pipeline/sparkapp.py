@@ -15,7 +15,8 @@ import argparse
 import json
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from cdclake.archive import open_store
 from cdclake.config import Config
@@ -24,6 +25,11 @@ from cdclake.pipeline import steps
 from cdclake.pipeline.follow import follow_for
 from cdclake.pipeline.params import RunParams
 from cdclake.pipeline.submit import SPARK_STEPS
+
+#: what each Spark step runs (:data:`cdclake.pipeline.submit.SPARK_STEPS`, in its order)
+RUNS: dict[str, Callable[[Config, RunParams], dict[str, Any]]] = {
+    "snapshot": steps.snapshot, "decode": steps.decode, "merge": steps.merge,
+    "follow": follow_for}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cdclake {args.step}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     try:
-        step = follow_for if args.step == "follow" else getattr(steps, args.step)
-        answer = {"result": step(config, RunParams.from_mapping(json.loads(args.params)))}
+        run = RUNS[args.step]
+        answer = {"result": run(config, RunParams.from_mapping(json.loads(args.params)))}
     except CdclakeError as exc:
         answer = {"error": redact(str(exc)), "type": type(exc).__name__}
     except Exception as exc:  # a bug: the line for the task, the traceback for its log

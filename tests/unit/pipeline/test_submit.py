@@ -60,6 +60,10 @@ def test_a_snapshot_that_copies_nothing_runs_here(tmp_path: Path,
         "skipped": True, "tables": [], "reason": "snapshot_mode is never"}
 
 
+def test_the_application_runs_every_spark_step() -> None:
+    assert tuple(sparkapp.RUNS) == submit.SPARK_STEPS
+
+
 def test_the_application_writes_its_error_where_it_was_told(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
@@ -86,7 +90,7 @@ def test_the_application_answers_a_bug_in_one_line_and_prints_its_traceback(
     def decode(config: Config, params: object) -> dict[str, object]:
         raise KeyError("missing")
 
-    monkeypatch.setattr(steps, "decode", decode)
+    monkeypatch.setitem(sparkapp.RUNS, "decode", decode)
     key = Layout().submitted_key("t2")
     assert sparkapp.main(["decode", "--result", key]) == 1  # as the CLI answers a bug
     answer = json.loads(open_store(Config.load()).get(key))
