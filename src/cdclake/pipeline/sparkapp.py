@@ -43,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CdclakeError as exc:  # no store to answer in: the line is in the task's log
         print(f"cdclake {args.step}: error: {redact(str(exc))}", file=sys.stderr)
         return 2
+    answer: dict[str, Any]
     try:
         run = RUNS[args.step]
         answer = {"result": run(config, RunParams.from_mapping(json.loads(args.params)))}
