@@ -9,8 +9,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean system
 
-# setup.py and the .pyx files: pip compiles cdclake's hot paths (Cython, gcc) into src/
-$(STAMP): pyproject.toml setup.py $(wildcard src/cdclake/*/_*.pyx src/cdclake/*/*/_*.pyx)
+# setup.py, the .pyx and .pxd files, and the Python modules a .pxd gives C types to (Cython's
+# pure-Python mode, setup.py's PURE_PYTHON_MODE): pip compiles cdclake's hot paths into src/
+CYTHON := $(wildcard src/cdclake/*/_*.pyx src/cdclake/*/*/_*.pyx src/cdclake/*/_*.pxd \
+	src/cdclake/*/*/_*.pxd)
+$(STAMP): pyproject.toml setup.py $(CYTHON) \
+	$(wildcard $(subst /_,/,$(patsubst %.pxd,%.py,$(filter %.pxd,$(CYTHON)))))
 	./infra/bootstrap.sh
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel

@@ -7,10 +7,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SRC = Path(__file__).parent / "src"
+
+#: Python modules compiled as themselves (Cython's pure-Python mode, see ``cdclake.native``):
+#: ``x.py`` is built as ``_x``, with the C types of ``_x.pxd`` (its annotations are for
+#: mypy), and keeps Python's semantics (negative indices, bounds checks)
+PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/reassembly.py")
 
 
 class OptionalBuildExt(build_ext):
@@ -42,9 +47,18 @@ def extensions() -> list:  # type: ignore[type-arg]
         return []
 
     sources = sorted(str(p.relative_to(SRC.parent)) for p in SRC.glob("cdclake/**/_*.pyx"))
-    return cythonize(sources, language_level=3, quiet=True,
-                     compiler_directives={"boundscheck": False, "wraparound": False,
-                                          "cdivision": True})
+    pure = [Extension(_compiled_name(module), [f"src/{module}"]) for module in PURE_PYTHON_MODE]
+    return [*cythonize(sources, language_level=3, quiet=True,
+                       compiler_directives={"boundscheck": False, "wraparound": False,
+                                            "cdivision": True}),
+            *cythonize(pure, language_level=3, quiet=True,
+                       compiler_directives={"annotation_typing": False})]
+
+
+def _compiled_name(module: str) -> str:
+    """``cdclake/x/y.py`` -> ``cdclake.x._y``."""
+    package, _, name = module.removesuffix(".py").rpartition("/")
+    return f"{package.replace('/', '.')}._{name}"
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,9 +1,15 @@
 """Compiled hot paths, and the pure-Python reference they must equal.
 
-The loops the decoder runs per record and per value exist twice: in Python, the reference
-(always there, readable, what the oracle suites were first written against), and as Cython
-modules (``_*.pyx`` beside the Python module they speed up), compiled by ``pip install`` with
-gcc. :func:`twin` gives a module the compiled twin of one of its functions when it was built
+The loops the decoder runs per record and per value are compiled by ``pip install`` with gcc
+(Cython) from one of two kinds of source:
+
+- a Python module compiled as itself (Cython's pure-Python mode): ``reassembly.py`` is built a
+  second time as ``_reassembly``, with the C types of its locals in ``_reassembly.pxd``; the
+  code is the Python module's, written once (``setup.py``'s ``PURE_PYTHON_MODE`` lists them);
+- a twin written in Cython (``_*.pyx`` beside the Python module it speeds up), for the loops
+  that read bytes through C pointers.
+
+:func:`twin` gives a module the compiled version of one of its functions when it was built
 and not switched off with ``CDCLAKE_PURE_PYTHON=1``; otherwise the module keeps its Python
 function. A build without a compiler is reported once, on one line, and decoding goes on in
 Python. Callers reach a twinned function through its module (``heap.deform``), so
@@ -28,7 +34,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import TypeVar
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,10 @@ log = logging.getLogger(__name__)
 PURE_ENV = "CDCLAKE_PURE_PYTHON"
 
 _missing: list[str] = []
+
+#: ``cython`` for a pure-Python-mode module Python runs where Cython is not installed (it is
+#: a build tool): ``cython.compiled`` is then false, as Cython's own shadow module says
+NOT_COMPILED = SimpleNamespace(compiled=False)
 
 F = TypeVar("F", bound=Callable[..., object])
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from cdclake.catalog.model import RelationVersion, type_from_json
 from cdclake.catalog.types import TypeCatalog
+from cdclake.catalog.versions import insert_version, newest_version, version_at
 from cdclake.errors import DecodingError
 from cdclake.lsn import format_lsn
 
@@ -54,7 +55,7 @@ class Dictionary:
         self.server_version_num = 0
         self._default_tablespace = 0
         #: relation versions by relfilenode, oldest first: public because the compiled
-        #: decoder's inline lookup of the newest version (catalog/_dictionary.pxd) reads it
+        #: decoder asks :func:`~cdclake.catalog.versions.newest_version` of it per change
         self.by_loc: dict[Locator, list[RelationVersion]] = {}
         self._by_oid: dict[int, list[RelationVersion]] = {}
         self._catalogs: dict[Locator, str] = {}  #: catalog relfilenodes -> relkind
@@ -74,21 +75,18 @@ class Dictionary:
     # -- lookups (hot path) ------------------------------------------------------------------
 
     def relation_for_locator(self, spc: int, relfilenode: int, lsn: int) -> RelationVersion | None:
+        v = newest_version(self.by_loc, spc, relfilenode, lsn)
+        if v is not None:
+            return v
         versions = self.by_loc.get((spc, relfilenode))
-        if versions is None:
-            return None
-        v = versions[-1]
-        if v.valid_from > lsn:
-            v = _at(versions, lsn)  # type: ignore[assignment]
-            if v is None:
-                return None
-        return None if v.dropped else v
+        v = None if versions is None else version_at(versions, lsn)
+        return None if v is None or v.dropped else v
 
     def relation_for_oid(self, oid: int, lsn: int) -> RelationVersion | None:
         versions = self._by_oid.get(oid)
         if versions is None:
             return None
-        v = _at(versions, lsn)
+        v = version_at(versions, lsn)
         return None if v is None or v.dropped else v
 
     def rewrite_layout(self, oid: int, lsn: int,
@@ -141,10 +139,10 @@ class Dictionary:
 
     def add_version(self, v: RelationVersion) -> None:
         if v.relfilenode:
-            _insert(self.by_loc.setdefault((v.tablespace, v.relfilenode), []), v)
+            insert_version(self.by_loc.setdefault((v.tablespace, v.relfilenode), []), v)
             if v.toast_relfilenode:
                 self._toast.setdefault((v.tablespace, v.toast_relfilenode), v.valid_from)
-        _insert(self._by_oid.setdefault(v.oid, []), v)
+        insert_version(self._by_oid.setdefault(v.oid, []), v)
 
     def add_rewrite_heap(self, spc: int, relfilenode: int, oid: int, original: int,
                          lsn: int) -> None:
@@ -158,7 +156,7 @@ class Dictionary:
         marker = dataclasses.replace(base, oid=oid, tablespace=spc, relfilenode=relfilenode,
                                      name=f"pg_temp_{original}", valid_from=lsn,
                                      rewrite_of=original, toast_relfilenode=0)
-        _insert(self.by_loc.setdefault((spc, relfilenode), []), marker)
+        insert_version(self.by_loc.setdefault((spc, relfilenode), []), marker)
 
     def add_catalog_locator(self, spc: int, relfilenode: int) -> None:
         self._catalogs.setdefault((spc, relfilenode), "r")
@@ -262,7 +260,7 @@ class Dictionary:
             if oid in described:
                 continue
             newest = versions[-1]
-            current = _at(versions, lsn)
+            current = version_at(versions, lsn)
             if current is not None and self._uses(current, changed, lsn, memo):
                 v = dataclasses.replace(current, valid_from=lsn)
                 self.add_version(v)
@@ -337,7 +335,7 @@ class Dictionary:
             self.add_version(RelationVersion.from_json(v))
         for spc, rel, markers in d.get("loc_versions", ()):
             for m in markers:
-                _insert(self.by_loc.setdefault((spc, rel), []), RelationVersion.from_json(m))
+                insert_version(self.by_loc.setdefault((spc, rel), []), RelationVersion.from_json(m))
         self._catalogs = {(spc, rel): kind for spc, rel, kind in d.get("catalogs", ())}
         self._toast = {(spc, rel): lsn for spc, rel, lsn in d.get("toast", ())}
         if d.get("pg_class"):
@@ -354,15 +352,6 @@ def _ctid(text: str) -> Ctid:
     """``(block,offset)``, a ctid as PostgreSQL prints it."""
     block, offnum = text.strip("()").split(",")
     return int(block), int(offnum)
-
-
-def _insert(versions: list[RelationVersion], v: RelationVersion) -> None:
-    """Keep ``versions`` sorted by valid_from; a later add at the same LSN wins."""
-    if not versions or versions[-1].valid_from <= v.valid_from:
-        versions.append(v)
-        return
-    i = bisect.bisect_right([x.valid_from for x in versions], v.valid_from)
-    versions.insert(i, v)
 
 
 def _keep_missing_text(prev: RelationVersion | None, v: RelationVersion) -> RelationVersion:
@@ -384,7 +373,3 @@ def _keep_missing_text(prev: RelationVersion | None, v: RelationVersion) -> Rela
             changed = True
     return dataclasses.replace(v, columns=tuple(cols)) if changed else v
 
-
-def _at(versions: list[RelationVersion], lsn: int) -> RelationVersion | None:
-    i = bisect.bisect_right([x.valid_from for x in versions], lsn)
-    return versions[i - 1] if i else None

@@ -21,7 +21,7 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromVoidPtr
 
-from cdclake.catalog._dictionary cimport newest_version
+from cdclake.catalog._versions cimport newest_version
 from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable

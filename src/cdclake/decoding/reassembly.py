@@ -48,6 +48,16 @@ from cdclake.errors import DecodingError, UnknownRelationError
 from cdclake.lsn import format_lsn
 from cdclake.wal.record import RelFileLocator
 
+try:
+    import cython
+except ImportError:  # Cython builds cdclake; an install without it runs this file as Python
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.catalog._versions import newest_version
+else:
+    from cdclake.catalog.versions import newest_version
+
 log = logging.getLogger(__name__)
 
 #: value id -> chunk payloads in sequence order
@@ -173,69 +183,10 @@ class Replayer:
 
     # -- one transaction -------------------------------------------------------------------
 
-    def replay(self, info: TxnInfo, changes: Iterable[Change]) -> None:  # type: ignore[override]
-        plugin = self.plugin
-        plugin.begin(info)
-        toast: ToastMap = {}
-        last_seq: dict[int, int] = {}
-        spec: Change | None = None
-        rewritten: dict[RelFileLocator, RelationVersion | None] = {}
-        share = self.share
-        emit = True
-        for ch in changes:
-            action = ch.action
-            if share is not None:
-                if action == ELSEWHERE:
-                    emit = False
-                    action = INSERT  # resolved for its TOAST release only
-                elif action <= MESSAGE or action == SPEC_CONFIRM:
-                    emit = share(info.xid, ch.lsn)
-            if action == SPEC_CONFIRM:
-                if spec is None:
-                    raise DecodingError(
-                        f"invalid ordering of speculative insertion changes in transaction "
-                        f"{info.xid} at {format_lsn(ch.lsn)}")
-                ch = spec
-                action = INSERT
-            if action <= DELETE:
-                rel = self.resolve(ch, info)
-                if rel is not None:
-                    if not emit:
-                        pass
-                    elif rel.rewrite_of:
-                        self._rewrite_row(info, rel, action, ch, toast, rewritten)
-                    else:
-                        plugin.change(info, rel, action, ch, toast)
-                    if ch.clear_toast and toast:
-                        toast.clear()
-                        last_seq.clear()
-                spec = None
-            elif action == TOAST_CHUNK:
-                chunk = ch.payload
-                assert isinstance(chunk, ToastChunk)
-                _append_chunk(toast, last_seq, chunk, info, ch.lsn)
-                spec = None
-            elif action == SPEC_INSERT:
-                spec = ch
-            elif action == SPEC_ABORT:
-                if spec is not None:
-                    toast.clear()
-                    last_seq.clear()
-                    spec = None
-            elif not emit:
-                pass
-            elif action == TRUNCATE:
-                t = ch.payload
-                assert isinstance(t, Truncate)
-                rels = [r for r in (self._truncated(oid, ch.lsn) for oid in t.relids)
-                        if r is not None]
-                if rels:  # as PostgreSQL: no callback when no relation is left
-                    plugin.truncate(info, rels, ch)
-            elif action == MESSAGE:
-                m = ch.payload
-                assert isinstance(m, Message)
-                plugin.message(info, ch.lsn, True, m.prefix, m.content)
-        plugin.commit(info)
+    def replay(self, info: TxnInfo, changes: Iterable[Change]) -> None:
+        """Hand the committed transaction ``info`` (its ``changes`` in LSN order) to the
+        plugin: :func:`replay`."""
+        replay(self, info, changes)
 
     def resolve(self, ch: Change, info: TxnInfo) -> RelationVersion | None:
         """The relation version a change applies to, or None if it is not to be decoded."""
@@ -287,6 +238,14 @@ class Replayer:
         if table is not None and action == INSERT:
             self.plugin.rewrite(info, table, ch, toast, first)
 
+    def _truncate(self, info: TxnInfo, ch: Change) -> None:
+        """A TRUNCATE: the plugin hears of the relations it names that it is to hear of."""
+        t = ch.payload
+        assert isinstance(t, Truncate)
+        rels = [r for r in (self._truncated(oid, ch.lsn) for oid in t.relids) if r is not None]
+        if rels:  # as PostgreSQL: no callback when no relation is left
+            self.plugin.truncate(info, rels, ch)
+
     def _truncated(self, oid: int, lsn: int) -> RelationVersion | None:
         """A relation a TRUNCATE record names, if the plugin is to hear of it: a partitioned
         table too (the record names it beside its partitions, and so does a slot), though it
@@ -314,5 +273,90 @@ def _append_chunk(toast: ToastMap, last_seq: dict[int, int], chunk: ToastChunk, 
         toast[vid].append(chunk.data)
 
 
-Replayer.replay = native.twin(  # type: ignore[method-assign]
-    Replayer.replay, "cdclake.decoding._reassembly")
+
+
+def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None:
+    """``Replayer.replay``: one committed transaction's changes to output-plugin calls.
+
+    A function of the module, not a method, so that ``_reassembly.pxd`` can give its locals
+    C types where this file is compiled (as ``cdclake.decoding._reassembly``; Cython's pure-
+    Python mode). The relation of a change is found without a call where it is the common
+    case: the dictionary's newest version applies at the change's LSN
+    (:func:`~cdclake.catalog.versions.newest_version`) and ``Replayer._wanted`` has decided
+    it already; any other change (a relation created in this transaction, a rewrite, a first
+    sight) goes through ``Replayer.resolve``, with its errors.
+    """
+    plugin = replayer.plugin
+    change = plugin.change
+    dictionary = replayer.dictionary
+    by_loc = dictionary.by_loc if type(dictionary) is Dictionary else None
+    kept = replayer._kept
+    share = replayer.share
+    plugin.begin(info)
+    toast: ToastMap = {}
+    last_seq: dict[int, int] = {}
+    rewritten: dict[RelFileLocator, RelationVersion | None] = {}
+    spec: Change | None = None
+    emit = True
+    for ch in changes:
+        action = ch.action
+        if share is not None:
+            if action == ELSEWHERE:
+                emit = False
+                action = INSERT  # resolved for its TOAST release only
+            elif action <= MESSAGE or action == SPEC_CONFIRM:
+                emit = share(info.xid, ch.lsn)
+        if action == SPEC_CONFIRM:
+            if spec is None:
+                raise DecodingError(
+                    f"invalid ordering of speculative insertion changes in transaction "
+                    f"{info.xid} at {format_lsn(ch.lsn)}")
+            ch = spec
+            action = INSERT
+        if action <= DELETE:
+            loc = ch.locator
+            assert loc is not None
+            rel = None if by_loc is None else newest_version(by_loc, loc.spc, loc.rel, ch.lsn)
+            known = kept.get(id(rel)) if rel is not None and not rel.rewrite_of else None
+            if known is not None and known[0] is rel:
+                if not known[1]:
+                    rel = None
+            else:
+                rel = replayer.resolve(ch, info)
+            if rel is not None:
+                if not emit:
+                    pass
+                elif rel.rewrite_of:
+                    replayer._rewrite_row(info, rel, action, ch, toast, rewritten)
+                else:
+                    change(info, rel, action, ch, toast)
+                if ch.clear_toast and toast:
+                    toast.clear()
+                    last_seq.clear()
+            spec = None
+        elif action == TOAST_CHUNK:
+            chunk = ch.payload
+            assert isinstance(chunk, ToastChunk)
+            _append_chunk(toast, last_seq, chunk, info, ch.lsn)
+            spec = None
+        elif action == SPEC_INSERT:
+            spec = ch
+        elif action == SPEC_ABORT:
+            if spec is not None:
+                toast.clear()
+                last_seq.clear()
+                spec = None
+        elif not emit:
+            pass
+        elif action == TRUNCATE:
+            replayer._truncate(info, ch)
+        elif action == MESSAGE:
+            m = ch.payload
+            assert isinstance(m, Message)
+            plugin.message(info, ch.lsn, True, m.prefix, m.content)
+    plugin.commit(info)
+
+
+if not cython.compiled:  # the compiled copy's functions are bound here, not there
+    Replayer.replay = native.twin(  # type: ignore[method-assign]
+        Replayer.replay, "cdclake.decoding._reassembly")

@@ -1,0 +1,9 @@
+# cython: language_level=3
+"""C types for ``versions.py`` compiled as ``cdclake.catalog._versions`` (Cython's pure-Python
+mode), and the lookup the compiled decoder and replayer call per change (``cimport``)."""
+
+import cython
+
+
+@cython.locals(versions=list)
+cpdef object newest_version(dict by_loc, object spc, object rel, object lsn)

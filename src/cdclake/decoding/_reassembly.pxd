@@ -1,0 +1,13 @@
+# cython: language_level=3
+"""C types for ``reassembly.py`` compiled as ``cdclake.decoding._reassembly`` (Cython's
+pure-Python mode): its ``replay`` is ``Replayer.replay``'s compiled twin (``cdclake.native``)."""
+
+import cython
+
+cdef int DELETE, ELSEWHERE, INSERT, MESSAGE, SPEC_ABORT, SPEC_CONFIRM, SPEC_INSERT, TOAST_CHUNK
+cdef int TRUNCATE
+
+
+@cython.locals(action=cython.int, emit=cython.bint, by_loc=dict, kept=dict, known=tuple,
+               toast=dict, last_seq=dict, rewritten=dict)
+cpdef replay(replayer, info, changes)
