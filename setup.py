@@ -15,7 +15,8 @@ SRC = Path(__file__).parent / "src"
 #: Python modules compiled as themselves (Cython's pure-Python mode, see ``cdclake.native``):
 #: ``x.py`` is built as ``_x``, with the C types of ``_x.pxd`` (its annotations are for
 #: mypy), and keeps Python's semantics (negative indices, bounds checks)
-PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/reassembly.py")
+PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py",
+                    "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py")
 
 
 class OptionalBuildExt(build_ext):

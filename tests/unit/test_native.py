@@ -21,6 +21,7 @@ from cdclake.decoding import (  # noqa: F401 - they register twins
     decode,
     parallel,
     reassembly,
+    reorder,
     rmgrs,
     spill,
 )
@@ -44,6 +45,8 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.decode.Decoder.process",
          "cdclake.decoding.parallel._Framer.write",
          "cdclake.decoding.reassembly.Replayer.replay",
+         "cdclake.decoding.reorder.ReorderBuffer.txn",
+         "cdclake.decoding.reorder.ReorderBuffer.queue",
          "cdclake.decoding.rmgrs.decodable",
          "cdclake.decoding.spill.encode_runs",
          "cdclake.decoding.spill.decode_entries",
@@ -177,3 +180,14 @@ def test_an_extension_this_python_cannot_load_falls_back_to_python(tmp_path: Pat
     assert "cdclake.wal.reader._decode_body" in got["twins"]  # type: ignore[operator]
     warning = str(got["stderr"]).strip()
     assert "compiled hot path is not built" in warning and "\n" not in warning
+
+
+def test_a_module_compiled_as_itself_makes_the_python_modules_objects() -> None:
+    """``reorder.py`` is also built as ``_reorder`` (Cython's pure-Python mode): its compiled
+    ``txn`` makes the one TXN class everyone else checks against, not a copy of its own."""
+    from cdclake.decoding.reorder import ReorderBuffer
+    from cdclake.decoding.txn import TXN
+
+    rb = ReorderBuffer(1 << 20, Path("/nonexistent"), 1 << 24)
+    assert type(ReorderBuffer.txn).__name__ == "cython_function_or_method"
+    assert type(rb.txn(5, 100)) is TXN

@@ -1,9 +1,16 @@
 # cython: language_level=3
-"""Where a Change and its WalTuples hold their fields (inlined into each compiled module that
-builds or reads them: the decoder, the spill and the Arrow plugin): read once at import from
-the classes' member descriptors (``wal/_slots.pxd``)."""
+"""C types for ``changes.py`` compiled as ``cdclake.decoding._changes`` (Cython's pure-Python
+mode: the compiled reorder buffer counts a change with its ``change_size``), and where a
+Change and its WalTuples hold their fields (inlined into each compiled module that builds or
+reads them: the decoder, the spill and the Arrow plugin): read once at import from the
+classes' member descriptors (``wal/_slots.pxd``)."""
 
 from cdclake.wal._slots cimport offset
+
+cdef Py_ssize_t CHANGE_OVERHEAD
+
+
+cpdef Py_ssize_t change_size(change) except -1
 
 
 cdef struct ChangeSlots:

@@ -26,13 +26,13 @@ from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
+from cdclake.decoding._reorder cimport queue, txn
 from cdclake.wal._slots cimport blank, get, offset, put
 
 from operator import itemgetter
 
 from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
-    CHANGE_OVERHEAD as _CHANGE_OVERHEAD,
     DELETE,
     ELSEWHERE as _ELSEWHERE,
     INSERT,
@@ -43,7 +43,7 @@ from cdclake.decoding.changes import (
     TxnInfo,
 )
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.reorder import TXN, ReorderBuffer
+from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
 from cdclake.decoding.stripes import Shares
 from cdclake.decoding.walclass import PgClassTracker
@@ -72,7 +72,6 @@ cdef int INSERT_LAST_IN_MULTI = heap.XLH_INSERT_LAST_IN_MULTI
 cdef int HEADER = 5  # xl_heap_header: t_infomask2, t_infomask, t_hoff
 cdef int MULTI_SIZE = 4  # xl_heap_multi_insert: flags, pad, ntuples (offsets follow)
 cdef int MULTI_TUPLE = 7  # xl_multi_insert_tuple: datalen, t_infomask2, t_infomask, t_hoff
-cdef Py_ssize_t CHANGE_OVERHEAD = _CHANGE_OVERHEAD
 cdef int INSERT_SIZE = 3  # xl_heap_insert: offnum, flags
 cdef int DELETE_SIZE = 8  # xl_heap_delete: xmax, offnum, infobits_set, flags
 cdef int UPDATE_SIZE = 14  # xl_heap_update: old_xmax, old_offnum, old_infobits, flags, ...
@@ -153,14 +152,6 @@ cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=
 cdef int ELSEWHERE = _ELSEWHERE
 
 
-cdef inline object _entry(dict by_txn, xid, lsn):
-    """``ReorderBuffer.txn``: the transaction's entry in ``by_txn``, made where it is new."""
-    t = by_txn.get(xid)
-    if t is None:
-        t = by_txn[xid] = TXN(xid, lsn)
-    return t
-
-
 cdef object _top(rb, xid):
     """See ``Decoder._top``."""
     t = (<dict> rb.by_txn).get(xid) if type(rb) is ReorderBuffer else rb.by_txn.get(xid)
@@ -189,7 +180,7 @@ cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) 
     rb = self.rb
     xid = _r(rec, R_XID, "xid")
     if type(rb) is ReorderBuffer:
-        t = _entry(rb.by_txn, xid, _r(rec, R_LSN, "lsn"))
+        t = txn(rb, xid, _r(rec, R_LSN, "lsn"))
     else:
         t = rb.txn(xid, _r(rec, R_LSN, "lsn"))
     if t.toast_pending:
@@ -200,24 +191,11 @@ cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) 
 
 
 cdef _buffer(rb, xid, change):
-    """``rb.queue(xid, change)``, inline for the ReorderBuffer itself: the same transaction
-    entry, the same size (``Change.size``: the overhead plus the tuples' bytes) and the same
-    eviction past work_mem."""
-    cdef Py_ssize_t n
-    if type(rb) is not ReorderBuffer:
+    """``rb.queue(xid, change)``, called as C for the ReorderBuffer itself."""
+    if type(rb) is ReorderBuffer:
+        queue(rb, xid, change)
+    else:
         rb.queue(xid, change)
-        return
-    n = CHANGE_OVERHEAD
-    if change.old is not None:
-        n += len(change.old.data)
-    if change.new is not None:
-        n += len(change.new.data)
-    t = _entry(rb.by_txn, xid, change.lsn)
-    (<list> t.changes).append(change)
-    t.size += n
-    rb.size += n
-    if rb.size > rb.work_mem:
-        rb.evict()
 
 
 def process(self, rec):

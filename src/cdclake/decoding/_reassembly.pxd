@@ -7,6 +7,10 @@ import cython
 cdef int DELETE, ELSEWHERE, INSERT, MESSAGE, SPEC_ABORT, SPEC_CONFIRM, SPEC_INSERT, TOAST_CHUNK
 cdef int TRUNCATE
 
+from cdclake.decoding._stripes cimport ShareSlots
+
+cdef ShareSlots SHARE
+
 
 @cython.locals(action=cython.int, emit=cython.bint, by_loc=dict, kept=dict, known=tuple,
                toast=dict, last_seq=dict, rewritten=dict)

@@ -10,7 +10,7 @@ state (:mod:`cdclake.decoding.startup`) this is everything a continued decoder n
 
 A transaction's changes are carried as a list of stored objects, one per batch it was open in,
 oldest first: what earlier batches stored is restored as a reference
-(:class:`~cdclake.decoding.reorder.Carried`), fetched only when the transaction commits, and
+(:class:`~cdclake.decoding.txn.Carried`), fetched only when the transaction commits, and
 carried on by its key; each batch stores only the changes it added. A bulk load open across
 twenty batches is written twenty times once, not 1 + 2 + … + 20 times.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from cdclake.decoding.changes import Change
-from cdclake.decoding.reorder import TXN, Carried, ReorderBuffer
+from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.spill import (
     MAGIC,
     encode_change,
@@ -51,6 +51,7 @@ from cdclake.decoding.spill import (
     read_changes,
     spill_file_name,
 )
+from cdclake.decoding.txn import TXN, Carried
 from cdclake.decoding.walclass import PgClassRow, PgClassUpdate
 from cdclake.errors import SpillError
 

@@ -69,20 +69,27 @@ class Change:
         self.payload = payload
 
     def size(self) -> int:
-        """Bytes counted against work_mem (ReorderBufferChangeSize)."""
-        n = CHANGE_OVERHEAD
-        if self.old is not None:
-            n += len(self.old.data)
-        if self.new is not None:
-            n += len(self.new.data)
-        p = self.payload
-        if p is not None:
-            n += p.size()  # type: ignore[attr-defined]
-        return n
+        """Bytes counted against work_mem: :func:`change_size`."""
+        return change_size(self)
 
     def __repr__(self) -> str:
         return (f"Change({ACTION_NAMES[self.action]}, lsn={self.lsn:X}, seq={self.seq}, "
                 f"rel={self.locator})")
+
+
+def change_size(change: Change) -> int:
+    """Bytes ``change`` counts against work_mem (ReorderBufferChangeSize). A function of the
+    module, compiled with it as ``cdclake.decoding._changes`` (``_changes.pxd``), so that the
+    compiled reorder buffer counts a change in C."""
+    n = CHANGE_OVERHEAD
+    if change.old is not None:
+        n += len(change.old.data)
+    if change.new is not None:
+        n += len(change.new.data)
+    p = change.payload
+    if p is not None:
+        n += p.size()  # type: ignore[attr-defined]
+    return n
 
 
 @dataclass(frozen=True, slots=True)

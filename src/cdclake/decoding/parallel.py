@@ -103,11 +103,33 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def line_writer(out: BinaryIO) -> Callable[[str], None]:
-    """Lines as the server's text: UTF-8, undecodable bytes restored, one ``\\n`` each."""
-    def write(line: str) -> None:
-        out.write((line + "\n").encode("utf-8", "surrogateescape"))
-    return write
+class LineWriter:
+    """Lines as the server's text: UTF-8, undecodable bytes restored, one ``\\n`` each;
+    gathered and written :data:`LINES_AT_ONCE` at a time (and by :meth:`flush`): encoding and
+    writing each line on its own took 7 % of a decode of pgbench's WAL."""
+
+    __slots__ = ("lines", "out")
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        lines = self.lines
+        lines.append(line)
+        if len(lines) >= LINES_AT_ONCE:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the lines gathered so far."""
+        if self.lines:
+            self.lines.append("")
+            self.out.write("\n".join(self.lines).encode("utf-8", "surrogateescape"))
+            self.lines = []
+
+
+#: lines a :class:`LineWriter` gathers before it writes them
+LINES_AT_ONCE = 512
 
 
 def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeOptions,
@@ -118,8 +140,11 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
     if jobs < 1:
         raise DecodingError(f"jobs must be at least 1, not {jobs}")
     if jobs == 1:
-        write = line_writer(out)
-        return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, write))
+        write = LineWriter(out)
+        try:
+            return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, write))
+        finally:  # the lines of the transactions before an error are the server's too
+            write.flush()
     # a forked worker must not inherit unwritten output: it would write it too
     sys.stdout.flush()
     out.flush()

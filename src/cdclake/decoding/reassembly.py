@@ -44,6 +44,7 @@ from cdclake.decoding.changes import (
     TxnInfo,
 )
 from cdclake.decoding.filter import Filter
+from cdclake.decoding.stripes import Shares
 from cdclake.errors import DecodingError, UnknownRelationError
 from cdclake.lsn import format_lsn
 from cdclake.wal.record import RelFileLocator
@@ -55,6 +56,9 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 
 if cython.compiled:
     from cython.cimports.cdclake.catalog._versions import newest_version
+    from cython.cimports.cdclake.decoding._stripes import says_yes, share_slots
+
+    SHARE = share_slots(Shares)  # where a Shares holds its fields, for says_yes
 else:
     from cdclake.catalog.versions import newest_version
 
@@ -305,7 +309,10 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
                 emit = False
                 action = INSERT  # resolved for its TOAST release only
             elif action <= MESSAGE or action == SPEC_CONFIRM:
-                emit = share(info.xid, ch.lsn)
+                if cython.compiled:  # share(...) of a Shares computed in C, as the decoder does
+                    emit = says_yes(share, Shares, cython.address(SHARE), info.xid, ch.lsn)
+                else:
+                    emit = share(info.xid, ch.lsn)
         if action == SPEC_CONFIRM:
             if spec is None:
                 raise DecodingError(

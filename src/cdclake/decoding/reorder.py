@@ -13,44 +13,31 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from cdclake import native
 from cdclake.decoding.changes import Change
 from cdclake.decoding.spill import (
     append_entries,
     encode_runs,
     private_dir,
-    read_changes,
     remove_files,
     spill_file_name,
 )
+from cdclake.decoding.txn import TXN, local_path
+
+try:
+    import cython
+except ImportError:  # Cython builds cdclake; an install without it runs this file as Python
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.decoding._changes import change_size
+else:
+    from cdclake.decoding.changes import change_size
 
 _SPILL_RE = re.compile(r"^xid-\d+-lsn-[0-9A-F]+-[0-9A-F]+\.spill$")
-
-
-@dataclass(frozen=True, slots=True)
-class Carried:
-    """Changes of a transaction carried from an earlier batch, still in the store under
-    ``key`` (:mod:`cdclake.decoding.carry`): fetched into ``path`` only when the transaction
-    is streamed, and carried on by its key, not copied, while it stays open — a transaction
-    open across many batches is not written again in each."""
-
-    key: str
-    path: Path
-    get: Callable[[str, Path], None]
-
-    def stream(self) -> Iterator[Change]:
-        self.get(self.key, self.path)
-        try:
-            yield from read_changes(self.path)
-        finally:
-            self.path.unlink(missing_ok=True)
-
-
-def local_path(entry: Path | Carried) -> Path:
-    return entry.path if isinstance(entry, Carried) else entry
 
 
 def xid_precedes(a: int, b: int) -> bool:
@@ -58,54 +45,6 @@ def xid_precedes(a: int, b: int) -> bool:
     if a < 3 or b < 3:  # permanent xids compare plainly
         return a < b
     return ((a - b) & 0xFFFFFFFF) >= 0x80000000
-
-
-class TXN:
-    """ReorderBufferTXN: one (sub)transaction's buffered state."""
-
-    __slots__ = (
-        "changes",
-        "ddl",
-        "first_lsn",
-        "gid",
-        "nspilled",
-        "prepared",
-        "size",
-        "spill_files",
-        "subxids",
-        "toast_pending",
-        "top",
-        "xid",
-    )
-
-    def __init__(self, xid: int, first_lsn: int) -> None:
-        self.xid = xid
-        self.top: int = 0  #: parent xid when known to be a subtransaction
-        self.first_lsn = first_lsn
-        self.changes: list[Change] = []
-        self.size = 0
-        #: spill files in WAL order (one per segment the spilled changes came from), after
-        #: the changes carried from earlier batches (negative keys)
-        self.spill_files: dict[int, Path | Carried] = {}
-        self.nspilled = 0
-        self.subxids: list[int] = []
-        self.prepared = False
-        self.gid = ""
-        #: dictionary messages (lsn, payload), kept in memory apart from the change stream so
-        #: commit processing can apply them before replaying (possibly spilled) changes
-        self.ddl: list[tuple[int, bytes]] = []
-        #: a TOAST chunk was queued: the changes other decoders emit leave placeholders
-        self.toast_pending = False
-
-    @property
-    def serialized(self) -> bool:
-        return bool(self.spill_files)
-
-    def stream(self) -> Iterator[Change]:
-        """All changes of this (sub)transaction in LSN order: spilled ones first."""
-        for entry in self.spill_files.values():
-            yield from (entry.stream() if isinstance(entry, Carried) else read_changes(entry))
-        yield from self.changes
 
 
 class ReorderBuffer:
@@ -130,10 +69,8 @@ class ReorderBuffer:
     # -- transactions --------------------------------------------------------------------------
 
     def txn(self, xid: int, lsn: int) -> TXN:
-        t = self.by_txn.get(xid)
-        if t is None:
-            t = self.by_txn[xid] = TXN(xid, lsn)
-        return t
+        """``xid``'s entry, made where it is new (its first LSN ``lsn``): :func:`txn`."""
+        return txn(self, xid, lsn)
 
     def assign_child(self, top_xid: int, sub_xid: int, lsn: int) -> None:
         """A subtransaction's first record names its top-level xid (wal_level=logical)."""
@@ -146,15 +83,8 @@ class ReorderBuffer:
             top.subxids.append(sub_xid)
 
     def queue(self, xid: int, change: Change) -> None:
-        t = self.by_txn.get(xid)
-        if t is None:
-            t = self.by_txn[xid] = TXN(xid, change.lsn)
-        t.changes.append(change)
-        n = change.size()
-        t.size += n
-        self.size += n
-        if self.size > self.work_mem:
-            self.evict()
+        """Add ``change`` to ``xid``'s changes and count it: :func:`queue`."""
+        queue(self, xid, change)
 
     # -- memory ----------------------------------------------------------------------------
 
@@ -239,6 +169,39 @@ class ReorderBuffer:
         for x in dropped:
             self.discard(x)
         return dropped
+
+
+# The two calls per queued change are functions of the module, not methods, so that
+# ``_reorder.pxd`` can give them C types where this file is compiled (as
+# ``cdclake.decoding._reorder``, Cython's pure-Python mode): the compiled decoder cimports them.
+
+
+def txn(rb: ReorderBuffer, xid: int, lsn: int) -> TXN:
+    """``rb.txn``: ``xid``'s entry in ``rb.by_txn``, made where it is new."""
+    by_txn = rb.by_txn
+    t = by_txn.get(xid)
+    if t is None:
+        t = by_txn[xid] = TXN(xid, lsn)
+    return t
+
+
+def queue(rb: ReorderBuffer, xid: int, change: Change) -> None:
+    """``rb.queue``: ``change`` appended to its transaction's changes and counted against
+    ``work_mem``; past it, the heaviest transactions spill (:meth:`ReorderBuffer.evict`)."""
+    t = txn(rb, xid, change.lsn)
+    t.changes.append(change)
+    n = change_size(change)
+    t.size += n
+    rb.size += n
+    if rb.size > rb.work_mem:
+        rb.evict()
+
+
+if not cython.compiled:  # the compiled copy's functions are bound here, not there
+    ReorderBuffer.txn = native.twin(  # type: ignore[method-assign]
+        ReorderBuffer.txn, "cdclake.decoding._reorder")
+    ReorderBuffer.queue = native.twin(  # type: ignore[method-assign]
+        ReorderBuffer.queue, "cdclake.decoding._reorder")
 
 
 def clean_spill_dir(spill_dir: Path) -> int:

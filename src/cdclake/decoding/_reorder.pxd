@@ -1,0 +1,13 @@
+# cython: language_level=3
+"""C types for ``reorder.py`` compiled as ``cdclake.decoding._reorder`` (Cython's pure-Python
+mode): the compiled decoder queues every change it reads with these (``cimport``)."""
+
+import cython
+
+
+@cython.locals(by_txn=dict)
+cpdef object txn(rb, xid, lsn)
+
+
+@cython.locals(n=Py_ssize_t)
+cpdef queue(rb, xid, change)
