@@ -11,8 +11,8 @@ STAMP := $(VENV)/.installed
 
 # setup.py, the .pyx and .pxd files, and the Python modules a .pxd gives C types to (Cython's
 # pure-Python mode, setup.py's PURE_PYTHON_MODE): pip compiles cdclake's hot paths into src/
-CYTHON := $(wildcard src/cdclake/*/_*.pyx src/cdclake/*/*/_*.pyx src/cdclake/*/_*.pxd \
-	src/cdclake/*/*/_*.pxd)
+CYTHON := $(wildcard src/cdclake/_*.pyx src/cdclake/*/_*.pyx src/cdclake/*/*/_*.pyx \
+	src/cdclake/_*.pxd src/cdclake/*/_*.pxd src/cdclake/*/*/_*.pxd)
 $(STAMP): pyproject.toml setup.py $(CYTHON) \
 	$(wildcard $(subst /_,/,$(patsubst %.pxd,%.py,$(filter %.pxd,$(CYTHON)))))
 	./infra/bootstrap.sh

@@ -16,7 +16,8 @@ SRC = Path(__file__).parent / "src"
 #: ``x.py`` is built as ``_x``, with the C types of ``_x.pxd`` (its annotations are for
 #: mypy), and keeps Python's semantics (negative indices, bounds checks)
 PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py",
-                    "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py")
+                    "cdclake/decoding/filter.py", "cdclake/decoding/reassembly.py",
+                    "cdclake/decoding/reorder.py")
 
 
 class OptionalBuildExt(build_ext):
@@ -48,11 +49,12 @@ def extensions() -> list:  # type: ignore[type-arg]
         return []
 
     sources = sorted(str(p.relative_to(SRC.parent)) for p in SRC.glob("cdclake/**/_*.pyx"))
+    # always generated again: Cython's staleness check of x.py does not know _x.pxd
     pure = [Extension(_compiled_name(module), [f"src/{module}"]) for module in PURE_PYTHON_MODE]
     return [*cythonize(sources, language_level=3, quiet=True,
                        compiler_directives={"boundscheck": False, "wraparound": False,
                                             "cdivision": True}),
-            *cythonize(pure, language_level=3, quiet=True,
+            *cythonize(pure, language_level=3, quiet=True, force=True,
                        compiler_directives={"annotation_typing": False})]
 
 

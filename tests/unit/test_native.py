@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import cdclake.decoding.filter  # noqa: F401 - registers its twin
 from cdclake import native, waldump  # noqa: F401 - waldump registers its twins
 from cdclake.decoding import (  # noqa: F401 - they register twins
     decode,
@@ -44,6 +45,7 @@ TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.decoding.decode.Decoder._xact",
          "cdclake.decoding.decode.Decoder.process",
          "cdclake.decoding.parallel._Framer.write",
+         "cdclake.decoding.filter.Filter.drop_locator",
          "cdclake.decoding.reassembly.Replayer.replay",
          "cdclake.decoding.reorder.ReorderBuffer.txn",
          "cdclake.decoding.reorder.ReorderBuffer.queue",

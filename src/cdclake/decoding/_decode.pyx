@@ -19,19 +19,17 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.long cimport PyLong_FromVoidPtr
 
-from cdclake.catalog._versions cimport newest_version
 from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
+from cdclake.decoding._filter cimport drop_locator
 from cdclake.decoding._reorder cimport queue, txn
 from cdclake.wal._slots cimport blank, get, offset, put
 
 from operator import itemgetter
 
-from cdclake.catalog.dictionary import Dictionary
 from cdclake.decoding.changes import (
     DELETE,
     ELSEWHERE as _ELSEWHERE,
@@ -212,16 +210,9 @@ def process(self, rec):
 
 
 cdef bint _drop(filt, loc, lsn) except -1:
-    """``filt.drop_locator(loc, lsn)``, its remembered verdict read inline where the newest
-    version of a relation applies (the rule, and the memo's writes, are Filter's alone)."""
+    """``filt.drop_locator(loc, lsn)``, called as C for the Filter itself."""
     if type(filt) is Filter:
-        d = filt.dictionary
-        if type(d) is Dictionary:
-            v = newest_version(d.by_loc, loc.spc, loc.rel, lsn)
-            if v is not None:
-                known = (<dict> filt.verdicts).get(PyLong_FromVoidPtr(<void *> v))
-                if known is not None and (<tuple> known)[0] is v:
-                    return (<tuple> known)[1]
+        return drop_locator(filt, loc, lsn)
     return filt.drop_locator(loc, lsn)
 
 

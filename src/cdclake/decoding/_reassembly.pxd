@@ -4,6 +4,8 @@ pure-Python mode): its ``replay`` is ``Replayer.replay``'s compiled twin (``cdcl
 
 import cython
 
+from cdclake._identity cimport id
+
 cdef int DELETE, ELSEWHERE, INSERT, MESSAGE, SPEC_ABORT, SPEC_CONFIRM, SPEC_INSERT, TOAST_CHUNK
 cdef int TRUNCATE
 
