@@ -25,6 +25,7 @@ fallback (YARN) would be wrong on a machine without one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -51,7 +52,8 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
     """Run ``step`` as a Spark application through the Airflow Spark provider; its result.
     A step that starts no Spark runs here: the merge on pyiceberg (``merge_engine``'s
     default), a snapshot with no table to copy (its tables chosen once, here, and given to
-    the step: one that appears meanwhile is the next run's).
+    the step: one that appears meanwhile is the next run's), a decode with no new segment or
+    a dry one (planned here: a segment archived meanwhile is the next run's).
 
     A failed step raises its own one-line error, of its own class (a ConfigError, LakeError,
     WalCorruptError, …); a submission that ended without a result (the driver died, the
@@ -68,6 +70,10 @@ def submit(step: str, config: Config, params: Mapping[str, Any] | None = None) -
         return steps.merge(config, run)
     if step == "snapshot" and not (todo := steps.tables_to_snapshot(config, run)):
         return steps.snapshot(config, run, todo=todo)
+    if step == "decode":
+        planned = steps.decode(config, dataclasses.replace(run, dry_run=True))  # no Spark
+        if run.dry_run or planned["batch"] is None:
+            return {**planned, "dry_run": run.dry_run}
     from airflow.exceptions import AirflowException
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 

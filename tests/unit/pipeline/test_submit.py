@@ -60,6 +60,16 @@ def test_a_snapshot_that_copies_nothing_runs_here(tmp_path: Path,
         "skipped": True, "tables": [], "reason": "snapshot_mode is never"}
 
 
+def test_a_decode_with_nothing_new_runs_here(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheduled run finds the archive as the last one left it: no application to start."""
+    monkeypatch.setitem(sys.modules, "airflow.providers.apache.spark.hooks.spark_submit", None)
+    config = Config(home=tmp_path)
+    done = submit.submit("decode", config, {})
+    assert done == steps.decode(config) and done["batch"] is None and not done["dry_run"]
+    assert submit.submit("decode", config, {"dry_run": True})["dry_run"] is True
+
+
 def test_the_application_runs_every_spark_step() -> None:
     assert tuple(sparkapp.RUNS) == submit.SPARK_STEPS
 
