@@ -14,6 +14,10 @@ from cdclake.decoding._stripes cimport ShareSlots
 cdef ShareSlots SHARE
 
 
-@cython.locals(action=cython.int, emit=cython.bint, by_loc=dict, kept=dict, known=tuple,
-               toast=dict, last_seq=dict, rewritten=dict)
+@cython.locals(memo=dict, known=tuple)
+cpdef bint wanted(replayer, v) except -1
+
+
+@cython.locals(action=cython.int, emit=cython.bint, by_loc=dict, toast=dict, last_seq=dict,
+               rewritten=dict)
 cpdef replay(replayer, info, changes)

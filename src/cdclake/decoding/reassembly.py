@@ -119,7 +119,7 @@ class Replayer:
         self.filter = filter
         #: (commit LSN, LSNs of its DDL messages) of the transaction being committed
         self._own_ddl: tuple[int, frozenset[int]] = (0, frozenset())
-        #: ``_wanted``'s answers by relation version (id, and the version, kept alive)
+        #: :func:`wanted`'s answers by relation version (id, and the version, kept alive)
         self._kept: dict[int, tuple[RelationVersion, bool]] = {}
         #: which changes this replayer emits, by top-level xid and LSN (None: all): the
         #: decoder's ``share`` in a parallel decode, asked here of the changes every worker
@@ -215,14 +215,8 @@ class Replayer:
         return v if self._wanted(v) else None
 
     def _wanted(self, v: RelationVersion) -> bool:
-        """Gates 4 and 3 (a user table, one the stream publishes), decided once per relation
-        version: this runs for every change."""
-        kept = self._kept.get(id(v))
-        if kept is None or kept[0] is not v:
-            keep = v.is_user_table and (self.filter is None
-                                        or self.filter.keeps_table(v.schema, v.name))
-            kept = self._kept[id(v)] = (v, keep)
-        return kept[1]
+        """Gates 4 and 3 for ``v``: :func:`wanted`."""
+        return wanted(self, v)
 
     def _rewrite_row(self, info: TxnInfo, heap: RelationVersion, action: int, ch: Change,
                      toast: ToastMap,
@@ -277,6 +271,16 @@ def _append_chunk(toast: ToastMap, last_seq: dict[int, int], chunk: ToastChunk, 
         toast[vid].append(chunk.data)
 
 
+def wanted(replayer: Replayer, v: RelationVersion) -> bool:
+    """Gates 4 and 3 (a user table, one the stream publishes) for relation version ``v``,
+    decided once per version (``Replayer._kept``): this runs for every change."""
+    memo = replayer._kept
+    known = memo.get(id(v))
+    if known is None or known[0] is not v:
+        filt = replayer.filter
+        keep = v.is_user_table and (filt is None or filt.keeps_table(v.schema, v.name))
+        known = memo[id(v)] = (v, keep)
+    return known[1]
 
 
 def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None:
@@ -284,17 +288,15 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
 
     A function of the module, not a method, so that ``_reassembly.pxd`` can give its locals
     C types where this file is compiled (as ``cdclake.decoding._reassembly``; Cython's pure-
-    Python mode). The relation of a change is found without a call where it is the common
-    case: the dictionary's newest version applies at the change's LSN
-    (:func:`~cdclake.catalog.versions.newest_version`) and ``Replayer._wanted`` has decided
-    it already; any other change (a relation created in this transaction, a rewrite, a first
-    sight) goes through ``Replayer.resolve``, with its errors.
+    Python mode). The relation of a change is found without a method call where it is the
+    common case, the dictionary's newest version applies at the change's LSN
+    (:func:`~cdclake.catalog.versions.newest_version`); any other change (a relation created
+    in this transaction, a rewrite) goes through ``Replayer.resolve``, with its errors.
     """
     plugin = replayer.plugin
     change = plugin.change
     dictionary = replayer.dictionary
     by_loc = dictionary.by_loc if type(dictionary) is Dictionary else None
-    kept = replayer._kept
     share = replayer.share
     plugin.begin(info)
     toast: ToastMap = {}
@@ -324,9 +326,8 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
             loc = ch.locator
             assert loc is not None
             rel = None if by_loc is None else newest_version(by_loc, loc.spc, loc.rel, ch.lsn)
-            known = kept.get(id(rel)) if rel is not None and not rel.rewrite_of else None
-            if known is not None and known[0] is rel:
-                if not known[1]:
+            if rel is not None and not rel.rewrite_of:
+                if not wanted(replayer, rel):
                     rel = None
             else:
                 rel = replayer.resolve(ch, info)
