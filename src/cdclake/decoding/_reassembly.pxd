@@ -14,10 +14,10 @@ from cdclake.decoding._stripes cimport ShareSlots
 cdef ShareSlots SHARE
 
 
-@cython.locals(memo=dict, known=tuple)
-cpdef bint wanted(replayer, v) except -1
+@cython.locals(known=tuple)
+cpdef bint wanted(dict memo, filt, v) except -1
 
 
-@cython.locals(action=cython.int, emit=cython.bint, by_loc=dict, toast=dict, last_seq=dict,
-               rewritten=dict)
+@cython.locals(action=cython.int, emit=cython.bint, by_loc=dict, kept=dict, toast=dict,
+               last_seq=dict, rewritten=dict)
 cpdef replay(replayer, info, changes)

@@ -9,5 +9,5 @@ import cython
 cpdef object txn(rb, xid, lsn)
 
 
-@cython.locals(n=Py_ssize_t)
+@cython.locals(n=Py_ssize_t, changes=list)
 cpdef queue(rb, xid, change)

@@ -216,7 +216,7 @@ class Replayer:
 
     def _wanted(self, v: RelationVersion) -> bool:
         """Gates 4 and 3 for ``v``: :func:`wanted`."""
-        return wanted(self, v)
+        return wanted(self._kept, self.filter, v)
 
     def _rewrite_row(self, info: TxnInfo, heap: RelationVersion, action: int, ch: Change,
                      toast: ToastMap,
@@ -271,13 +271,12 @@ def _append_chunk(toast: ToastMap, last_seq: dict[int, int], chunk: ToastChunk, 
         toast[vid].append(chunk.data)
 
 
-def wanted(replayer: Replayer, v: RelationVersion) -> bool:
-    """Gates 4 and 3 (a user table, one the stream publishes) for relation version ``v``,
-    decided once per version (``Replayer._kept``): this runs for every change."""
-    memo = replayer._kept
+def wanted(memo: dict[int, tuple[RelationVersion, bool]], filt: Filter | None,
+           v: RelationVersion) -> bool:
+    """Gates 4 and 3 (a user table, one ``filt`` keeps) for relation version ``v``, decided
+    once per version (``memo``: a Replayer's ``_kept``): this runs for every change."""
     known = memo.get(id(v))
     if known is None or known[0] is not v:
-        filt = replayer.filter
         keep = v.is_user_table and (filt is None or filt.keeps_table(v.schema, v.name))
         known = memo[id(v)] = (v, keep)
     return known[1]
@@ -298,6 +297,7 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
     dictionary = replayer.dictionary
     by_loc = dictionary.by_loc if type(dictionary) is Dictionary else None
     share = replayer.share
+    kept, filt = replayer._kept, replayer.filter
     plugin.begin(info)
     toast: ToastMap = {}
     last_seq: dict[int, int] = {}
@@ -327,7 +327,7 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
             assert loc is not None
             rel = None if by_loc is None else newest_version(by_loc, loc.spc, loc.rel, ch.lsn)
             if rel is not None and not rel.rewrite_of:
-                if not wanted(replayer, rel):
+                if not wanted(kept, filt, rel):
                     rel = None
             else:
                 rel = replayer.resolve(ch, info)

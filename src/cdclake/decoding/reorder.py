@@ -189,7 +189,8 @@ def queue(rb: ReorderBuffer, xid: int, change: Change) -> None:
     """``rb.queue``: ``change`` appended to its transaction's changes and counted against
     ``work_mem``; past it, the heaviest transactions spill (:meth:`ReorderBuffer.evict`)."""
     t = txn(rb, xid, change.lsn)
-    t.changes.append(change)
+    changes = t.changes
+    changes.append(change)
     n = change_size(change)
     t.size += n
     rb.size += n
