@@ -134,7 +134,10 @@ def _from_archive(module: str) -> ModuleType | None:
 def twin(python: F, module: str) -> F:
     """The function to bind as ``python``'s name: its compiled twin (same name, in compiled
     ``module``) if there is one, else ``python`` itself. ``python`` may be a method: its twin
-    then takes ``self`` first, like it."""
+    then takes ``self`` first, like it. In ``module`` itself (the compiled copy of a module
+    compiled as itself, running that module's code) it binds nothing: ``python`` stays."""
+    if python.__module__ == module:
+        return python
     mod = compiled(module)
     if mod is None:
         return python

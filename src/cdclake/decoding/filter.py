@@ -82,6 +82,5 @@ def drop_locator(filt: Filter, loc: RelFileLocator, lsn: int) -> bool:
     return known[1]
 
 
-if not cython.compiled:  # the compiled copy's functions are bound here, not there
-    Filter.drop_locator = native.twin(  # type: ignore[method-assign]
-        Filter.drop_locator, "cdclake.decoding._filter")
+Filter.drop_locator = native.twin(  # type: ignore[method-assign]
+    Filter.drop_locator, "cdclake.decoding._filter")

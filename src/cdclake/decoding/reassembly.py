@@ -365,6 +365,5 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
     plugin.commit(info)
 
 
-if not cython.compiled:  # the compiled copy's functions are bound here, not there
-    Replayer.replay = native.twin(  # type: ignore[method-assign]
-        Replayer.replay, "cdclake.decoding._reassembly")
+Replayer.replay = native.twin(  # type: ignore[method-assign]
+    Replayer.replay, "cdclake.decoding._reassembly")

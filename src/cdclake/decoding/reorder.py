@@ -198,13 +198,6 @@ def queue(rb: ReorderBuffer, xid: int, change: Change) -> None:
         rb.evict()
 
 
-if not cython.compiled:  # the compiled copy's functions are bound here, not there
-    ReorderBuffer.txn = native.twin(  # type: ignore[method-assign]
-        ReorderBuffer.txn, "cdclake.decoding._reorder")
-    ReorderBuffer.queue = native.twin(  # type: ignore[method-assign]
-        ReorderBuffer.queue, "cdclake.decoding._reorder")
-
-
 def clean_spill_dir(spill_dir: Path) -> int:
     """Remove spill files a previous, interrupted run left behind (PostgreSQL does the same)."""
     if not spill_dir.is_dir():
@@ -212,3 +205,9 @@ def clean_spill_dir(spill_dir: Path) -> int:
     stale = [p for p in spill_dir.iterdir() if _SPILL_RE.match(p.name)]
     remove_files(stale)
     return len(stale)
+
+
+ReorderBuffer.txn = native.twin(  # type: ignore[method-assign]
+    ReorderBuffer.txn, "cdclake.decoding._reorder")
+ReorderBuffer.queue = native.twin(  # type: ignore[method-assign]
+    ReorderBuffer.queue, "cdclake.decoding._reorder")
