@@ -1,11 +1,14 @@
-"""A relation's versions, oldest first: which one applies at an LSN.
+"""A relation's versions, oldest first: which one applies at an LSN; and which relfilenode is
+pg_class's.
 
 The dictionary keeps each relfilenode's (and each oid's) versions in a list sorted by
 ``valid_from``; a version applies from its LSN until the next one's. The lookup runs once per
 change, and its common case — the newest version applies — is :func:`newest_version`. The
-compiled decoder and replayer call that same function, compiled from this file as
-``cdclake.catalog._versions`` (Cython's pure-Python mode: ``_versions.pxd`` adds the C types),
-so the rule is written here only.
+other question the decoder asks the dictionary of every heap change is whether it touches
+pg_class (:func:`is_pg_class`: the tracker follows those rows). The compiled decoder and
+replayer call these same functions, compiled from this file as ``cdclake.catalog._versions``
+(Cython's pure-Python mode: ``_versions.pxd`` adds the C types), so the rules are written here
+only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cdclake.catalog.model import RelationVersion
+    from cdclake.wal.record import RelFileLocator
 
     Locator = tuple[int, int]
 
@@ -29,6 +33,12 @@ def newest_version(by_loc: dict[Locator, list[RelationVersion]], spc: int, rel: 
         return None
     v = versions[len(versions) - 1]
     return v if v.valid_from <= lsn and not v.dropped else None
+
+
+def is_pg_class(pg_class: Locator | None, loc: RelFileLocator) -> bool:
+    """Whether ``loc`` is pg_class's relfilenode, ``pg_class`` being where the dictionary has
+    it (``Dictionary.pg_class_loc``; None before it is known)."""
+    return pg_class is not None and pg_class[1] == loc.rel and pg_class[0] == loc.spc
 
 
 def version_at(versions: list[RelationVersion], lsn: int) -> RelationVersion | None:

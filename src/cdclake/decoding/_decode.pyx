@@ -20,6 +20,7 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
+from cdclake.catalog._versions cimport is_pg_class
 from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
@@ -217,12 +218,11 @@ cdef bint _drop(filt, loc, lsn) except -1:
 
 
 cdef bint _is_pg_class(tracker, loc) except -1:
-    """``tracker.is_pg_class(loc.spc, loc.rel)``, inline for the PgClassTracker (asked of
-    every INSERT, UPDATE and DELETE)."""
+    """``tracker.is_pg_class(loc)``; for the PgClassTracker (asked of every INSERT, UPDATE
+    and DELETE) the function its method calls, called as C."""
     if type(tracker) is PgClassTracker:
-        pg_class = tracker.dictionary.pg_class_loc
-        return pg_class is not None and pg_class[1] == loc.rel and pg_class[0] == loc.spc
-    return tracker.is_pg_class(loc.spc, loc.rel)
+        return is_pg_class(tracker.dictionary.pg_class_loc, loc)
+    return tracker.is_pg_class(loc)
 
 
 def _heap(self, rec):

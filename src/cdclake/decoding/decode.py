@@ -61,7 +61,7 @@ class Replay(Protocol):
 class CatalogTracker(Protocol):
     """Follows pg_class rows in the WAL (VACUUM FULL, CLUSTER, table rewrites, TRUNCATE)."""
 
-    def is_pg_class(self, spc: int, rel: int) -> bool: ...
+    def is_pg_class(self, loc: RelFileLocator) -> bool: ...
 
     def pg_class_insert(self, rec: XLogRecord, ins: heap.HeapInsert) -> object | None: ...
 
@@ -215,7 +215,7 @@ class Decoder:
         loc = rec.blocks[0].rlocator
         if loc.db != self.db_oid:  # gate 1, before parsing
             return
-        if self.tracker is not None and self.tracker.is_pg_class(loc.spc, loc.rel):
+        if self.tracker is not None and self.tracker.is_pg_class(loc):
             self._pg_class(rec, op)
             return
         if op == heap.XLOG_HEAP_INSERT:

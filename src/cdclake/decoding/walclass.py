@@ -38,6 +38,7 @@ from typing import ClassVar
 
 from cdclake.catalog.dictionary import ClassRow, Ctid, Dictionary
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID, RELKIND_TOAST, RelationVersion
+from cdclake.catalog.versions import is_pg_class
 from cdclake.decoding.changes import TxnInfo
 from cdclake.errors import DecodingError
 from cdclake.lsn import format_lsn
@@ -45,7 +46,7 @@ from cdclake.tuples import heap
 from cdclake.tuples.codecs import codec_for
 from cdclake.tuples.varlena import payload
 from cdclake.wal.image import page_tuple, restore_page
-from cdclake.wal.record import SIZEOF_HEAP_TUPLE_HEADER, WalTuple, XLogRecord
+from cdclake.wal.record import SIZEOF_HEAP_TUPLE_HEADER, RelFileLocator, WalTuple, XLogRecord
 from cdclake.wal.rmgr.heap import HeapDelete, HeapInsert, HeapUpdate
 from cdclake.wal.rmgr.relmap import RelmapUpdate
 
@@ -152,9 +153,8 @@ class PgClassTracker:
         #: pg_class's version, its columns' positions, and relfilenode's offset in a row
         self._layout: tuple[RelationVersion, dict[str, int], int] | None = None
 
-    def is_pg_class(self, spc: int, rel: int) -> bool:
-        loc = self.dictionary.pg_class_loc
-        return loc is not None and loc == (spc, rel)
+    def is_pg_class(self, loc: RelFileLocator) -> bool:
+        return is_pg_class(self.dictionary.pg_class_loc, loc)
 
     def relmap_update(self, upd: RelmapUpdate, lsn: int) -> None:
         """Every mapped relation is a catalog; pg_class itself is what we follow."""

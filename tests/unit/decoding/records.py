@@ -125,8 +125,8 @@ class Recording:
     def message(self, lsn: int, prefix: str, content: bytes) -> None:
         self.calls.append(("message", prefix))
 
-    def is_pg_class(self, spc: int, rel: int) -> bool:
-        self.calls.append(("is_pg_class", rel))
+    def is_pg_class(self, loc: RelFileLocator) -> bool:
+        self.calls.append(("is_pg_class", loc.rel))
         return False
 
     def pg_class_insert(self, rec: XLogRecord, ins: object) -> object | None:

@@ -62,7 +62,7 @@ def test_pg_class_rows_read_from_the_records(decfix: DecodingFixture, tmp_path: 
     for rec in XLogReader(DirectorySource([decfix.dir]), start_lsn=decfix.start_lsn):
         if rec.rmid == RM_HEAP_ID and rec.info & heap.XLOG_HEAP_OPMASK == heap.XLOG_HEAP_INSERT:
             loc = rec.blocks[0].rlocator
-            if loc.db == decfix.db_oid and tracker.is_pg_class(loc.spc, loc.rel):
+            if loc.db == decfix.db_oid and tracker.is_pg_class(loc):
                 row = tracker.pg_class_insert(rec, heap.parse(rec))
                 if row is not None and row.relname == f"pg_temp_{vf[0].oid}":
                     rows.append(row)
