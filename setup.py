@@ -17,7 +17,7 @@ SRC = Path(__file__).parent / "src"
 #: mypy), and keeps Python's semantics (negative indices, bounds checks)
 PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py",
                     "cdclake/decoding/filter.py", "cdclake/decoding/reassembly.py",
-                    "cdclake/decoding/reorder.py")
+                    "cdclake/decoding/reorder.py", "cdclake/decoding/stripes.py")
 
 
 class OptionalBuildExt(build_ext):

@@ -21,7 +21,7 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.catalog._versions cimport is_pg_class
-from cdclake.decoding._stripes cimport ShareSlots, says_yes, share_slots
+from cdclake.decoding._stripes cimport says_yes
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
@@ -44,7 +44,6 @@ from cdclake.decoding.changes import (
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
-from cdclake.decoding.stripes import Shares
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.record import WalTuple, XLogRecord
 from cdclake.wal.rmgr import heap, heap2, xact
@@ -105,7 +104,6 @@ cdef Py_ssize_t R_BLOCKS = offset(XLogRecord, "blocks")
 cdef Py_ssize_t R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
 cdef Py_ssize_t R_RMID = offset(XLogRecord, "rmid")
 cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
-cdef ShareSlots SHARE = share_slots(Shares)
 
 
 cdef inline bint _origin_ok(filt, rec) except -1:
@@ -165,8 +163,7 @@ cdef bint _mine(self, rec) except -1:
     share = self.share
     if share is None:
         return True
-    return says_yes(share, Shares, &SHARE, _top(self.rb, _r(rec, R_XID, "xid")),
-                    _r(rec, R_LSN, "lsn"))
+    return says_yes(share, _top(self.rb, _r(rec, R_XID, "xid")), _r(rec, R_LSN, "lsn"))
 
 
 cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) except -1:
@@ -507,7 +504,7 @@ cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts)
         self.replay.apply_catalog(sorted([e for m in members for e in m.ddl], key=_by_lsn),
                                   info)
     share = self.share
-    counts = share is None or says_yes(share, Shares, &SHARE, xid, _r(rec, R_LSN, "lsn"))
+    counts = share is None or says_yes(share, xid, _r(rec, R_LSN, "lsn"))
     owns = self.owns
     if owns is not None and not owns(xid):
         pass  # another decoder emits it

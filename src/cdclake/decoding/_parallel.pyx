@@ -2,7 +2,7 @@
 """Compiled twin of ``_Framer.write`` (:mod:`cdclake.decoding.parallel`, see
 :mod:`cdclake.native`): every line a worker of a parallel decode writes passes through it.
 The same frames as the reference: a line encoded as the server's text, a change's line keyed
-by the stripe its ``Shares`` said yes to last (``Shares.stripe``, read from its fields here),
+by the stripe its ``Shares`` said yes to last (``Shares.stripe``),
 a frame sent once some 64 KiB are buffered.
 
 The constants are the reference module's, read at the first call: ``parallel`` binds this
@@ -30,8 +30,7 @@ def write(self, str line):
         _constants()
     b = PyUnicode_AsEncodedString(line, "utf-8", "surrogateescape")
     if self.rank == CHANGES:
-        shares = self.shares
-        key = (self.txn_lsn, CHANGES, shares.last >> shares.bits)
+        key = (self.txn_lsn, CHANGES, self.shares.stripe())
         if key != self.key:
             self.flush()
             self.key = key

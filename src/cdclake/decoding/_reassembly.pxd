@@ -9,10 +9,6 @@ from cdclake._identity cimport id
 cdef int DELETE, ELSEWHERE, INSERT, MESSAGE, SPEC_ABORT, SPEC_CONFIRM, SPEC_INSERT, TOAST_CHUNK
 cdef int TRUNCATE
 
-from cdclake.decoding._stripes cimport ShareSlots
-
-cdef ShareSlots SHARE
-
 
 @cython.locals(known=tuple)
 cpdef bint wanted(dict memo, filt, v) except -1

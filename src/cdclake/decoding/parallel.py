@@ -52,7 +52,7 @@ from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.context import DecodeOptions
 from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.session import DecodeResult, decode
-from cdclake.decoding.stripes import STRIPE_BITS, Shares
+from cdclake.decoding.stripes import STRIPE_BITS, Shares, shares_of
 from cdclake.errors import CdclakeError, DecodingError
 from cdclake.wal.source import SegmentSource
 
@@ -326,7 +326,7 @@ def _worker(index: int, jobs: int, stripe_bits: int, wfd: int, source: SegmentSo
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # its own spill directory: a decoding context clears stale spill files from its own
     own = dataclasses.replace(options, spill_dir=options.spill_dir / f"job-{index}")
-    shares = Shares(index, jobs, stripe_bits)
+    shares = shares_of(index, jobs, stripe_bits)
     with os.fdopen(wfd, "wb", buffering=_FRAME_BYTES) as pipe:
         framer = _Framer(pipe, shares)
 

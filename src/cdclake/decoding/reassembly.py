@@ -44,7 +44,6 @@ from cdclake.decoding.changes import (
     TxnInfo,
 )
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.stripes import Shares
 from cdclake.errors import DecodingError, UnknownRelationError
 from cdclake.lsn import format_lsn
 from cdclake.wal.record import RelFileLocator
@@ -56,11 +55,10 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 
 if cython.compiled:
     from cython.cimports.cdclake.catalog._versions import newest_version
-    from cython.cimports.cdclake.decoding._stripes import says_yes, share_slots
-
-    SHARE = share_slots(Shares)  # where a Shares holds its fields, for says_yes
+    from cython.cimports.cdclake.decoding._stripes import says_yes
 else:
     from cdclake.catalog.versions import newest_version
+    from cdclake.decoding.stripes import says_yes
 
 log = logging.getLogger(__name__)
 
@@ -311,10 +309,7 @@ def replay(replayer: Replayer, info: TxnInfo, changes: Iterable[Change]) -> None
                 emit = False
                 action = INSERT  # resolved for its TOAST release only
             elif action <= MESSAGE or action == SPEC_CONFIRM:
-                if cython.compiled:  # share(...) of a Shares computed in C, as the decoder does
-                    emit = says_yes(share, Shares, cython.address(SHARE), info.xid, ch.lsn)
-                else:
-                    emit = share(info.xid, ch.lsn)
+                emit = says_yes(share, info.xid, ch.lsn)
         if action == SPEC_CONFIRM:
             if spec is None:
                 raise DecodingError(

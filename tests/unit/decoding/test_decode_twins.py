@@ -26,7 +26,7 @@ from cdclake.decoding.decode import Decoder
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
-from cdclake.decoding.stripes import Shares
+from cdclake.decoding.stripes import shares_of
 from cdclake.errors import DecodingError, WalCorruptError
 from cdclake.wal.record import (
     RM_HEAP2_ID,
@@ -135,8 +135,8 @@ def test_heap_and_multi_insert_records_queue_the_same(tmp_path: Path) -> None:
     configs = [(1 << 20, 0, None, False), (600, 0, None, False),  # spill
                (1 << 20, 450, None, False),  # cut
                (1 << 20, 0, _alternate, False), (1 << 20, 450, _alternate, False),  # a worker's
-               (1 << 20, 0, Shares(1, 2, 6), False), (1 << 20, 450, Shares(0, 3, 6), False),
-               (1 << 20, 0, None, True), (1 << 20, 0, Shares(1, 2, 6), True)]  # origin=none
+               (1 << 20, 0, shares_of(1, 2, 6), False), (1 << 20, 450, shares_of(0, 3, 6), False),
+               (1 << 20, 0, None, True), (1 << 20, 0, shares_of(1, 2, 6), True)]  # origin=none
     for work_mem, skip_before, share, local in configs:
         for fast, reference, batch in ((_decode._heap, Decoder._python_heap, heaps),
                                        (_decode._heap2, Decoder._python_heap2, copies)):
@@ -274,7 +274,7 @@ def test_commit_records_and_dispatch_do_the_same(tmp_path: Path) -> None:
               dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
                    owns=None, share=_alternate),
               dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
-                   owns=None, share=Shares(1, 2, 6))]
+                   owns=None, share=shares_of(1, 2, 6))]
     setups += [{**s, "nested": False} for s in setups]
     for n, setup in enumerate(setups):
         setup.setdefault("nested", True)

@@ -31,7 +31,7 @@ from cdclake.decoding.parallel import (
 from cdclake.decoding.plugins.test_decoding import TestDecoding
 from cdclake.decoding.reassembly import OutputPlugin
 from cdclake.decoding.session import DecodeResult
-from cdclake.decoding.stripes import Shares
+from cdclake.decoding.stripes import Shares, shares_of
 from cdclake.errors import CdclakeError, DecodingError
 from cdclake.lsn import segment_name
 from cdclake.wal.source import DirectorySource
@@ -125,8 +125,9 @@ def test_a_transaction_only_its_worker_writes_goes_out_in_one_frame(xid: int) ->
     else:
         assert _frames(pipe) == [(_BEGIN_LINE, (200, _BEGIN, 0), b"BEGIN 5\n"),
                                  (_DATA, (200, _COMMIT, 0), b"COMMIT 5\n")]
-    assert Shares(0, 2).alone(4, 100, 200) and not Shares(1, 2).alone(4, 100, 200)
-    assert not Shares(0, 2).alone(4, 100, 1 << STRIPE_BITS)  # two stripes: two workers
+    for make in (Shares, shares_of):  # the Python class, and the compiled one where built
+        assert make(0, 2).alone(4, 100, 200) and not make(1, 2).alone(4, 100, 200)
+        assert not make(0, 2).alone(4, 100, 1 << STRIPE_BITS)  # two stripes: two workers
 
 
 def test_every_worker_spills_and_cleans_up(decfix: DecodingFixture, tmp_path: Path) -> None:
