@@ -98,7 +98,20 @@ class QualityContext:
 
     @classmethod
     def for_config(cls, config: Config) -> QualityContext:
-        return cls(config.reports_path(), config.quality_keep_results)
+        """The context of ``config``'s reports directory: the one this process opened last
+        if it is that directory's (and the directory is still there), else a new one. The
+        two checks of a run, the phases of a test and a follower's runs open GX's context,
+        and store each table's suite and definition, once (one context is kept: a process
+        serves one home)."""
+        global _last
+        root = config.reports_path().resolve()
+        known = _last
+        if (known is not None and known.reports_dir == root
+                and known.keep_results == config.quality_keep_results
+                and (Path(known.gx.root_directory) / "great_expectations.yml").exists()):
+            return known
+        _last = cls(root, config.quality_keep_results)
+        return _last
 
     @property
     def data_docs_dir(self) -> Path:
@@ -305,6 +318,10 @@ class QualityContext:
             return None
         parsed = urlparse(str(url))
         return str(Path(unquote(parsed.path)).resolve()) if parsed.scheme == "file" else url
+
+
+#: the context :meth:`QualityContext.for_config` opened last
+_last: QualityContext | None = None
 
 
 def _forget_batch(definition: Any) -> None:

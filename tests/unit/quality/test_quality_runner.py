@@ -4,6 +4,7 @@ with a summary that names suite, expectation, table, column, row count and sampl
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -351,15 +352,16 @@ def test_data_docs_templates_compile_once_per_process(tmp_path: Path) -> None:
     assert not [f for f in compiled if f and f.endswith(".j2")], compiled
 
 
-def test_a_backlog_renders_its_data_docs_once(quality_config: Config) -> None:
+def test_a_backlog_renders_its_data_docs_once(quality_config: Config,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Batch after batch inside ``publishing_once``: each report names the pages its
     results get, and the site (whose index reads every stored result) is rendered once, at
     the end — also when a batch fails, so the failure has its page."""
     ctx = QualityContext.for_config(quality_config)
     rendered: list[int] = []
     build = ctx.gx.build_data_docs
-    ctx.gx.build_data_docs = lambda **kw: (  # type: ignore[method-assign]
-        rendered.append(len(kw["resource_identifiers"])), build(**kw))[1]
+    monkeypatch.setattr(ctx.gx, "build_data_docs", lambda **kw: (
+        rendered.append(len(kw["resource_identifiers"])), build(**kw))[1])
     rel = builders.relation("public.backlog", oid=16530)
     bad = [Change("I", BIG + 9, BIG + 1, {"id": 1, "note": "a"}),
            Change("I", BIG + 8, BIG + 2, {"id": 2, "note": "b"})]  # commit order broken
@@ -480,3 +482,15 @@ def test_a_context_keeps_each_tables_newest_results_and_stores_its_objects_once(
     validate_stream(quality_config, {"public.kept": builders.stream(
         rel, builders.good_changes())}, {"public.kept": rel}, run_name="run-4", context=ctx)
     assert written and {p: p.stat().st_mtime_ns for p in written} == written
+
+
+def test_a_process_opens_a_reports_directorys_context_once(tmp_path: Path) -> None:
+    """The two checks of a run (and a test's phases) share the context: GX's context is
+    opened, and each suite stored, once; a reports directory removed meanwhile gets a new one."""
+    config = Config(home=tmp_path / "home")
+    first = QualityContext.for_config(config)
+    assert QualityContext.for_config(config) is first
+    shutil.rmtree(config.reports_path())
+    again = QualityContext.for_config(config)
+    assert again is not first
+    assert (Path(again.gx.root_directory) / "great_expectations.yml").exists()
