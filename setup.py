@@ -16,8 +16,9 @@ SRC = Path(__file__).parent / "src"
 #: ``x.py`` is built as ``_x``, with the C types of ``_x.pxd`` (its annotations are for
 #: mypy), and keeps Python's semantics (negative indices, bounds checks)
 PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py",
-                    "cdclake/decoding/filter.py", "cdclake/decoding/reassembly.py",
-                    "cdclake/decoding/reorder.py", "cdclake/decoding/stripes.py")
+                    "cdclake/decoding/filter.py", "cdclake/decoding/parallel.py",
+                    "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py",
+                    "cdclake/decoding/stripes.py")
 
 
 class OptionalBuildExt(build_ext):

@@ -140,11 +140,11 @@ def decode_lines(source: SegmentSource, dictionary: Dictionary, options: DecodeO
     if jobs < 1:
         raise DecodingError(f"jobs must be at least 1, not {jobs}")
     if jobs == 1:
-        write = LineWriter(out)
+        lines = LineWriter(out)
         try:
-            return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, write))
+            return decode(source, dictionary, options, lambda d, v: make_plugin(d, v, lines))
         finally:  # the lines of the transactions before an error are the server's too
-            write.flush()
+            lines.flush()
     # a forked worker must not inherit unwritten output: it would write it too
     sys.stdout.flush()
     out.flush()
@@ -251,16 +251,8 @@ class _Framer:
         self.send(_BEGIN_LINE, line.encode("utf-8", "surrogateescape") + b"\n", *key)
 
     def write(self, line: str) -> None:
-        b = line.encode("utf-8", "surrogateescape")
-        if self.rank == _CHANGES:
-            key = (self.txn_lsn, _CHANGES, self.shares.stripe())
-            if key != self.key:
-                self.flush()
-                self.key = key
-        self.buf.append(b)
-        self.size += len(b) + 1
-        if self.size >= _FRAME_BYTES:
-            self.flush()
+        """A line of the plugin's, into the frame of its unit: :func:`write`."""
+        write(self, line)
 
     def flush(self) -> None:
         if self.buf:
@@ -363,6 +355,24 @@ def _combine(results: list[DecodeResult]) -> DecodeResult:
         open_xids=sorted({x for r in results for x in r.open_xids}),
         end_lsn=first.end_lsn,
         worker_peak_rss_kb=max(r.worker_peak_rss_kb for r in results))
+
+
+def write(framer: _Framer, line: str) -> None:
+    """``_Framer.write``: every line a worker writes passes through it. A change's line goes
+    with the lines of the stripe its ``Shares`` said yes to last; a frame is sent once some
+    64 KiB are buffered. Compiled as C (this file is built as itself, ``_parallel``)."""
+    b = line.encode("utf-8", "surrogateescape")
+    if framer.rank == _CHANGES:
+        key = (framer.txn_lsn, _CHANGES, framer.shares.stripe())
+        if key != framer.key:
+            framer.flush()
+            framer.key = key
+    buf = framer.buf
+    buf.append(b)
+    size = framer.size + len(b) + 1
+    framer.size = size
+    if size >= _FRAME_BYTES:
+        framer.flush()
 
 
 _Framer.write = native.twin(_Framer.write, "cdclake.decoding._parallel")  # type: ignore[method-assign]
