@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Compiled twins of :mod:`cdclake.tuples.datetimes`' ``date_text``, ``timestamp_text``,
 ``timestamptz_text`` and ``interval_text`` (see :mod:`cdclake.native`): the text written into
-a C buffer, the calendar by datetime.c's j2date in C integers.
+a C buffer, the calendar by :mod:`cdclake.tuples.julian`'s j2date, called as C.
 
 Years 1 to 9999 AD are done here, and every finite interval; anything else (infinity, BC,
 five-digit years, a datum of the wrong size) goes to the Python reference, which returns its
@@ -9,6 +9,7 @@ text or raises its error.
 """
 
 from cdclake.tuples._bytes cimport le_int
+from cdclake.tuples._julian cimport j2date
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdio cimport snprintf
@@ -37,22 +38,13 @@ cdef inline int _ymd(long long jd, char *cp) noexcept:
     """Write YYYY-MM-DD for Julian day ``jd`` (j2date); 10, or -1 outside 0001..9999 AD."""
     if jd < JD_0001_01_01 or jd >= JD_10000_01_01:
         return -1
-    cdef long long julian = jd + 32044
-    cdef long long quad = julian // 146097
-    cdef long long extra = (julian - quad * 146097) * 4 + 3
-    cdef long long y
-    julian += 60 + quad * 3 + extra // 146097
-    quad = julian // 1461
-    julian -= quad * 1461
-    y = julian * 4 // 1461
-    julian = ((julian + 305) % 365 if y != 0 else (julian + 306) % 366) + 123
-    y += quad * 4
-    quad = julian * 2141 // 65536
-    _digits(cp, y - 4800, 4)
+    cdef long long y, m, d
+    y, m, d = j2date(jd)
+    _digits(cp, y, 4)
     cp[4] = 45
-    _digits(cp + 5, (quad + 10) % 12 + 1, 2)
+    _digits(cp + 5, m, 2)
     cp[7] = 45
-    _digits(cp + 8, julian - 7834 * quad // 256, 2)
+    _digits(cp + 8, d, 2)
     return 10
 
 

@@ -17,8 +17,8 @@ through Python's ``datetime``.
 Output follows datetime.c EncodeDateOnly/EncodeTimeOnly/EncodeDateTime/EncodeInterval with
 DateStyle ISO, IntervalStyle postgres and TimeZone UTC: 4-digit (or wider) years, " BC" after
 everything for years <= 0, fractional seconds without trailing zeros, timestamptz "+00".
-Calendar arithmetic is PostgreSQL's own Julian-day routine (j2date/date2j), valid from
-4714-11-24 BC on, not Python's datetime (which stops at years 1..9999).
+Calendar arithmetic is PostgreSQL's own Julian-day routine (:mod:`cdclake.tuples.julian`),
+valid from 4714-11-24 BC on, not Python's datetime (which stops at years 1..9999).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import struct
 from datetime import date
 
 from cdclake import native
+from cdclake.tuples.julian import date2j, j2date
 from cdclake.tuples.untypeable import NotTypeable
 
 POSTGRES_EPOCH_JDATE = 2451545  #: 2000-01-01
@@ -52,36 +53,6 @@ _INTERVAL = struct.Struct("<qii")
 class DateTimeRangeError(ValueError):
     """Text that is not a date/time output (a valid value without an Arrow value raises
     NotTypeable instead)."""
-
-
-def j2date(jd: int) -> tuple[int, int, int]:
-    """datetime.c j2date: Julian day -> (year, month, day); year <= 0 means BC."""
-    julian = jd + 32044
-    quad = julian // 146097
-    extra = (julian - quad * 146097) * 4 + 3
-    julian += 60 + quad * 3 + extra // 146097
-    quad = julian // 1461
-    julian -= quad * 1461
-    y = julian * 4 // 1461
-    julian = ((julian + 305) % 365 if y != 0 else (julian + 306) % 366) + 123
-    y += quad * 4
-    quad = julian * 2141 // 65536
-    return y - 4800, (quad + 10) % 12 + 1, julian - 7834 * quad // 256
-
-
-def date2j(year: int, month: int, day: int) -> int:
-    """datetime.c date2j (C integer division: the operands are positive here)."""
-    if month > 2:
-        month += 1
-        year += 4800
-    else:
-        month += 13
-        year += 4799
-    century = year // 100
-    julian = year * 365 - 32167
-    julian += year // 4 - century + century // 4
-    julian += 7834 * month // 256 + day
-    return julian
 
 
 #: date.toordinal() of 2000-01-01, and the ordinals Python's date can represent
