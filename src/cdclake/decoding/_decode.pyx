@@ -25,7 +25,7 @@ from cdclake.decoding._stripes cimport says_yes
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
-from cdclake.decoding._filter cimport drop_locator
+from cdclake.decoding._filter cimport drop_locator, origin_ok
 from cdclake.decoding._reorder cimport queue, txn
 from cdclake.wal._slots cimport blank, get, offset, put
 
@@ -107,9 +107,10 @@ cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
 
 
 cdef inline bint _origin_ok(filt, rec) except -1:
-    """``filt.origin_ok(rec.origin)`` (gate 2, asked of every change), inline for the Filter."""
+    """``filt.origin_ok(rec.origin)`` (gate 2, asked of every change); for the Filter the
+    function its method calls, called as C."""
     if type(filt) is Filter:
-        return _r(rec, R_ORIGIN, "origin") == 0 or not filt.local_only
+        return origin_ok(filt, _r(rec, R_ORIGIN, "origin"))
     return filt.origin_ok(_r(rec, R_ORIGIN, "origin"))
 
 

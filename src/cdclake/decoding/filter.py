@@ -47,7 +47,8 @@ class Filter:
                                                               repr=False, compare=False)
 
     def origin_ok(self, origin: int) -> bool:
-        return origin == 0 or not self.local_only
+        """Gate 2 (:func:`origin_ok`)."""
+        return origin_ok(self, origin)
 
     def drop_locator(self, loc: RelFileLocator, lsn: int) -> bool:
         """Gates 3-4 at decode time: True only when the relation is known and not wanted
@@ -58,6 +59,12 @@ class Filter:
         """Gate 3 by name: also what commit processing asks of relations decided late."""
         qualified = f"{schema}.{name}"
         return (not self.tables or qualified in self.tables) and qualified not in self.exclude
+
+
+def origin_ok(filt: Filter, origin: int) -> bool:
+    """Gate 2, asked of every change: kept unless it carries a replication origin (it came
+    from another node) and ``filt`` keeps local changes only (``origin = none``)."""
+    return origin == 0 or not filt.local_only
 
 
 def drop_locator(filt: Filter, loc: RelFileLocator, lsn: int) -> bool:
