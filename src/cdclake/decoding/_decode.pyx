@@ -26,7 +26,7 @@ from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.decoding._filter cimport drop_locator, origin_ok
-from cdclake.decoding._reorder cimport queue, txn
+from cdclake.decoding._reorder cimport queue, top_of, txn
 from cdclake.wal._slots cimport blank, get, offset, put
 
 from operator import itemgetter
@@ -150,21 +150,12 @@ cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=
 cdef int ELSEWHERE = _ELSEWHERE
 
 
-cdef object _top(rb, xid):
-    """See ``Decoder._top``."""
-    t = (<dict> rb.by_txn).get(xid) if type(rb) is ReorderBuffer else rb.by_txn.get(xid)
-    if t is None:
-        return xid
-    top = t.top
-    return top if top else xid
-
-
 cdef bint _mine(self, rec) except -1:
     """See ``Decoder._mine``."""
     share = self.share
     if share is None:
         return True
-    return says_yes(share, _top(self.rb, _r(rec, R_XID, "xid")), _r(rec, R_LSN, "lsn"))
+    return says_yes(share, top_of(self.rb, _r(rec, R_XID, "xid")), _r(rec, R_LSN, "lsn"))
 
 
 cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) except -1:
@@ -316,7 +307,7 @@ cdef bint _foreign(self, xid) except -1:
     owns = self.owns
     if owns is None:
         return False
-    return not owns(_top(self.rb, xid))
+    return not owns(top_of(self.rb, xid))
 
 
 cdef _queue(self, rec, change, int mine=-1):

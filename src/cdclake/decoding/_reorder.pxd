@@ -1,8 +1,13 @@
 # cython: language_level=3
 """C types for ``reorder.py`` compiled as ``cdclake.decoding._reorder`` (Cython's pure-Python
-mode): the compiled decoder queues every change it reads with these (``cimport``)."""
+mode): the compiled decoder finds a change's top-level transaction, and queues every change
+it reads, with these (``cimport``)."""
 
 import cython
+
+
+@cython.locals(by_txn=dict)
+cpdef object top_of(rb, xid)
 
 
 @cython.locals(by_txn=dict)

@@ -38,7 +38,7 @@ from cdclake.decoding.changes import (
     TxnInfo,
 )
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.reorder import ReorderBuffer
+from cdclake.decoding.reorder import ReorderBuffer, top_of
 from cdclake.decoding.startup import Startup
 from cdclake.tuples.varlena import toast_chunk
 from cdclake.wal.record import RelFileLocator, XLogRecord
@@ -156,10 +156,8 @@ class Decoder:
             handler(rec)
 
     def _top(self, xid: int) -> int:
-        """``xid``'s top-level transaction. A subtransaction is known by then: its first record
-        named its top-level xid (``process``)."""
-        t = self.rb.by_txn.get(xid)
-        return t.top if t is not None and t.top else xid
+        """``xid``'s top-level transaction (:func:`~cdclake.decoding.reorder.top_of`)."""
+        return top_of(self.rb, xid)
 
     def _foreign(self, xid: int) -> bool:
         """Whether ``xid``'s top-level transaction belongs to another decoder."""

@@ -171,9 +171,17 @@ class ReorderBuffer:
         return dropped
 
 
-# The two calls per queued change are functions of the module, not methods, so that
-# ``_reorder.pxd`` can give them C types where this file is compiled (as
-# ``cdclake.decoding._reorder``, Cython's pure-Python mode): the compiled decoder cimports them.
+# The calls per change are functions of the module, not methods, so that ``_reorder.pxd`` can
+# give them C types where this file is compiled (as ``cdclake.decoding._reorder``, Cython's
+# pure-Python mode): the compiled decoder cimports them.
+
+
+def top_of(rb: ReorderBuffer, xid: int) -> int:
+    """``xid``'s top-level transaction. A subtransaction is known by then: its first record
+    named its top-level xid (``Decoder.process``)."""
+    by_txn = rb.by_txn
+    t = by_txn.get(xid)
+    return t.top if t is not None and t.top else xid
 
 
 def txn(rb: ReorderBuffer, xid: int, lsn: int) -> TXN:
