@@ -75,6 +75,21 @@ class WalGapError(WalError):
     """A segment the reader needs is missing between two it has."""
 
 
+class EndOfWal(Exception):
+    """Not an error: valid WAL ends here (the reason in ``args[0]``), and the reader's records
+    end (:mod:`cdclake.wal.reader`, whose two builds, Python and compiled, raise and catch
+    this one class).
+
+    ``lsn`` is where the end was found when that is past the record being read (a record
+    continuing into a segment that is absent or recycled): whether valid WAL resumes after
+    the end must be judged from there, not from the record's start.
+    """
+
+    def __init__(self, reason: str, lsn: int | None = None) -> None:
+        super().__init__(reason)
+        self.lsn = lsn
+
+
 # --- catalog / tuples ------------------------------------------------------------------------
 
 

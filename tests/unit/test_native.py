@@ -37,9 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: every twin; the modules that bind them are imported above (and by ``_import_from_zip``)
 TWINS = {"cdclake.tuples.heap.deform",
-         "cdclake.wal.reader._decode_body",
-         "cdclake.wal.reader.XLogReader._read_record",
-         "cdclake.wal.reader.XLogReader.__iter__",
+         "cdclake.wal.reader.walk",
          "cdclake.decoding.decode.Decoder._heap",
          "cdclake.decoding.decode.Decoder._heap2",
          "cdclake.decoding.decode.Decoder._xact",
@@ -83,19 +81,19 @@ def test_the_compiled_reader_checks_crcs_through_the_crc32c_packages_own_step() 
     """The step ``crc32c.crc32c`` runs, called through its pointer (it agreed with
     ``crc32c.crc32c`` at import on every length up to 300 bytes); a flipped bit is still a CRC
     error in the record's header and in its body (``test_bad_input``, both readers)."""
-    from cdclake.wal import _reader
+    from cdclake.wal import _primitives
 
-    assert _reader.fast_crc()
+    assert _primitives.fast_crc()
 
 
 def test_use_python_switches_every_twin_and_back() -> None:
-    compiled = heap.deform, reader._decode_body, reader.XLogReader._read_record
+    compiled = heap.deform, reader.walk, reorder.ReorderBuffer.txn
     with native.use_python():
         assert heap.deform.__module__ == "cdclake.tuples.heap"
         assert type(heap.deform).__name__ == "function"
-        assert type(reader._decode_body).__name__ == "function"
-        assert type(reader.XLogReader._read_record).__name__ == "function"  # a method too
-    assert (heap.deform, reader._decode_body, reader.XLogReader._read_record) == compiled
+        assert type(reader.walk).__name__ == "function"
+        assert type(reorder.ReorderBuffer.txn).__name__ == "function"  # a method too
+    assert (heap.deform, reader.walk, reorder.ReorderBuffer.txn) == compiled
 
 
 def test_the_environment_asks_for_pure_python() -> None:
@@ -180,7 +178,7 @@ def test_an_extension_this_python_cannot_load_falls_back_to_python(tmp_path: Pat
     got = _import_from_zip(broken)
     assert got["active"] is False and got["deform"] == "cdclake.tuples.heap"
     assert "cdclake.tuples.heap.deform" not in got["twins"]  # type: ignore[operator]
-    assert "cdclake.wal.reader._decode_body" in got["twins"]  # type: ignore[operator]
+    assert "cdclake.wal.reader.walk" in got["twins"]  # type: ignore[operator]
     warning = str(got["stderr"]).strip()
     assert "compiled hot path is not built" in warning and "\n" not in warning
 

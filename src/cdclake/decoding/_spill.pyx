@@ -10,7 +10,7 @@ the decoding suites run with both (``test_reorder`` reads what the other wrote).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.string cimport memcmp, memcpy
 
-from cdclake.wal._reader cimport crc32c_of
+from cdclake.wal._primitives cimport crc32c_of
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.wal._slots cimport blank, get, put
 

@@ -4,19 +4,19 @@
 The scan reads every record of a batch for a few facts, where a Python record costs more
 than the facts: most records are heap changes, of which it needs the transaction, the size,
 the first block's relation and two flag bits of the main data. The compiled reader's
-:func:`~cdclake.wal._reader.sift` checks every record as it reads it and hands its bytes to
-:class:`_Facts`, which takes those facts from the bytes and builds only the transaction and
-message records, which Python takes as the reference does (:func:`take`: memberships, the
+:class:`~cdclake.wal.reader.Walk` checks every record as it reads it and hands its bytes to
+:class:`_Facts` (a :class:`~cdclake.wal.reader.Sieve`), which takes those facts from the
+bytes and builds only the transaction and message records, which Python takes as the reference does (:func:`take`: memberships, the
 full dictionary). The facts equal the reference's: its tests run both.
 A record whose headers do not parse is built too, so the reader raises what is wrong with it.
 """
 
 import sys
 
-from cdclake.decoding._rmgrs cimport CATALOG, TXN, heap_class, shared_out
-from cdclake.wal._reader cimport Shape, Sieve, shape
+from cdclake.decoding._rmgrs cimport CATALOG, TXN, Shape, heap_class, shape, shared_out
+from cdclake.wal._payload cimport Bytes, payload
+from cdclake.wal._reader cimport Sieve, Walk
 
-from cdclake.wal import _reader
 from cdclake.wal.record import RM_HEAP2_ID, RM_HEAP_ID, RM_LOGICALMSG_ID, RM_XACT_ID
 from cdclake.wal.rmgr import heap
 
@@ -50,17 +50,19 @@ cdef class _Facts(Sieve):
         self.first_prev = 0
         self.last_lsn = None
 
-    cdef int raw(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
-                 unsigned int rmid, unsigned int info, Py_ssize_t tot_len,
-                 const unsigned char *d, Py_ssize_t n) except -1:
+    cpdef bint wants(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
+                     unsigned int rmid, unsigned int info, Py_ssize_t tot_len, object src,
+                     Py_ssize_t off) except -1:
         if not self.seen:
             self.seen = True
             self.first_lsn, self.first_prev = lsn, prev
         self.last = lsn
         if rmid == XACT or rmid == LOGICALMSG:
             return 1  # memberships, the dictionary: Python's
+        cdef Bytes b = payload(src)
+        cdef const unsigned char *d = b.p + off
         cdef Shape s
-        if shape(d, n, tot_len, &s) < 0:
+        if shape(d, min(tot_len, b.n - off), tot_len, &s) < 0:
             return 1
         if s.toplevel and s.toplevel != xid:
             self.parent_of[xid] = s.toplevel
@@ -93,7 +95,7 @@ def _scan(reader, out, facts, db_oid, key):
     take = sys.modules["cdclake.spark.segments"].take
     cdef _Facts sieve = _Facts(facts, db_oid)
     try:
-        for rec in _reader.sift(reader, sieve):
+        for rec in Walk(reader, sieve):
             take(rec, out, facts, db_oid, key, reader.version)
     finally:
         sieve.flush()

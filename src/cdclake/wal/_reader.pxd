@@ -1,24 +1,59 @@
 # cython: language_level=3
-"""What other compiled modules take from the compiled reader: :class:`Sieve`, which
-:func:`cdclake.wal._reader.sift` asks which records to build, :func:`shape`, what a sieve
-reads of a record's headers, and :func:`crc32c_of`, the CRC step the reader checks with."""
+"""C types for ``reader.py`` compiled as ``cdclake.wal._reader`` (Cython's pure-Python mode):
+its ``Walk`` is the reader's compiled twin (``cdclake.native``), and the compiled scans
+(``cdclake.decoding._rmgrs``, ``cdclake.spark._segments``) extend its ``Sieve``
+(``cimport``)."""
+
+import cython
+
+cdef Py_ssize_t PAGE_SIZE, RECORD_HEADER
+cdef unsigned int XLP_FIRST_IS_CONTRECORD, XLP_FIRST_IS_OVERWRITE_CONTRECORD, XLOG_SWITCH
+cdef unsigned int RM_MAX_BUILTIN, RM_MIN_CUSTOM, INVALID_REP_ORIGIN, INVALID_XID
+cdef int XLR_MAX_BLOCK_ID, XLR_BLOCK_ID_DATA_SHORT, XLR_BLOCK_ID_DATA_LONG
+cdef int XLR_BLOCK_ID_ORIGIN, XLR_BLOCK_ID_TOPLEVEL_XID
+cdef int BKPBLOCK_HAS_IMAGE, BKPBLOCK_HAS_DATA, BKPBLOCK_SAME_REL
+cdef int BKPIMAGE_HAS_HOLE, BKPIMAGE_COMPRESSED
 
 
-# a record's headers, as far as a sieve reads them
-cdef struct Shape:
-    unsigned int toplevel  # the toplevel-xid block's xid; 0 without one
-    int nblocks
-    unsigned int first_db, first_rel  # the first block reference's relation
-    Py_ssize_t main_len  # the main data is the record's last main_len bytes
-
-
-cdef unsigned int crc32c_of(const unsigned char *d, Py_ssize_t n) except? 0
-
-
-cdef int shape(const unsigned char *d, Py_ssize_t n, Py_ssize_t tot_len, Shape *s) nogil
+cdef inline Py_ssize_t _maxalign(Py_ssize_t n) noexcept
 
 
 cdef class Sieve:
-    cdef int raw(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
-                 unsigned int rmid, unsigned int info, Py_ssize_t tot_len,
-                 const unsigned char *d, Py_ssize_t n) except -1
+    cpdef bint wants(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
+                     unsigned int rmid, unsigned int info, Py_ssize_t tot_len, object src,
+                     Py_ssize_t off) except -1
+
+
+cdef class Walk:
+    cdef object reader
+    cdef Sieve sieve
+    cdef bint started, done, has_start, has_end
+    cdef unsigned long long pos, prev_lsn, next_lsn, start, end
+    cdef Py_ssize_t size
+
+    @cython.locals(pos=cython.ulonglong, header=Py_ssize_t, info=cython.uint,
+                   visible=cython.bint)
+    cdef object _next(self)
+
+    @cython.locals(size=Py_ssize_t, off=Py_ssize_t, n=Py_ssize_t, tot_len=Py_ssize_t,
+                   page_left=Py_ssize_t, cached=tuple)
+    cdef object _read(self, unsigned long long pos, bint visible)
+
+    @cython.locals(_tot=Py_ssize_t, xid=cython.uint, prev=cython.ulonglong, info=cython.uint,
+                   rmid=cython.uint, crc=cython.uint, prev_lsn=cython.ulonglong,
+                   main=Py_ssize_t, main_len=Py_ssize_t, origin=cython.uint,
+                   toplevel=cython.uint, blocks=list)
+    cdef object _record(self, unsigned long long pos, unsigned long long end_pos,
+                        Py_ssize_t tot_len, object src, Py_ssize_t off, object where,
+                        object timeline, bint visible)
+
+
+@cython.locals(end=Py_ssize_t, p=Py_ssize_t, datatotal=Py_ssize_t, main_len=Py_ssize_t,
+               origin=cython.uint, toplevel=cython.uint, last_id=cython.int,
+               block_id=cython.int, flags=cython.int, dlen=Py_ssize_t, ilen=Py_ssize_t,
+               bimg_len=cython.int, hole_off=cython.int, hole_len=cython.int,
+               bimg_info=cython.int, lens=Py_ssize_t[66], nblocks=Py_ssize_t, i=Py_ssize_t,
+               k=Py_ssize_t)
+cpdef (Py_ssize_t, Py_ssize_t, unsigned int, unsigned int) body(
+    object src, Py_ssize_t base, Py_ssize_t tot_len, unsigned long long lsn, object where,
+    list blocks)

@@ -1,3 +1,4 @@
+# cython: cdivision=True
 """XLogReader: segment bytes -> assembled, CRC-checked WAL records (PostgreSQL 15-18).
 
 Layouts from access/xlog_internal.h and access/xlogrecord.h (docs/architecture.md). Records are
@@ -8,6 +9,11 @@ should start, a recycled segment whose pages carry another LSN, the end of the l
 from *corruption* (bad CRC, broken prev-link, a continuation that does not continue, a
 segment missing between two present ones): the first ends iteration, the second raises an
 error naming the segment file and LSN.
+
+Written once and compiled as itself (Cython's pure-Python mode, ``cdclake.native``): the
+C types of the walk over records are in ``_reader.pxd``, and what differs between the builds
+— reading a field, the CRC, building a record — are the primitives of
+:mod:`cdclake.wal.primitives` (compiled: ``_primitives``).
 """
 
 from __future__ import annotations
@@ -15,10 +21,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-import crc32c
-
 from cdclake import native
-from cdclake.errors import WalCorruptError, WalGapError, WalTruncatedError, WalVersionError
+from cdclake.errors import (
+    EndOfWal,
+    WalCorruptError,
+    WalGapError,
+    WalTruncatedError,
+    WalVersionError,
+)
 from cdclake.lsn import SegmentName, TimelineSwitch, format_lsn, parse_history
 from cdclake.wal.record import (
     BKPBLOCK_HAS_DATA,
@@ -26,6 +36,8 @@ from cdclake.wal.record import (
     BKPBLOCK_SAME_REL,
     BKPIMAGE_COMPRESSED,
     BKPIMAGE_HAS_HOLE,
+    INVALID_REP_ORIGIN,
+    INVALID_XID,
     XLR_BLOCK_ID_DATA_LONG,
     XLR_BLOCK_ID_DATA_SHORT,
     XLR_BLOCK_ID_ORIGIN,
@@ -37,6 +49,16 @@ from cdclake.wal.record import (
 )
 from cdclake.wal.source import SegmentSource
 from cdclake.wal.timelines import TimelinePath, newest_path
+
+try:
+    import cython
+except ImportError:  # Cython builds cdclake; an install without it runs this file as Python
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.wal import _primitives as primitives
+else:
+    from cdclake.wal import primitives
 
 PAGE_SIZE = 8192
 SHORT_HEADER = 24
@@ -58,12 +80,6 @@ RM_MIN_CUSTOM = 128
 
 _PAGE = struct.Struct("<HHIQI")  # magic, info, tli, pageaddr, rem_len
 _LONG = struct.Struct("<QII")  # sysid, seg_size, xlog_blcksz (at offset 24)
-_REC = struct.Struct("<IIQBBxxI")  # tot_len, xid, prev, info, rmid, (2 pad), crc
-_U16 = struct.Struct("<H")
-_U32 = struct.Struct("<I")
-_BLK = struct.Struct("<BH")  # fork_flags, data_length
-_IMG = struct.Struct("<HHB")  # bimg_len, hole_offset, bimg_info
-_LOC = struct.Struct("<III")
 
 
 def _maxalign(n: int) -> int:
@@ -78,19 +94,6 @@ def first_record_at(lsn: int, segment_size: int) -> int:
     if lsn % PAGE_SIZE == 0:
         return lsn + SHORT_HEADER
     return lsn
-
-
-class _EndOfWal(Exception):
-    """Internal: valid WAL ends here (reason in args[0]).
-
-    ``lsn`` is where the end was found when that is past the record being read (a record
-    continuing into a segment that is absent or recycled): whether valid WAL resumes after
-    the end must be judged from there, not from the record's start.
-    """
-
-    def __init__(self, reason: str, lsn: int | None = None) -> None:
-        super().__init__(reason)
-        self.lsn = lsn
 
 
 class XLogReader:
@@ -165,7 +168,7 @@ class XLogReader:
             if segno < self._max_segno:
                 raise WalGapError(f"segment {name} is missing but later segments are present",
                                   segment=name, lsn=segno * size)
-            raise _EndOfWal(f"no segment {name}")
+            raise EndOfWal(f"no segment {name}")
         seg = SegmentName(tli, segno)
         where = self.source.describe(seg)
         data = self.source.read_segment(seg)
@@ -183,16 +186,16 @@ class XLogReader:
     def _page(self, lsn: int) -> tuple[int, int, int]:
         """The page starting at ``lsn``: (header size, xlp_info, xlp_rem_len).
 
-        Raises _EndOfWal for pages that are not (yet) part of this WAL stream.
+        Raises EndOfWal for pages that are not (yet) part of this WAL stream.
         """
         size = self.segment_size
         view, where = self._segment(lsn // size)
         off = lsn % size
         if off + SHORT_HEADER > len(view):
-            raise _EndOfWal(f"end of segment file {where}")
+            raise EndOfWal(f"end of segment file {where}")
         magic, info, _tli, pageaddr, rem_len = _PAGE.unpack_from(view, off)
         if magic == 0 and pageaddr == 0:
-            raise _EndOfWal(f"zeroed page at {format_lsn(lsn)}")
+            raise EndOfWal(f"zeroed page at {format_lsn(lsn)}")
         if self.magic == 0:
             version = MAGIC_VERSIONS.get(magic)
             if version is None:
@@ -201,7 +204,7 @@ class XLogReader:
                                       segment=where, lsn=lsn)
             self.magic, self.version = magic, version
         if pageaddr != lsn:
-            raise _EndOfWal(f"page at {format_lsn(lsn)} has pageaddr {format_lsn(pageaddr)} "
+            raise EndOfWal(f"page at {format_lsn(lsn)} has pageaddr {format_lsn(pageaddr)} "
                             "(recycled or not yet written)")
         if magic != self.magic:
             raise WalVersionError(f"page magic 0x{magic:04X} differs from 0x{self.magic:04X} "
@@ -232,50 +235,10 @@ class XLogReader:
                                   segment=where, lsn=lsn)
         return header, info, rem_len
 
-    # -- records -----------------------------------------------------------------------------
+    # -- records ---------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[XLogRecord]:
-        pos = self._plan()
-        size = self.segment_size
-        prev_lsn = 0
-        start = self.start_lsn
-        end = self.end_lsn
-        try:
-            pos = self._first_record(pos)
-            while True:
-                if pos % PAGE_SIZE == 0:
-                    header, info, _ = self._page(pos)
-                    if info & XLP_FIRST_IS_CONTRECORD and not (
-                            info & XLP_FIRST_IS_OVERWRITE_CONTRECORD):
-                        raise WalCorruptError("page starts with the continuation of a record "
-                                              "that did not begin on the previous page",
-                                              segment=self._where(pos), lsn=pos)
-                    pos += header
-                if end is not None and pos >= end:
-                    self.end_reason = "end LSN reached"
-                    break
-                rec = self._read_record(pos, prev_lsn)
-                if rec is None:  # an overwritten contrecord: restart at the next page
-                    pos = (pos // PAGE_SIZE + 1) * PAGE_SIZE
-                    while True:
-                        header, info, _ = self._page(pos)
-                        if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
-                            pos += header
-                            break
-                        pos += PAGE_SIZE
-                    prev_lsn = 0
-                    continue
-                prev_lsn = rec.lsn
-                if rec.rmid == 0 and rec.info & 0xF0 == XLOG_SWITCH:
-                    # The rest of the segment is padding.
-                    rec.end_lsn = (rec.lsn // size + 1) * size
-                if start is None or rec.lsn >= start:
-                    yield rec
-                pos = rec.end_lsn
-        except _EndOfWal as stop:
-            self.end_reason = str(stop.args[0])
-            self._check_really_end(pos if stop.lsn is None else stop.lsn, pos)
-        self.end_of_wal = pos
+        return walk(self, None)
 
     def _first_record(self, pos: int) -> int:
         """Skip a continuation at the start of the first page read; where records begin."""
@@ -293,6 +256,16 @@ class XLogReader:
                 return p + header
             p += header
 
+    def _past_overwritten(self, pos: int) -> int:
+        """Where records resume after the record at ``pos``, cut short by an overwritten
+        contrecord: past the header of the page that says so."""
+        pos = (pos // PAGE_SIZE + 1) * PAGE_SIZE
+        while True:
+            header, info, _ = self._page(pos)
+            if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
+                return pos + header
+            pos += PAGE_SIZE
+
     def _check_really_end(self, found: int, pos: int) -> None:
         """At an end-of-WAL condition: if valid WAL continues after it, this is corruption.
 
@@ -306,7 +279,7 @@ class XLogReader:
             return
         try:
             self._page(nxt)
-        except (_EndOfWal, WalVersionError, WalCorruptError, WalTruncatedError, WalGapError):
+        except (EndOfWal, WalVersionError, WalCorruptError, WalTruncatedError, WalGapError):
             return  # the following segment is recycled or absent: a genuine end
         detail = "" if found == pos else f" while reading the record at {format_lsn(pos)}"
         raise WalCorruptError(f"WAL ends here ({self.end_reason}){detail} but valid WAL "
@@ -321,46 +294,6 @@ class XLogReader:
             return SegmentName(1, segno).name(self.segment_size)
         return self.source.describe(SegmentName(tli, segno))
 
-    def _read_record(self, pos: int, prev_lsn: int) -> XLogRecord | None:
-        size = self.segment_size
-        view, where = self._segment(pos // size)
-        off = pos % size
-        page_left = PAGE_SIZE - off % PAGE_SIZE
-        if off + 4 > len(view):
-            raise _EndOfWal(f"end of segment file {where}")
-        tot_len = _U32.unpack_from(view, off)[0]
-        if tot_len == 0:
-            raise _EndOfWal(f"zero record length at {format_lsn(pos)}")
-        if tot_len < RECORD_HEADER:
-            raise WalCorruptError(f"invalid record length {tot_len} (at least "
-                                  f"{RECORD_HEADER} expected)", segment=where, lsn=pos)
-        if tot_len > 1 << 30:
-            raise WalCorruptError(f"record length {tot_len} is impossibly large",
-                                  segment=where, lsn=pos)
-        if tot_len <= page_left:
-            if off + tot_len > len(view):
-                raise _EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of the file")
-            data: bytes | memoryview = view[off:off + tot_len]
-            end_pos = pos + _maxalign(tot_len)
-        else:
-            assembled = self._assemble(pos, tot_len, bytes(view[off:off + page_left]))
-            if assembled is None:
-                return None
-            data, end_pos = assembled
-        _tot, xid, prev, info, rmid, crc = _REC.unpack_from(data, 0)
-        if prev_lsn and prev != prev_lsn:
-            raise WalCorruptError(f"record's prev-link {format_lsn(prev)} does not point to "
-                                  f"the previous record {format_lsn(prev_lsn)}",
-                                  segment=where, lsn=pos)
-        if rmid > RM_MAX_BUILTIN and rmid < RM_MIN_CUSTOM:
-            raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
-        if crc32c.crc32c(data[:20], crc32c.crc32c(data[RECORD_HEADER:])) != crc:
-            raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
-        rec = XLogRecord(pos, end_pos, prev, xid, rmid, info, tot_len,
-                         timeline=self._segno_tli.get(pos // size, 1), segment=where)
-        _decode_body(rec, data, where)
-        return rec
-
     def _assemble(self, pos: int, tot_len: int, first: bytes) -> tuple[bytes, int] | None:
         """A record continued on later pages: its bytes (``first`` is the part on its own
         page) and where the next record starts; None when an overwritten contrecord ends it."""
@@ -372,8 +305,8 @@ class XLogReader:
         while got < tot_len:
             try:
                 header, info, rem_len = self._page(page)
-            except _EndOfWal as exc:
-                raise _EndOfWal(f"record at {format_lsn(pos)} continues past the end of "
+            except EndOfWal as exc:
+                raise EndOfWal(f"record at {format_lsn(pos)} continues past the end of "
                                 f"valid WAL ({exc.args[0]})", page) from None
             pview, pwhere = self._segment(page // size)
             poff = page % size
@@ -390,7 +323,7 @@ class XLogReader:
             start = poff + header
             take = min(rem_len, PAGE_SIZE - header)
             if start + take > len(pview):
-                raise _EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of "
+                raise EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of "
                                 "the file", page)
             parts.append(bytes(pview[start:start + take]))
             got += take
@@ -399,60 +332,226 @@ class XLogReader:
         return b"".join(parts), end_pos
 
 
-def _decode_body(rec: XLogRecord, data: bytes | memoryview, where: str) -> None:
-    """DecodeXLogRecord: block headers, then payloads (image, data per block), main data."""
-    tot = rec.tot_len
-    p = RECORD_HEADER
+
+
+class Sieve:
+    """Which records a :class:`Walk` builds: ``wants`` sees a record's header fields and its
+    ``tot_len`` bytes at ``off`` in ``src``, checked (header, prev-link, CRC), and says
+    whether to build it. This one builds every record; the compiled scans
+    (``cdclake.decoding._rmgrs``, ``cdclake.spark._segments``) extend it in C, to read most
+    records past without a Python object built for them or their blocks."""
+
+    def wants(self, lsn: int, prev: int, xid: int, rmid: int, info: int, tot_len: int,
+              src: primitives.Bytes, off: int) -> bool:
+        return True
+
+
+#: what :meth:`Walk._record` returns for a record it read past (its sieve did not want it)
+PASSED = object()
+
+
+class Walk:
+    """The records of ``reader`` from its start LSN on, as :meth:`XLogReader.__iter__` gives
+    them (every check, end and error of the reader's); with a ``sieve``, those it wants, the
+    others checked and read past — a pass that wants a few records of a segment (a scan)
+    costs the walk, not the records. An iterator rather than a generator: compiled, its state
+    is C fields and its steps C methods (``_reader.pxd``)."""
+
+    def __init__(self, reader: XLogReader, sieve: Sieve | None) -> None:
+        self.reader = reader
+        self.sieve = sieve
+        self.started = False
+        self.done = False
+        self.pos = 0
+        self.prev_lsn = 0
+        self.next_lsn = 0
+        self.size = 0
+        self.has_start = reader.start_lsn is not None
+        self.start = reader.start_lsn or 0
+        self.has_end = reader.end_lsn is not None
+        self.end = reader.end_lsn or 0
+
+    def __iter__(self) -> Walk:
+        return self
+
+    def __next__(self) -> XLogRecord:
+        rec = self._next()
+        if rec is None:
+            raise StopIteration
+        return rec  # type: ignore[no-any-return]
+
+    def _next(self) -> XLogRecord | None:
+        """The next record, None at the end of WAL (or of the reader's LSN range)."""
+        if self.done:
+            return None
+        self.done = True  # until a record is given: an error ends the walk too
+        reader = self.reader
+        pos = self.pos
+        try:
+            if not self.started:
+                self.started = True
+                pos = reader._plan()
+                self.size = reader.segment_size
+                pos = reader._first_record(pos)
+            while True:
+                if pos % PAGE_SIZE == 0:
+                    header, info, _ = reader._page(pos)
+                    if info & XLP_FIRST_IS_CONTRECORD and not (
+                            info & XLP_FIRST_IS_OVERWRITE_CONTRECORD):
+                        raise WalCorruptError("page starts with the continuation of a record "
+                                              "that did not begin on the previous page",
+                                              segment=reader._where(pos), lsn=pos)
+                    pos += header
+                if self.has_end and pos >= self.end:
+                    reader.end_reason = "end LSN reached"
+                    break
+                visible = not self.has_start or pos >= self.start
+                rec = self._read(pos, visible)
+                if rec is None:  # an overwritten contrecord: restart at the next page
+                    pos = reader._past_overwritten(pos)
+                    self.prev_lsn = 0
+                    continue
+                self.prev_lsn = pos
+                pos = self.next_lsn
+                if rec is not PASSED and visible:
+                    self.pos = pos
+                    self.done = False
+                    return rec  # type: ignore[return-value]
+        except EndOfWal as stop:
+            reader.end_reason = str(stop.args[0])
+            reader._check_really_end(pos if stop.lsn is None else stop.lsn, pos)
+        reader.end_of_wal = pos
+        return None
+
+    def _read(self, pos: int, visible: bool) -> object:
+        """The record at ``pos`` (None: an overwritten contrecord ends it), or PASSED; where
+        the next record starts in ``next_lsn``."""
+        reader = self.reader
+        size = self.size
+        cached = reader._seg_cache  # the reader's segment, read here without a call
+        if cached is None or cached[0] != pos // size:
+            reader._segment(pos // size)
+            cached = reader._seg_cache
+            assert cached is not None
+        view = cached[1]
+        where = cached[2]
+        off = pos % size
+        n = len(view)
+        if off + 4 > n:
+            raise EndOfWal(f"end of segment file {where}")
+        tot_len = primitives.u32(view, off, n)
+        if tot_len == 0:
+            raise EndOfWal(f"zero record length at {format_lsn(pos)}")
+        if tot_len < RECORD_HEADER:
+            raise WalCorruptError(f"invalid record length {tot_len} (at least "
+                                  f"{RECORD_HEADER} expected)", segment=where, lsn=pos)
+        if tot_len > 1 << 30:
+            raise WalCorruptError(f"record length {tot_len} is impossibly large",
+                                  segment=where, lsn=pos)
+        page_left = PAGE_SIZE - off % PAGE_SIZE
+        if tot_len <= page_left:
+            if off + tot_len > n:
+                raise EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of the file")
+            return self._record(pos, pos + _maxalign(tot_len), tot_len, view, off, where,
+                                cached[3], visible)
+        assembled = reader._assemble(pos, tot_len, bytes(view[off:off + page_left]))
+        if assembled is None:
+            return None
+        data, end_pos = assembled
+        return self._record(pos, end_pos, tot_len, data, 0, where, cached[3], visible)
+
+    def _record(self, pos: int, end_pos: int, tot_len: int, src: primitives.Bytes, off: int,
+                where: str, timeline: int, visible: bool) -> object:
+        """The record of ``tot_len`` bytes at ``off`` in ``src`` (its segment's view, or the
+        bytes it was assembled into) and starting in the segment of ``timeline``: header
+        checks, CRC, then its body; PASSED for one the sieve does not want or not
+        ``visible`` (before the start LSN)."""
+        _tot, xid, prev, info, rmid, crc = primitives.record_header(src, off)
+        prev_lsn = self.prev_lsn
+        if prev_lsn and prev != prev_lsn:
+            raise WalCorruptError(f"record's prev-link {format_lsn(prev)} does not point to "
+                                  f"the previous record {format_lsn(prev_lsn)}",
+                                  segment=where, lsn=pos)
+        if rmid > RM_MAX_BUILTIN and rmid < RM_MIN_CUSTOM:
+            raise WalCorruptError(f"invalid resource manager id {rmid}", segment=where, lsn=pos)
+        if primitives.record_crc(src, off, tot_len) != crc:
+            raise WalCorruptError("incorrect CRC-32C in record", segment=where, lsn=pos)
+        if rmid == 0 and info & 0xF0 == XLOG_SWITCH:  # the rest of the segment is padding
+            end_pos = (pos // self.size + 1) * self.size
+        self.next_lsn = end_pos
+        sieve = self.sieve
+        if sieve is not None and (not visible or not sieve.wants(pos, prev, xid, rmid, info,
+                                                                 tot_len, src, off)):
+            return PASSED
+        blocks: list[BlockRef] = []
+        main, main_len, origin, toplevel = body(src, off, tot_len, pos, where, blocks)
+        return primitives.new_record(pos, end_pos, prev, xid, rmid, info, tot_len, blocks,
+                                     src[main:main + main_len], origin, toplevel, timeline,
+                                     where)
+
+
+def body(src: primitives.Bytes, base: int, tot_len: int, lsn: int, where: str,
+         blocks: list[BlockRef]) -> tuple[int, int, int, int]:
+    """DecodeXLogRecord over the record of ``tot_len`` bytes at ``base`` in ``src``: its block
+    headers, then the payloads (image, data per block), appending the blocks to ``blocks``.
+    Returns where its main data is in ``src`` and how long, its replication origin and its
+    top-level transaction (0: none said)."""
+    end = base + tot_len
+    p = base + RECORD_HEADER
     datatotal = 0
     main_len = 0
-    blocks = rec.blocks
+    origin = INVALID_REP_ORIGIN
+    toplevel = INVALID_XID
     last_loc: RelFileLocator | None = None
     last_id = -1
+    # per block: its image's length (-1: none), its data's (compiled: a C array; a record has
+    # 33 blocks at the most, its ids ascending up to XLR_MAX_BLOCK_ID)
+    lens = [0] * 66
+    nblocks = 0
     try:
-        while tot - p > datatotal:
-            block_id = data[p]
+        while end - p > datatotal:
+            block_id = primitives.u8(src, p, end)
             p += 1
             if block_id == XLR_BLOCK_ID_DATA_SHORT:
-                main_len = data[p]
+                main_len = primitives.u8(src, p, end)
                 p += 1
                 datatotal += main_len
                 break
             if block_id == XLR_BLOCK_ID_DATA_LONG:
-                main_len = _U32.unpack_from(data, p)[0]
+                main_len = primitives.u32(src, p, end)
                 p += 4
                 datatotal += main_len
                 break
             if block_id == XLR_BLOCK_ID_ORIGIN:
-                rec.origin = _U16.unpack_from(data, p)[0]
+                origin = primitives.u16(src, p, end)
                 p += 2
                 continue
             if block_id == XLR_BLOCK_ID_TOPLEVEL_XID:
-                rec.toplevel_xid = _U32.unpack_from(data, p)[0]
+                toplevel = primitives.u32(src, p, end)
                 p += 4
                 continue
             if block_id > XLR_MAX_BLOCK_ID or block_id <= last_id:
-                raise WalCorruptError(f"invalid block id {block_id}", segment=where,
-                                      lsn=rec.lsn)
+                raise WalCorruptError(f"invalid block id {block_id}", segment=where, lsn=lsn)
             last_id = block_id
-            flags, dlen = _BLK.unpack_from(data, p)
+            flags = primitives.u8(src, p, end)
+            dlen = primitives.u16(src, p + 1, end)
             p += 3
-            has_data = bool(flags & BKPBLOCK_HAS_DATA)
-            if has_data != (dlen > 0):
+            if bool(flags & BKPBLOCK_HAS_DATA) != (dlen > 0):
                 raise WalCorruptError(f"block {block_id}: HAS_DATA does not match data length "
-                                      f"{dlen}", segment=where, lsn=rec.lsn)
+                                      f"{dlen}", segment=where, lsn=lsn)
             datatotal += dlen
-            blk = BlockRef(block_id, RelFileLocator(0, 0, 0), flags & 0x0F, 0, flags)
-            blk.data = dlen  # type: ignore[assignment]  # length for now, bytes below
+            ilen = -1
+            bimg_info = hole_off = hole_len = 0
             if flags & BKPBLOCK_HAS_IMAGE:
-                bimg_len, hole_off, bimg_info = _IMG.unpack_from(data, p)
+                bimg_len = primitives.u16(src, p, end)
+                hole_off = primitives.u16(src, p + 2, end)
+                bimg_info = primitives.u8(src, p + 4, end)
                 p += 5
                 if bimg_info & BKPIMAGE_HAS_HOLE and bimg_info & BKPIMAGE_COMPRESSED:
-                    hole_len = _U16.unpack_from(data, p)[0]
+                    hole_len = primitives.u16(src, p, end)
                     p += 2
                 elif bimg_info & BKPIMAGE_HAS_HOLE:
                     hole_len = PAGE_SIZE - bimg_len
-                else:
-                    hole_len = 0
                 if ((bimg_info & BKPIMAGE_HAS_HOLE and (hole_off == 0 or hole_len == 0
                                                         or bimg_len == PAGE_SIZE))
                         or (not bimg_info & BKPIMAGE_HAS_HOLE and (hole_off or hole_len))
@@ -461,46 +560,48 @@ def _decode_body(rec: XLogRecord, data: bytes | memoryview, where: str) -> None:
                         or bimg_len > PAGE_SIZE):
                     raise WalCorruptError(f"block {block_id}: inconsistent image header "
                                           f"(len {bimg_len}, hole {hole_off}+{hole_len}, "
-                                          f"info 0x{bimg_info:02X})", segment=where,
-                                          lsn=rec.lsn)
-                blk.bimg_info = bimg_info
-                blk.hole_offset = hole_off
-                blk.hole_length = hole_len
-                blk.image = bimg_len  # type: ignore[assignment]  # length for now
+                                          f"info 0x{bimg_info:02X})", segment=where, lsn=lsn)
+                ilen = bimg_len
                 datatotal += bimg_len
             if flags & BKPBLOCK_SAME_REL:
                 if last_loc is None:
                     raise WalCorruptError(f"block {block_id}: SAME_REL without a previous "
-                                          "relation", segment=where, lsn=rec.lsn)
-                blk.rlocator = last_loc
+                                          "relation", segment=where, lsn=lsn)
             else:
-                last_loc = blk.rlocator = RelFileLocator(*_LOC.unpack_from(data, p))
+                last_loc = primitives.locator(src, p, end)
                 p += 12
-            blk.blkno = _U32.unpack_from(data, p)[0]
+            blocks.append(primitives.new_block(block_id, flags, last_loc,
+                                               primitives.u32(src, p, end), bimg_info,
+                                               hole_off, hole_len))
             p += 4
-            blocks.append(blk)
-        if tot - p != datatotal:
-            raise WalCorruptError(f"record length {tot} does not match its headers "
-                                  f"({p} + {datatotal})", segment=where, lsn=rec.lsn)
-        for blk in blocks:
-            if blk.image is not None:
-                n = blk.image  # type: ignore[assignment]
-                blk.image = data[p:p + n]  # type: ignore[index]
-                p += n  # type: ignore[operator]
-            n = blk.data  # type: ignore[assignment]
-            if n:
-                blk.data = data[p:p + n]  # type: ignore[index]
-                p += n  # type: ignore[operator]
-            else:
-                blk.data = None
-        rec.main_data = data[p:p + main_len]
-    except (struct.error, IndexError) as exc:
+            lens[2 * nblocks] = ilen
+            lens[2 * nblocks + 1] = dlen
+            nblocks += 1
+    except IndexError as exc:
         raise WalCorruptError(f"record body is cut off ({exc})", segment=where,
-                              lsn=rec.lsn) from None
+                              lsn=lsn) from None
+    if end - p != datatotal:
+        raise WalCorruptError(f"record length {tot_len} does not match its headers "
+                              f"({p - base} + {datatotal})", segment=where, lsn=lsn)
+    for i in range(nblocks):
+        k = lens[2 * i]
+        image = None
+        if k >= 0:
+            image = src[p:p + k]
+            p += k
+        k = lens[2 * i + 1]
+        data = None
+        if k:
+            data = src[p:p + k]
+            p += k
+        primitives.set_payloads(blocks[i], image, data)
+    return p, main_len, origin, toplevel
 
 
-_decode_body = native.twin(_decode_body, "cdclake.wal._reader")
-XLogReader._read_record = native.twin(  # type: ignore[method-assign]
-    XLogReader._read_record, "cdclake.wal._reader")
-XLogReader.__iter__ = native.twin(  # type: ignore[method-assign]
-    XLogReader.__iter__, "cdclake.wal._reader")
+def walk(reader: XLogReader, sieve: Sieve | None) -> Walk:
+    """A :class:`Walk` over ``reader``'s records: where this file is compiled, the compiled
+    class's (its twin, :func:`cdclake.native.twin`)."""
+    return Walk(reader, sieve)
+
+
+walk = native.twin(walk, "cdclake.wal._reader")

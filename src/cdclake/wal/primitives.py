@@ -1,0 +1,88 @@
+"""What the reader does to a record's bytes, below its logic: read a little-endian field
+inside the record, compute the record's CRC-32C, build the record and block objects.
+
+The reader (:mod:`cdclake.wal.reader`) is written once, in Python, and compiled as itself
+(Cython's pure-Python mode, ``cdclake.native``); these primitives are where the two builds
+differ. This module is the reference the Python build calls; the compiled build calls
+``_primitives`` (its ``.pxd`` and ``.pyx``): the same functions over C pointers, the CRC step of
+the ``crc32c`` package called directly, the objects' slots filled without running their
+dataclass ``__init__``. Fields are read from ``src`` (a record's ``bytes`` or its segment's
+memoryview) at absolute offsets, never past ``end`` (where the record ends in ``src``): a
+read that would is an IndexError, which the reader reports as a record cut off.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from cdclake.wal.record import BlockRef, RelFileLocator, XLogRecord
+
+Bytes = bytes | memoryview
+
+#: XLogRecord's header: tot_len, xid, prev, info, rmid, (2 pad), crc
+_HEADER = struct.Struct("<IIQBBxxI")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_LOCATOR = struct.Struct("<III")
+
+
+def _short(k: int, at: int, end: int) -> IndexError:
+    return IndexError(f"needs {k} bytes at offset {at}, the record ends at {end}")
+
+
+def u8(src: Bytes, at: int, end: int) -> int:
+    if at >= end:
+        raise _short(1, at, end)
+    return src[at]
+
+
+def u16(src: Bytes, at: int, end: int) -> int:
+    if at + 2 > end:
+        raise _short(2, at, end)
+    return _U16.unpack_from(src, at)[0]  # type: ignore[no-any-return]
+
+
+def u32(src: Bytes, at: int, end: int) -> int:
+    if at + 4 > end:
+        raise _short(4, at, end)
+    return _U32.unpack_from(src, at)[0]  # type: ignore[no-any-return]
+
+
+def record_header(src: Bytes, off: int) -> tuple[int, int, int, int, int, int]:
+    """The 24-byte header of the record at ``off`` (the reader has checked they are there):
+    tot_len, xid, prev, info, rmid, crc."""
+    return _HEADER.unpack_from(src, off)  # type: ignore[return-value]
+
+
+def record_crc(src: Bytes, off: int, tot_len: int) -> int:
+    """The record's CRC-32C as PostgreSQL computes it: its bytes after the 24-byte header,
+    then the header up to ``xl_crc``."""
+    return crc32c.crc32c(src[off:off + 20], crc32c.crc32c(src[off + 24:off + tot_len]))
+
+
+def locator(src: Bytes, at: int, end: int) -> RelFileLocator:
+    """The RelFileLocator whose 12 bytes are at ``at``."""
+    if at + 12 > end:
+        raise _short(12, at, end)
+    return RelFileLocator(*_LOCATOR.unpack_from(src, at))
+
+
+def new_block(block_id: int, flags: int, rlocator: RelFileLocator, blkno: int,
+              bimg_info: int, hole_offset: int, hole_length: int) -> BlockRef:
+    """A block reference without its payloads yet (:func:`set_payloads`)."""
+    return BlockRef(block_id, rlocator, flags & 0x0F, blkno, flags, None, None, bimg_info,
+                    hole_offset, hole_length)
+
+
+def set_payloads(blk: BlockRef, image: Bytes | None, data: Bytes | None) -> None:
+    blk.image = image
+    blk.data = data
+
+
+def new_record(lsn: int, end_lsn: int, prev: int, xid: int, rmid: int, info: int,
+               tot_len: int, blocks: list[BlockRef], main_data: Bytes, origin: int,
+               toplevel_xid: int, timeline: int, segment: str) -> XLogRecord:
+    return XLogRecord(lsn, end_lsn, prev, xid, rmid, info, tot_len, blocks, main_data,
+                      origin, toplevel_xid, timeline, segment)
