@@ -205,7 +205,7 @@ class XLogReader:
             self.magic, self.version = magic, version
         if pageaddr != lsn:
             raise EndOfWal(f"page at {format_lsn(lsn)} has pageaddr {format_lsn(pageaddr)} "
-                            "(recycled or not yet written)")
+                           "(recycled or not yet written)")
         if magic != self.magic:
             raise WalVersionError(f"page magic 0x{magic:04X} differs from 0x{self.magic:04X} "
                                   "of the preceding WAL", segment=where, lsn=lsn)
@@ -235,7 +235,7 @@ class XLogReader:
                                   segment=where, lsn=lsn)
         return header, info, rem_len
 
-    # -- records ---------------------------------------------------------------------------
+    # -- records -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[XLogRecord]:
         return walk(self, None)
@@ -307,7 +307,7 @@ class XLogReader:
                 header, info, rem_len = self._page(page)
             except EndOfWal as exc:
                 raise EndOfWal(f"record at {format_lsn(pos)} continues past the end of "
-                                f"valid WAL ({exc.args[0]})", page) from None
+                               f"valid WAL ({exc.args[0]})", page) from None
             pview, pwhere = self._segment(page // size)
             poff = page % size
             if info & XLP_FIRST_IS_OVERWRITE_CONTRECORD:
@@ -324,14 +324,12 @@ class XLogReader:
             take = min(rem_len, PAGE_SIZE - header)
             if start + take > len(pview):
                 raise EndOfWal(f"record at {format_lsn(pos)} is cut off by the end of "
-                                "the file", page)
+                               "the file", page)
             parts.append(bytes(pview[start:start + take]))
             got += take
             end_pos = page + header + _maxalign(take)
             page += PAGE_SIZE
         return b"".join(parts), end_pos
-
-
 
 
 class Sieve:
