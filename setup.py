@@ -18,6 +18,7 @@ SRC = Path(__file__).parent / "src"
 PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py",
                     "cdclake/decoding/filter.py", "cdclake/decoding/parallel.py",
                     "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py",
+                    "cdclake/decoding/rmgrs.py",
                     "cdclake/decoding/stripes.py", "cdclake/tuples/julian.py",
                     "cdclake/wal/reader.py")
 

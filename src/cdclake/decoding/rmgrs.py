@@ -23,6 +23,10 @@ it from every record, decoded or not; so does ``Decoder.process``). A ``SELECT .
 UPDATE`` right after a ``SAVEPOINT`` makes that a heap LOCK record, which decoding otherwise
 ignores. :func:`memberships` lists every such fact a record states, for the Spark job to
 collect before its partitions decode.
+
+Compiled as itself (Cython's pure-Python mode, ``_rmgrs.pxd``): :func:`decodable` is a
+walk of the reader whose sieve routes each record from what the walk tells it, without a
+record object for those a decoder passes over.
 """
 
 from __future__ import annotations
@@ -60,10 +64,34 @@ from cdclake.wal.record import (
     RM_XLOG_ID,
     XLogRecord,
 )
+from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
+from cdclake.wal.rmgr.heap import (
+    XLH_DELETE_IS_SUPER,
+    XLH_INSERT_IS_SPECULATIVE,
+    XLH_INSERT_ON_TOAST_RELATION,
+    XLOG_HEAP_DELETE,
+    XLOG_HEAP_HOT_UPDATE,
+    XLOG_HEAP_INSERT,
+    XLOG_HEAP_OPMASK,
+    XLOG_HEAP_TRUNCATE,
+    XLOG_HEAP_UPDATE,
+)
+from cdclake.wal.rmgr.heap2 import XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP2_OPMASK
 
 if TYPE_CHECKING:
     from cdclake.wal.reader import XLogReader
-from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
+
+try:
+    import cython
+except ImportError:  # Cython builds cdclake; an install without it runs this file as Python
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.wal import _primitives as primitives
+    from cython.cimports.cdclake.wal._reader import Sieve, Walk
+else:
+    from cdclake.wal import primitives
+    from cdclake.wal.reader import Sieve, Walk
 
 # --- routing classes ---------------------------------------------------------------------
 
@@ -83,6 +111,8 @@ HEAP_CHANGES = frozenset({heap.XLOG_HEAP_INSERT, heap.XLOG_HEAP_UPDATE,
 XACT_DECODED = frozenset({xact.XLOG_XACT_COMMIT, xact.XLOG_XACT_PREPARE, xact.XLOG_XACT_ABORT,
                           xact.XLOG_XACT_COMMIT_PREPARED, xact.XLOG_XACT_ABORT_PREPARED,
                           xact.XLOG_XACT_ASSIGNMENT})
+#: HEAP_CHANGES by op, a table (compiled, read as C)
+_HEAP_CHANGE = bytes(op in HEAP_CHANGES for op in range(256))
 _XACT_FINISH = frozenset({xact.XLOG_XACT_COMMIT, xact.XLOG_XACT_ABORT,
                           xact.XLOG_XACT_COMMIT_PREPARED, xact.XLOG_XACT_ABORT_PREPARED})
 
@@ -97,57 +127,69 @@ def _all(_rec: XLogRecord, _db_oid: int) -> int:
     return ALL
 
 
-def _by_block(rec: XLogRecord, db_oid: int) -> int:
-    """A change logged against its first block: gate 1 (other databases) as the decoder does."""
-    blocks = rec.blocks
-    if not blocks:
+def heap_route(rmid: int, info: int, xid: int, nblocks: int, first_db: int, first_rel: int,
+               db_oid: int) -> int:
+    """The routing class of a heap or heap2 record for database ``db_oid``, from its header
+    fields, its number of block references and its first block's relation: a change is
+    logged against its first block, which gate 1 (other databases) reads as the decoder does;
+    a TRUNCATE names its relations in its main data (no block), so its transaction routes
+    it. What both the table's router and a scan's sieve (:class:`Decodable`, which has no
+    record object) ask."""
+    if rmid == RM_HEAP_ID:
+        op = info & XLOG_HEAP_OPMASK
+        if op == XLOG_HEAP_TRUNCATE:
+            return TXN if xid else ALL
+        if not _HEAP_CHANGE[op]:
+            return IGNORE  # LOCK, INPLACE
+    elif info & XLOG_HEAP2_OPMASK != XLOG_HEAP2_MULTI_INSERT:
+        return IGNORE  # pruning, freezing, visibility, NEW_CID...
+    if not nblocks or first_db != db_oid:
         return IGNORE
-    loc = blocks[0].rlocator
-    if loc.db != db_oid:
-        return IGNORE
-    if not rec.xid:
+    if not xid:
         return ALL  # no transaction, so no owner
-    if loc.rel < FIRST_NORMAL_OBJECT_ID:
-        return CATALOG
-    return TXN
+    return CATALOG if first_rel < FIRST_NORMAL_OBJECT_ID else TXN
 
 
 def _route_heap(rec: XLogRecord, db_oid: int) -> int:
-    op = rec.info & heap.XLOG_HEAP_OPMASK
-    if op in HEAP_CHANGES:
-        return _by_block(rec, db_oid)
-    if op == heap.XLOG_HEAP_TRUNCATE:  # no block: its database is in the main data
-        return TXN if rec.xid else ALL
-    return IGNORE  # LOCK, INPLACE
+    """Heap and heap2's router: :func:`heap_route`."""
+    blocks = rec.blocks
+    loc = blocks[0].rlocator if blocks else None
+    return heap_route(rec.rmid, rec.info, rec.xid, len(blocks), 0 if loc is None else loc.db,
+                      0 if loc is None else loc.rel, db_oid)
 
 
-def _route_heap2(rec: XLogRecord, db_oid: int) -> int:
-    if rec.info & heap2.XLOG_HEAP2_OPMASK == heap2.XLOG_HEAP2_MULTI_INSERT:
-        return _by_block(rec, db_oid)
-    return IGNORE  # pruning, freezing, visibility, NEW_CID...
-
-
-def plain_change(rec: XLogRecord) -> bool:
+def plain(rmid: int, info: int, src: primitives.Bytes, main: int, main_len: int) -> bool:
     """Whether a TXN record is an INSERT, UPDATE, DELETE or COPY row that one decoder can
     take alone (``Decoder.share``): not a TOAST chunk, a speculative insert, its
     confirmation or abort, or a TRUNCATE, which every decoder sharing a transaction must
-    see."""
-    if rec.rmid == RM_HEAP2_ID:
+    see. From its header fields and its main data, the ``main_len`` bytes at ``main`` in
+    ``src`` (:func:`plain_change` of a record; the compiled scan's of a record's bytes)."""
+    if rmid == RM_HEAP2_ID:
         return True  # MULTI_INSERT, the only heap2 record routed as a change
-    op = rec.info & heap.XLOG_HEAP_OPMASK
-    if op == heap.XLOG_HEAP_INSERT:
-        data = rec.main_data
-        return len(data) > 2 and not data[2] & (heap.XLH_INSERT_IS_SPECULATIVE
-                                                | heap.XLH_INSERT_ON_TOAST_RELATION)
-    if op == heap.XLOG_HEAP_DELETE:
-        data = rec.main_data
-        return len(data) > 7 and not data[7] & heap.XLH_DELETE_IS_SUPER
-    return op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE
+    op = info & XLOG_HEAP_OPMASK
+    b = primitives.bytes_of(src)
+    end = main + main_len
+    if op == XLOG_HEAP_INSERT:
+        return main_len > 2 and not primitives.u8(b, main + 2, end) & (
+            XLH_INSERT_IS_SPECULATIVE | XLH_INSERT_ON_TOAST_RELATION)
+    if op == XLOG_HEAP_DELETE:
+        return main_len > 7 and not primitives.u8(b, main + 7, end) & XLH_DELETE_IS_SUPER
+    return op in (XLOG_HEAP_UPDATE, XLOG_HEAP_HOT_UPDATE)
+
+
+def plain_change(rec: XLogRecord) -> bool:
+    """:func:`plain` of a record."""
+    return plain(rec.rmid, rec.info, rec.main_data, 0, len(rec.main_data))
+
+
+def truncates(rmid: int, info: int) -> bool:
+    """Whether a TXN record is a TRUNCATE (which names its relations in its main data)."""
+    return rmid == RM_HEAP_ID and info & XLOG_HEAP_OPMASK == XLOG_HEAP_TRUNCATE
 
 
 def is_truncate(rec: XLogRecord) -> bool:
-    """Whether a TXN record is a TRUNCATE (which names its relations in its main data)."""
-    return rec.rmid == RM_HEAP_ID and rec.info & heap.XLOG_HEAP_OPMASK == heap.XLOG_HEAP_TRUNCATE
+    """:func:`truncates` of a record."""
+    return truncates(rec.rmid, rec.info)
 
 
 def _route_xact(rec: XLogRecord, _db_oid: int) -> int:
@@ -226,7 +268,7 @@ RMGRS: tuple[Rmgr, ...] = (
          decode="_relmap", route=_all),
     Rmgr(RM_STANDBY_ID, "Standby", standby.OPNAMES, decode="_standby", route=_route_standby),
     Rmgr(RM_HEAP2_ID, "Heap2", _HEAP2_OPS, opmask=heap2.XLOG_HEAP2_OPMASK, init_page=True,
-         ops_since={17: _HEAP2_OPS_17}, decode="_heap2", route=_route_heap2),
+         ops_since={17: _HEAP2_OPS_17}, decode="_heap2", route=_route_heap),
     Rmgr(RM_HEAP_ID, "Heap", heap.OPNAMES, opmask=heap.XLOG_HEAP_OPMASK, init_page=True,
          decode="_heap", route=_route_heap),
     Rmgr(RM_BTREE_ID, "Btree",
@@ -296,18 +338,44 @@ def route_class(rec: XLogRecord, db_oid: int) -> int:
     return _ROUTERS[rec.rmid](rec, db_oid)
 
 
+#: by rmgr id and the high nibble of xl_info, whether a decoder may read a record (heap and
+#: heap2: by the relation): the table's routing, asked once per kind
+_READS = bytes(rmid in (RM_HEAP_ID, RM_HEAP2_ID)
+               or route_class(XLogRecord(0, 0, 0, 1, rmid, nibble << 4, 0), 0) != IGNORE
+               for rmid in range(RMGR_SLOTS) for nibble in range(16))
+
+
+class Decodable(Sieve):
+    """The sieve of :func:`decodable`: the records routed to a decoder of database ``db_oid``,
+    those naming their top-level transaction, and the first."""
+
+    def __init__(self, db_oid: int) -> None:
+        self.db = db_oid
+        self.seen = False
+
+    def wants(self, walk: Walk) -> bool:
+        if not self.seen:
+            self.seen = True
+            return True
+        rmid = walk.rmid
+        if walk.toplevel:
+            return True
+        if not _READS[rmid * 16 + (walk.info >> 4)]:
+            return False
+        if rmid != RM_HEAP_ID and rmid != RM_HEAP2_ID:
+            return True
+        return heap_route(rmid, walk.info, walk.xid, walk.nblocks, walk.first_db,
+                          walk.first_rel, self.db) != IGNORE
+
+
 def decodable(reader: XLogReader, db_oid: int) -> Iterator[XLogRecord]:
     """The records of ``reader`` a decoder of database ``db_oid`` reads: those the table
     routes to decoding (:func:`route_class` not IGNORE), those naming their top-level
     transaction (a subtransaction's first record, whatever it is) and the first one (the
     decoder's start-up looks at it). The others — index and vacuum records, full-page images,
     other databases' changes: nearly two thirds of the records of a pgbench load — the
-    decoder passes over; the compiled twin checks them as it reads them, and builds none."""
-    first = True
-    for rec in reader:
-        if first or rec.toplevel_xid or route_class(rec, db_oid) != IGNORE:
-            yield rec
-        first = False
+    decoder passes over: the reader checks them as it walks, and builds none."""
+    return Walk(reader, Decodable(db_oid))
 
 
 def memberships(rec: XLogRecord, version: int) -> list[tuple[int, int]]:

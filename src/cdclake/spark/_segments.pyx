@@ -13,10 +13,10 @@ A record whose headers do not parse is built too, so the reader raises what is w
 
 import sys
 
-from cdclake.decoding._rmgrs cimport CATALOG, TXN, Shape, heap_class, shape, shared_out
-from cdclake.wal._payload cimport Bytes, payload
+from cdclake.decoding._rmgrs cimport heap_route, plain, truncates
 from cdclake.wal._reader cimport Sieve, Walk
 
+from cdclake.decoding import rmgrs
 from cdclake.wal.record import RM_HEAP2_ID, RM_HEAP_ID, RM_LOGICALMSG_ID, RM_XACT_ID
 from cdclake.wal.rmgr import heap
 
@@ -26,6 +26,8 @@ cdef unsigned int XACT = RM_XACT_ID
 cdef unsigned int LOGICALMSG = RM_LOGICALMSG_ID
 cdef unsigned int OPMASK = heap.XLOG_HEAP_OPMASK
 cdef unsigned int INSERT = heap.XLOG_HEAP_INSERT
+cdef int TXN = rmgrs.TXN
+cdef int CATALOG = rmgrs.CATALOG
 
 
 cdef class _Facts(Sieve):
@@ -50,31 +52,27 @@ cdef class _Facts(Sieve):
         self.first_prev = 0
         self.last_lsn = None
 
-    cpdef bint wants(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
-                     unsigned int rmid, unsigned int info, Py_ssize_t tot_len, object src,
-                     Py_ssize_t off) except -1:
+    cpdef bint wants(self, Walk walk) except -1:
+        cdef unsigned int xid = walk.xid, rmid = walk.rmid, info = walk.info
         if not self.seen:
             self.seen = True
-            self.first_lsn, self.first_prev = lsn, prev
-        self.last = lsn
+            self.first_lsn, self.first_prev = walk.lsn, walk.prev
+        self.last = walk.lsn
         if rmid == XACT or rmid == LOGICALMSG:
             return 1  # memberships, the dictionary: Python's
-        cdef Bytes b = payload(src)
-        cdef const unsigned char *d = b.p + off
-        cdef Shape s
-        if shape(d, min(tot_len, b.n - off), tot_len, &s) < 0:
-            return 1
-        if s.toplevel and s.toplevel != xid:
-            self.parent_of[xid] = s.toplevel
+        if walk.toplevel and walk.toplevel != xid:
+            self.parent_of[xid] = walk.toplevel
         if rmid != HEAP and rmid != HEAP2:
             return 0
-        cdef int kind = heap_class(rmid, info, xid, &s, self.db)
+        cdef int kind = heap_route(rmid, info, xid, walk.nblocks, walk.first_db, walk.first_rel,
+                                   self.db)
         if kind == TXN:
             if xid != self.run_xid:
                 self.flush()
                 self.run_xid = xid
-            self.run_bytes += tot_len
-            if not shared_out(rmid, info, d + tot_len - s.main_len, s.main_len):
+            self.run_bytes += walk.tot_len
+            if not (plain(rmid, info, walk.src, walk.main, walk.main_len)
+                    or truncates(rmid, info)):
                 self.unsplit.add(xid)
         elif kind == CATALOG and (rmid == HEAP2 or info & OPMASK == INSERT):
             self.unsplit.add(xid)

@@ -1,37 +1,40 @@
 # cython: language_level=3
 """The compiled reader's primitives (see :mod:`cdclake.wal.primitives`, the reference they
-equal): the field reads inline, over the C pointer to ``src``'s bytes (a record's ``bytes``,
-or its segment's memoryview, whose buffer is read without acquiring it again), the rest in
-``_primitives.pyx``. ``crc32c_of`` is the CRC the spill files' entries are checked with."""
+equal): the field reads inline, over the C pointer to a record's bytes that ``bytes_of``
+gives (of ``bytes``, or of its segment's memoryview, whose buffer is read without acquiring
+it again), the rest in ``_primitives.pyx``. ``crc32c_of`` is the CRC the spill files' entries are checked with."""
 
 from cdclake.wal._payload cimport payload
 
 
-cdef inline long long u8(object src, Py_ssize_t at, Py_ssize_t end) except -1:
+cdef inline const unsigned char *bytes_of(object src) noexcept:
+    return payload(src).p
+
+
+cdef inline long long u8(const unsigned char *b, Py_ssize_t at, Py_ssize_t end) except -1:
     if at >= end:
         raise IndexError(f"needs 1 bytes at offset {at}, the record ends at {end}")
-    return payload(src).p[at]
+    return b[at]
 
 
-cdef inline long long u16(object src, Py_ssize_t at, Py_ssize_t end) except -1:
+cdef inline long long u16(const unsigned char *b, Py_ssize_t at, Py_ssize_t end) except -1:
     if at + 2 > end:
         raise IndexError(f"needs 2 bytes at offset {at}, the record ends at {end}")
-    cdef const unsigned char *b = payload(src).p + at
-    return b[0] | (b[1] << 8)
+    return b[at] | (b[at + 1] << 8)
 
 
-cdef inline long long u32(object src, Py_ssize_t at, Py_ssize_t end) except -1:
+cdef inline long long u32(const unsigned char *b, Py_ssize_t at, Py_ssize_t end) except -1:
     if at + 4 > end:
         raise IndexError(f"needs 4 bytes at offset {at}, the record ends at {end}")
-    cdef const unsigned char *b = payload(src).p + at
-    return b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24)
+    return (b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
+            | (<unsigned int> b[at + 3] << 24))
 
 
 cdef (Py_ssize_t, unsigned int, unsigned long long, unsigned int, unsigned int,
       unsigned int) record_header(object src, Py_ssize_t off) noexcept
 cdef unsigned int record_crc(object src, Py_ssize_t off, Py_ssize_t tot_len) except? 0
 cdef unsigned int crc32c_of(const unsigned char *d, Py_ssize_t n) except? 0
-cdef object locator(object src, Py_ssize_t at, Py_ssize_t end)
+cdef object locator(const unsigned char *b, Py_ssize_t at, Py_ssize_t end)
 cdef object new_block(int block_id, int flags, object rlocator, unsigned int blkno,
                       int bimg_info, int hole_offset, int hole_length)
 cdef int set_payloads(object blk, object image, object data) except -1

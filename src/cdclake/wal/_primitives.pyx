@@ -120,10 +120,10 @@ cdef unsigned int crc32c_of(const unsigned char *d, Py_ssize_t n) except? 0:
 cdef dict _locators = {}
 
 
-cdef object locator(object src, Py_ssize_t at, Py_ssize_t end):
+cdef object locator(const unsigned char *b, Py_ssize_t at, Py_ssize_t end):
     if at + 12 > end:
         raise IndexError(f"needs 12 bytes at offset {at}, the record ends at {end}")
-    cdef const unsigned char *b = payload(src).p + at
+    b += at
     key = PyBytes_FromStringAndSize(<const char *> b, 12)
     loc = _locators.get(key)
     if loc is None:

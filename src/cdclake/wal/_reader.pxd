@@ -18,10 +18,11 @@ cdef int BKPIMAGE_HAS_HOLE, BKPIMAGE_COMPRESSED
 cdef inline Py_ssize_t _maxalign(Py_ssize_t n) noexcept
 
 
+cdef class Walk
+
+
 cdef class Sieve:
-    cpdef bint wants(self, unsigned long long lsn, unsigned long long prev, unsigned int xid,
-                     unsigned int rmid, unsigned int info, Py_ssize_t tot_len, object src,
-                     Py_ssize_t off) except -1
+    cpdef bint wants(self, Walk walk) except -1
 
 
 cdef class Walk:
@@ -30,6 +31,11 @@ cdef class Walk:
     cdef bint started, done, has_start, has_end
     cdef unsigned long long pos, prev_lsn, next_lsn, start, end
     cdef Py_ssize_t size
+    # the record a sieve is asked about
+    cdef readonly unsigned long long lsn, prev
+    cdef readonly unsigned int xid, rmid, info, toplevel, first_db, first_rel
+    cdef readonly Py_ssize_t tot_len, nblocks, main, main_len
+    cdef readonly object src
 
     @cython.locals(pos=cython.ulonglong, header=Py_ssize_t, info=cython.uint,
                    visible=cython.bint)
@@ -42,7 +48,8 @@ cdef class Walk:
     @cython.locals(_tot=Py_ssize_t, xid=cython.uint, prev=cython.ulonglong, info=cython.uint,
                    rmid=cython.uint, crc=cython.uint, prev_lsn=cython.ulonglong,
                    main=Py_ssize_t, main_len=Py_ssize_t, origin=cython.uint,
-                   toplevel=cython.uint, blocks=list)
+                   _origin=cython.uint, toplevel=cython.uint, blocks=list, _n=Py_ssize_t,
+                   _db=cython.uint, _rel=cython.uint)
     cdef object _record(self, unsigned long long pos, unsigned long long end_pos,
                         Py_ssize_t tot_len, object src, Py_ssize_t off, object where,
                         object timeline, bint visible)
@@ -52,8 +59,9 @@ cdef class Walk:
                origin=cython.uint, toplevel=cython.uint, last_id=cython.int,
                block_id=cython.int, flags=cython.int, dlen=Py_ssize_t, ilen=Py_ssize_t,
                bimg_len=cython.int, hole_off=cython.int, hole_len=cython.int,
-               bimg_info=cython.int, lens=Py_ssize_t[66], nblocks=Py_ssize_t, i=Py_ssize_t,
-               k=Py_ssize_t)
-cpdef (Py_ssize_t, Py_ssize_t, unsigned int, unsigned int) body(
-    object src, Py_ssize_t base, Py_ssize_t tot_len, unsigned long long lsn, object where,
-    list blocks)
+               bimg_info=cython.int, lens=cython.int[66], nblocks=Py_ssize_t, i=Py_ssize_t,
+               k=Py_ssize_t, first_db=cython.uint, first_rel=cython.uint,
+               blkno=cython.uint, b='const unsigned char *')
+cpdef (Py_ssize_t, Py_ssize_t, unsigned int, unsigned int, Py_ssize_t, unsigned int,
+       unsigned int) body(object src, Py_ssize_t base, Py_ssize_t tot_len,
+                          unsigned long long lsn, object where, list blocks)

@@ -7,8 +7,9 @@ differ. This module is the reference the Python build calls; the compiled build 
 ``_primitives`` (its ``.pxd`` and ``.pyx``): the same functions over C pointers, the CRC step of
 the ``crc32c`` package called directly, the objects' slots filled without running their
 dataclass ``__init__``. Fields are read from ``src`` (a record's ``bytes`` or its segment's
-memoryview) at absolute offsets, never past ``end`` (where the record ends in ``src``): a
-read that would is an IndexError, which the reader reports as a record cut off.
+memoryview, through :func:`bytes_of`) at absolute offsets, never past ``end`` (where the
+record ends in ``src``): a read that would is an IndexError, which the reader reports as a
+record cut off.
 """
 
 from __future__ import annotations
@@ -28,26 +29,32 @@ _U32 = struct.Struct("<I")
 _LOCATOR = struct.Struct("<III")
 
 
+def bytes_of(src: Bytes) -> Bytes:
+    """What the field reads below read ``src`` through: ``src`` itself (compiled: a C pointer
+    to its bytes, taken once for all the reads of a record)."""
+    return src
+
+
 def _short(k: int, at: int, end: int) -> IndexError:
     return IndexError(f"needs {k} bytes at offset {at}, the record ends at {end}")
 
 
-def u8(src: Bytes, at: int, end: int) -> int:
+def u8(b: Bytes, at: int, end: int) -> int:
     if at >= end:
         raise _short(1, at, end)
-    return src[at]
+    return b[at]
 
 
-def u16(src: Bytes, at: int, end: int) -> int:
+def u16(b: Bytes, at: int, end: int) -> int:
     if at + 2 > end:
         raise _short(2, at, end)
-    return _U16.unpack_from(src, at)[0]  # type: ignore[no-any-return]
+    return _U16.unpack_from(b, at)[0]  # type: ignore[no-any-return]
 
 
-def u32(src: Bytes, at: int, end: int) -> int:
+def u32(b: Bytes, at: int, end: int) -> int:
     if at + 4 > end:
         raise _short(4, at, end)
-    return _U32.unpack_from(src, at)[0]  # type: ignore[no-any-return]
+    return _U32.unpack_from(b, at)[0]  # type: ignore[no-any-return]
 
 
 def record_header(src: Bytes, off: int) -> tuple[int, int, int, int, int, int]:
@@ -62,11 +69,11 @@ def record_crc(src: Bytes, off: int, tot_len: int) -> int:
     return crc32c.crc32c(src[off:off + 20], crc32c.crc32c(src[off + 24:off + tot_len]))
 
 
-def locator(src: Bytes, at: int, end: int) -> RelFileLocator:
+def locator(b: Bytes, at: int, end: int) -> RelFileLocator:
     """The RelFileLocator whose 12 bytes are at ``at``."""
     if at + 12 > end:
         raise _short(12, at, end)
-    return RelFileLocator(*_LOCATOR.unpack_from(src, at))
+    return RelFileLocator(*_LOCATOR.unpack_from(b, at))
 
 
 def new_block(block_id: int, flags: int, rlocator: RelFileLocator, blkno: int,

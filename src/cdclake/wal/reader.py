@@ -333,14 +333,15 @@ class XLogReader:
 
 
 class Sieve:
-    """Which records a :class:`Walk` builds: ``wants`` sees a record's header fields and its
-    ``tot_len`` bytes at ``off`` in ``src``, checked (header, prev-link, CRC), and says
-    whether to build it. This one builds every record; the compiled scans
-    (``cdclake.decoding._rmgrs``, ``cdclake.spark._segments``) extend it in C, to read most
-    records past without a Python object built for them or their blocks."""
+    """Which records a :class:`Walk` builds: ``wants`` is asked about each record from the
+    start LSN on, checked (header, prev-link, CRC, block headers), and says whether to build
+    it; what it sees of the record are the walk's fields (``lsn``, ``xid``, ``rmid``, ``info``,
+    ``toplevel``, ``nblocks``, the first block's ``first_db`` and ``first_rel``, the main data
+    at ``main`` in ``src``, ``main_len`` bytes...). This one builds every record; the scans
+    (:func:`cdclake.decoding.rmgrs.decodable`, ``cdclake.spark._segments``) read most records
+    past without a Python object built for them or their blocks."""
 
-    def wants(self, lsn: int, prev: int, xid: int, rmid: int, info: int, tot_len: int,
-              src: primitives.Bytes, off: int) -> bool:
+    def wants(self, walk: Walk) -> bool:
         return True
 
 
@@ -368,6 +369,11 @@ class Walk:
         self.start = reader.start_lsn or 0
         self.has_end = reader.end_lsn is not None
         self.end = reader.end_lsn or 0
+        # the record a sieve is asked about (_record)
+        self.lsn = self.prev = 0
+        self.xid = self.rmid = self.info = self.toplevel = self.first_db = self.first_rel = 0
+        self.tot_len = self.nblocks = self.main = self.main_len = 0
+        self.src: primitives.Bytes = b""
 
     def __iter__(self) -> Walk:
         return self
@@ -437,7 +443,7 @@ class Walk:
         n = len(view)
         if off + 4 > n:
             raise EndOfWal(f"end of segment file {where}")
-        tot_len = primitives.u32(view, off, n)
+        tot_len = primitives.u32(primitives.bytes_of(view), off, n)
         if tot_len == 0:
             raise EndOfWal(f"zero record length at {format_lsn(pos)}")
         if tot_len < RECORD_HEADER:
@@ -478,28 +484,39 @@ class Walk:
             end_pos = (pos // self.size + 1) * self.size
         self.next_lsn = end_pos
         sieve = self.sieve
-        if sieve is not None and (not visible or not sieve.wants(pos, prev, xid, rmid, info,
-                                                                 tot_len, src, off)):
-            return PASSED
+        if sieve is not None:
+            if not visible:
+                return PASSED
+            (self.main, self.main_len, _origin, self.toplevel, self.nblocks, self.first_db,
+             self.first_rel) = body(src, off, tot_len, pos, where, None)
+            self.lsn, self.prev, self.xid, self.rmid, self.info = pos, prev, xid, rmid, info
+            self.tot_len, self.src = tot_len, src
+            if not sieve.wants(self):
+                return PASSED
         blocks: list[BlockRef] = []
-        main, main_len, origin, toplevel = body(src, off, tot_len, pos, where, blocks)
+        main, main_len, origin, toplevel, _n, _db, _rel = body(src, off, tot_len, pos, where,
+                                                              blocks)
         return primitives.new_record(pos, end_pos, prev, xid, rmid, info, tot_len, blocks,
                                      src[main:main + main_len], origin, toplevel, timeline,
                                      where)
 
 
 def body(src: primitives.Bytes, base: int, tot_len: int, lsn: int, where: str,
-         blocks: list[BlockRef]) -> tuple[int, int, int, int]:
+         blocks: list[BlockRef] | None) -> tuple[int, int, int, int, int, int, int]:
     """DecodeXLogRecord over the record of ``tot_len`` bytes at ``base`` in ``src``: its block
-    headers, then the payloads (image, data per block), appending the blocks to ``blocks``.
-    Returns where its main data is in ``src`` and how long, its replication origin and its
-    top-level transaction (0: none said)."""
+    headers, then the payloads (image, data per block), appending the blocks to ``blocks``
+    (None: the headers are checked, nothing is built — what a sieve is told). Returns where
+    its main data is in ``src`` and how long, its replication origin, its top-level
+    transaction (0: none said), how many blocks it has and its first block's database and
+    relation."""
+    b = primitives.bytes_of(src)
     end = base + tot_len
     p = base + RECORD_HEADER
     datatotal = 0
     main_len = 0
     origin = INVALID_REP_ORIGIN
     toplevel = INVALID_XID
+    first_db = first_rel = 0
     last_loc: RelFileLocator | None = None
     last_id = -1
     # per block: its image's length (-1: none), its data's (compiled: a C array; a record has
@@ -508,45 +525,45 @@ def body(src: primitives.Bytes, base: int, tot_len: int, lsn: int, where: str,
     nblocks = 0
     try:
         while end - p > datatotal:
-            block_id = primitives.u8(src, p, end)
+            block_id = primitives.u8(b, p, end)
             p += 1
             if block_id == XLR_BLOCK_ID_DATA_SHORT:
-                main_len = primitives.u8(src, p, end)
+                main_len = primitives.u8(b, p, end)
                 p += 1
                 datatotal += main_len
                 break
             if block_id == XLR_BLOCK_ID_DATA_LONG:
-                main_len = primitives.u32(src, p, end)
+                main_len = primitives.u32(b, p, end)
                 p += 4
                 datatotal += main_len
                 break
             if block_id == XLR_BLOCK_ID_ORIGIN:
-                origin = primitives.u16(src, p, end)
+                origin = primitives.u16(b, p, end)
                 p += 2
                 continue
             if block_id == XLR_BLOCK_ID_TOPLEVEL_XID:
-                toplevel = primitives.u32(src, p, end)
+                toplevel = primitives.u32(b, p, end)
                 p += 4
                 continue
             if block_id > XLR_MAX_BLOCK_ID or block_id <= last_id:
                 raise WalCorruptError(f"invalid block id {block_id}", segment=where, lsn=lsn)
             last_id = block_id
-            flags = primitives.u8(src, p, end)
-            dlen = primitives.u16(src, p + 1, end)
+            flags = primitives.u8(b, p, end)
+            dlen = primitives.u16(b, p + 1, end)
             p += 3
-            if bool(flags & BKPBLOCK_HAS_DATA) != (dlen > 0):
+            if ((flags & BKPBLOCK_HAS_DATA) != 0) != (dlen > 0):
                 raise WalCorruptError(f"block {block_id}: HAS_DATA does not match data length "
                                       f"{dlen}", segment=where, lsn=lsn)
             datatotal += dlen
             ilen = -1
             bimg_info = hole_off = hole_len = 0
             if flags & BKPBLOCK_HAS_IMAGE:
-                bimg_len = primitives.u16(src, p, end)
-                hole_off = primitives.u16(src, p + 2, end)
-                bimg_info = primitives.u8(src, p + 4, end)
+                bimg_len = primitives.u16(b, p, end)
+                hole_off = primitives.u16(b, p + 2, end)
+                bimg_info = primitives.u8(b, p + 4, end)
                 p += 5
                 if bimg_info & BKPIMAGE_HAS_HOLE and bimg_info & BKPIMAGE_COMPRESSED:
-                    hole_len = primitives.u16(src, p, end)
+                    hole_len = primitives.u16(b, p, end)
                     p += 2
                 elif bimg_info & BKPIMAGE_HAS_HOLE:
                     hole_len = PAGE_SIZE - bimg_len
@@ -562,16 +579,21 @@ def body(src: primitives.Bytes, base: int, tot_len: int, lsn: int, where: str,
                 ilen = bimg_len
                 datatotal += bimg_len
             if flags & BKPBLOCK_SAME_REL:
-                if last_loc is None:
+                if nblocks == 0:
                     raise WalCorruptError(f"block {block_id}: SAME_REL without a previous "
                                           "relation", segment=where, lsn=lsn)
             else:
-                last_loc = primitives.locator(src, p, end)
+                if nblocks == 0:
+                    first_db = primitives.u32(b, p + 4, end)
+                    first_rel = primitives.u32(b, p + 8, end)
+                if blocks is not None:
+                    last_loc = primitives.locator(b, p, end)
                 p += 12
-            blocks.append(primitives.new_block(block_id, flags, last_loc,
-                                               primitives.u32(src, p, end), bimg_info,
-                                               hole_off, hole_len))
+            blkno = primitives.u32(b, p, end)
             p += 4
+            if blocks is not None:
+                blocks.append(primitives.new_block(block_id, flags, last_loc, blkno, bimg_info,
+                                                   hole_off, hole_len))
             lens[2 * nblocks] = ilen
             lens[2 * nblocks + 1] = dlen
             nblocks += 1
@@ -581,19 +603,20 @@ def body(src: primitives.Bytes, base: int, tot_len: int, lsn: int, where: str,
     if end - p != datatotal:
         raise WalCorruptError(f"record length {tot_len} does not match its headers "
                               f"({p - base} + {datatotal})", segment=where, lsn=lsn)
-    for i in range(nblocks):
-        k = lens[2 * i]
-        image = None
-        if k >= 0:
-            image = src[p:p + k]
-            p += k
-        k = lens[2 * i + 1]
-        data = None
-        if k:
-            data = src[p:p + k]
-            p += k
-        primitives.set_payloads(blocks[i], image, data)
-    return p, main_len, origin, toplevel
+    if blocks is not None:
+        for i in range(nblocks):
+            k = lens[2 * i]
+            image = None
+            if k >= 0:
+                image = src[p:p + k]
+                p += k
+            k = lens[2 * i + 1]
+            data = None
+            if k:
+                data = src[p:p + k]
+                p += k
+            primitives.set_payloads(blocks[i], image, data)
+    return end - main_len, main_len, origin, toplevel, nblocks, first_db, first_rel
 
 
 def walk(reader: XLogReader, sieve: Sieve | None) -> Walk:

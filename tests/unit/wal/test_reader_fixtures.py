@@ -113,27 +113,32 @@ def test_starting_on_any_page_reads_the_records_starting_there(walfix: WalFixtur
 def test_a_sieve_builds_the_records_it_wants_of_a_walk_that_checks_them_all(
         walfix: WalFixture, implementation: str) -> None:
     """A walk with a sieve (the scans' way to read most records past unbuilt) asks it about
-    every record from the start LSN on, with the record's own header fields and bytes, and
-    yields exactly those it wants — the records pg_waldump prints there, each whole."""
+    every record from the start LSN on, telling it the record's header fields, block count,
+    first relation and main data, and yields exactly those it wants — the records pg_waldump
+    prints there, each whole."""
     module = native.compiled("cdclake.wal._reader") if implementation == "compiled" else None
     base = reader_module.Sieve if module is None else module.Sieve
-
     asked: list[tuple[int, int, int, int]] = []
+    told: dict[int, tuple[int, int, int, bytes]] = {}
 
     class HeapOnly(base):  # type: ignore[valid-type, misc]
-        def wants(self, lsn: int, prev: int, xid: int, rmid: int, info: int, tot_len: int,
-                  src: bytes | memoryview, off: int) -> bool:
-            assert int.from_bytes(src[off:off + 4], "little") == tot_len
-            asked.append((lsn, prev, xid, tot_len))
-            return rmid == 10  # Heap
+        def wants(self, walk: reader_module.Walk) -> bool:
+            asked.append((walk.lsn, walk.prev, walk.xid, walk.tot_len))
+            main = bytes(walk.src[walk.main:walk.main + walk.main_len])
+            told[walk.lsn] = (walk.toplevel, walk.nblocks, walk.first_rel, main)
+            return walk.rmid == 10  # Heap
 
     rows = walfix.rows
     lo, hi = rows[len(rows) // 4][0], rows[3 * len(rows) // 4][0]
     reader = XLogReader(DirectorySource(walfix.dir), start_lsn=lo, end_lsn=hi)
-    got = [row_of(r) for r in reader_module.walk(reader, HeapOnly())]
+    got = list(reader_module.walk(reader, HeapOnly()))
     wanted = [r for r in rows if lo <= r[0] < hi]
     assert asked == [(lsn, prev, xid, tot) for lsn, prev, xid, _rm, tot, *_ in wanted]
-    assert got == [r for r in wanted if r[3] == "Heap"] and got
+    assert [row_of(r) for r in got] == [r for r in wanted if r[3] == "Heap"] and got
+    for rec in got:  # what the sieve was told is what the built record holds
+        first_rel = rec.blocks[0].rlocator.rel if rec.blocks else 0
+        assert told[rec.lsn] == (rec.toplevel_xid, len(rec.blocks), first_rel,
+                                 bytes(rec.main_data))
     assert reader.end_reason == "end LSN reached"
 
 
