@@ -4,11 +4,13 @@
 The scan reads every record of a batch for a few facts, where a Python record costs more
 than the facts: most records are heap changes, of which it needs the transaction, the size,
 the first block's relation and two flag bits of the main data. The compiled reader's
-:class:`~cdclake.wal.reader.Walk` checks every record as it reads it and hands its bytes to
-:class:`_Facts` (a :class:`~cdclake.wal.reader.Sieve`), which takes those facts from the
-bytes and builds only the transaction and message records, which Python takes as the reference does (:func:`take`: memberships, the
-full dictionary). The facts equal the reference's: its tests run both.
-A record whose headers do not parse is built too, so the reader raises what is wrong with it.
+:class:`~cdclake.wal.reader.Walk` checks every record as it reads it and tells :class:`_Facts`
+(a :class:`~cdclake.wal.reader.Sieve`) its header fields, block count, first relation and
+main data, from which it takes those facts (by the rmgr table's ``heap_route``, ``plain``
+and ``truncates``, compiled), building only the transaction and message records, which
+Python takes as the reference does (:func:`take`: memberships, the full dictionary). The
+facts equal the reference's: its tests run both. A record whose block headers do not parse
+stops the walk with the reader's error.
 """
 
 import sys
