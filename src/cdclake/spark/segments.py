@@ -20,31 +20,21 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from cdclake import native
 from cdclake.archive.layout import Layout
 from cdclake.archive.source import StoreSegmentSource
 from cdclake.archive.store import ObjectStore
 from cdclake.catalog.signing import DDL_PREFIX, open_signed
-from cdclake.decoding.rmgrs import (
-    CATALOG,
-    IGNORE,
-    TXN,
-    decodable,
-    is_truncate,
-    memberships,
-    plain_change,
-    route_class,
-)
+from cdclake.decoding.rmgrs import IGNORE, decodable, route_class
 from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.errors import SegmentDigestError
 from cdclake.lsn import SegmentName
-from cdclake.wal.reader import XLogReader
+from cdclake.spark.facts import FactCollector, collector
+from cdclake.wal.reader import XLogReader, walk
 from cdclake.wal.record import (
-    RM_HEAP2_ID,
     RM_LOGICALMSG_ID,
     XLogRecord,
 )
-from cdclake.wal.rmgr import heap, logicalmsg
+from cdclake.wal.rmgr import logicalmsg
 
 
 class StoreWindow:
@@ -188,7 +178,7 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     """
     reader = _reader(task, store, layout, segment_size, recent)
     out = ParsedSegment(task.segment.segno)
-    facts = FactCollector()
+    facts = collector(db_oid)
     try:
         _scan(reader, out, facts, db_oid, key)
     except SegmentDigestError as exc:
@@ -197,20 +187,23 @@ def scan_segment(task: SegmentTask, store: ObjectStore, layout: Layout, segment_
     out.version = reader.version
     out.end_of_wal = reader.end_of_wal
     out.end_reason = reader.end_reason
-    out.facts = facts.facts()
+    out.facts = facts_of(facts)
     return out
 
 
 def _scan(reader: XLogReader, out: ParsedSegment, facts: FactCollector, db_oid: int,
           key: bytes) -> None:
     """Every record ``reader`` reads into ``out`` (the first and last, the first full
-    dictionary) and ``facts``. The compiled twin asks only the transaction and message
-    records of Python (:func:`take`), and takes the others' facts from their bytes."""
-    for rec in reader:
-        if out.first_lsn is None:
-            out.first_lsn, out.first_prev = rec.lsn, rec.prev
-        out.last_lsn = rec.lsn
-        take(rec, out, facts, db_oid, key, reader.version)
+    dictionary) and ``facts``, the walk's sieve: it builds only the transaction and message
+    records, which :func:`take` reads, and takes the others' facts from what the walk tells
+    it."""
+    try:
+        for rec in walk(reader, facts):
+            take(rec, out, facts, db_oid, key, reader.version)
+    finally:
+        facts.flush()
+        out.first_lsn, out.first_prev = facts.first_lsn, facts.first_prev
+        out.last_lsn = facts.last_lsn
 
 
 def take(rec: XLogRecord, out: ParsedSegment, facts: FactCollector, db_oid: int, key: bytes,
@@ -246,31 +239,9 @@ def _reader(task: SegmentTask, store: ObjectStore, layout: Layout, segment_size:
                       timeline=max(s.timeline for s in task.window))
 
 
-class FactCollector:
-    """A segment's :class:`SegmentFacts`, gathered as its kept records go by."""
+def facts_of(facts: FactCollector) -> SegmentFacts:
+    """The segment's facts ``facts`` gathered."""
+    facts.flush()
+    large = frozenset(x for x, size in facts.changes.items() if size >= LARGE_BYTES)
+    return SegmentFacts(dict(facts.parent_of), large, array("I", sorted(facts.unsplit)))
 
-    def __init__(self) -> None:
-        self.parent_of: dict[int, int] = {}
-        self.changes: dict[int, int] = {}  # xid -> bytes of its changes
-        self.unsplit: set[int] = set()
-
-    def add(self, kind: int, rec: XLogRecord, version: int) -> None:
-        """Subtransaction memberships, and what tells a large transaction whose changes can
-        be split: their bytes, and whether it has records every partition must see."""
-        for sub, parent in memberships(rec, version):
-            self.parent_of[sub] = parent
-        xid = rec.xid
-        if kind == TXN:
-            self.changes[xid] = self.changes.get(xid, 0) + rec.tot_len
-            if not plain_change(rec) and not is_truncate(rec):
-                self.unsplit.add(xid)
-        elif kind == CATALOG and (rec.rmid == RM_HEAP2_ID or
-                                  rec.info & heap.XLOG_HEAP_OPMASK == heap.XLOG_HEAP_INSERT):
-            self.unsplit.add(xid)  # a new catalog row: a new relation or column, a rewrite
-
-    def facts(self) -> SegmentFacts:
-        large = frozenset(x for x, size in self.changes.items() if size >= LARGE_BYTES)
-        return SegmentFacts(dict(self.parent_of), large, array("I", sorted(self.unsplit)))
-
-
-_scan = native.twin(_scan, "cdclake.spark._segments")

@@ -12,8 +12,9 @@ from cdclake.decoding.decode import Decoder
 from cdclake.decoding.rmgrs import IGNORE, TXN
 from cdclake.decoding.stripes import STRIPE_BITS
 from cdclake.spark import routing
+from cdclake.spark.facts import FactCollector
 from cdclake.spark.routing import RouteMap, owner, resolve
-from cdclake.spark.segments import FactCollector, SegmentFacts
+from cdclake.spark.segments import SegmentFacts, facts_of
 from cdclake.wal.record import XLogRecord
 from cdclake.wal.rmgr import heap, xact
 from tests.unit.decoding.records import (
@@ -43,7 +44,7 @@ def _segment(*recs: XLogRecord, version: int = 15) -> Segment:
         kind = rmgrs.route_class(rec, DB)
         if kind != IGNORE or rec.toplevel_xid:
             facts.add(kind, rec, version)
-    return Segment(list(recs), facts.facts())
+    return Segment(list(recs), facts_of(facts))
 
 
 def _decode(segs: list[Segment], rmap: RouteMap, tmp: Path) -> dict[int, Decoder]:
@@ -190,7 +191,7 @@ def test_a_split_transaction_carried_in_parts_stays_split_while_it_can() -> None
             facts.add(TXN, rec, 15)
     facts.unsplit.add(toasted)  # as a TOAST chunk or a new catalog row makes it
     start = 5 << STRIPE_BITS
-    rmap = RouteMap.merge(N, [facts.facts()], {}, carried, start_lsn=start)
+    rmap = RouteMap.merge(N, [facts_of(facts)], {}, carried, start_lsn=start)
     # split as before; TOAST now: whole to the owner. Another number of partitions or carried
     # whole: split from this batch on, the earlier changes the owner's; TOAST before: never
     assert rmap.split == {parted: 77, resized: start, whole: start}

@@ -65,11 +65,11 @@ def _scan(plan: BatchPlan, store: LocalStore) -> list[ParsedSegment]:
 
 def test_the_compiled_scan_finds_the_facts_of_the_reference(decfix: DecodingFixture,
                                                              tmp_path: Path) -> None:
-    """The compiled scan builds only transaction and message records and takes the others'
-    facts from their bytes (:mod:`cdclake.spark._segments`): the same summaries as the
-    reference, which builds every record, over WAL with subtransactions, aborts, two-phase,
-    TOAST, speculative inserts, TRUNCATE, rewrites, messages and the install's dictionary."""
-    assert "cdclake.spark.segments._scan" in native.twins()  # built, as make builds it
+    """The scan builds only transaction and message records and takes the others' facts
+    from what the walk tells its sieve (:mod:`cdclake.spark.facts`): compiled, the same
+    summaries as in Python, over WAL with subtransactions, aborts, two-phase, TOAST,
+    speculative inserts, TRUNCATE, rewrites, messages and the install's dictionary."""
+    assert "cdclake.spark.facts.collector" in native.twins()  # built, as make builds it
     store = _store(decfix.dir, tmp_path)
     plan = plan_batch(store, Layout(), None, None)
     assert isinstance(plan, BatchPlan)
