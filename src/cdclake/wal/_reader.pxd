@@ -1,7 +1,7 @@
 # cython: language_level=3
 """C types for ``reader.py`` compiled as ``cdclake.wal._reader`` (Cython's pure-Python mode):
-its ``Walk`` is the reader's compiled twin (``cdclake.native``), and the compiled scans
-(``cdclake.decoding._rmgrs``, ``cdclake.spark._segments``) extend its ``Sieve``
+its ``Walk`` is the reader's compiled twin (``cdclake.native``), and the compiled scans'
+sieves (``cdclake.decoding._rmgrs``, ``cdclake.spark._facts``) extend its ``Sieve``
 (``cimport``)."""
 
 import cython

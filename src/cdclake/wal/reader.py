@@ -337,9 +337,9 @@ class Sieve:
     start LSN on, checked (header, prev-link, CRC, block headers), and says whether to build
     it; what it sees of the record are the walk's fields (``lsn``, ``xid``, ``rmid``, ``info``,
     ``toplevel``, ``nblocks``, the first block's ``first_db`` and ``first_rel``, the main data
-    at ``main`` in ``src``, ``main_len`` bytes...). This one builds every record; the scans
-    (:func:`cdclake.decoding.rmgrs.decodable`, ``cdclake.spark._segments``) read most records
-    past without a Python object built for them or their blocks."""
+    at ``main`` in ``src``, ``main_len`` bytes...). This one builds every record; the scans'
+    (:class:`cdclake.decoding.rmgrs.Decodable`, :class:`cdclake.spark.facts.FactCollector`)
+    read most records past without a Python object built for them or their blocks."""
 
     def wants(self, walk: Walk) -> bool:
         return True
