@@ -1,8 +1,8 @@
 # cython: language_level=3
 """C types for ``rmgrs.py`` compiled as ``cdclake.decoding._rmgrs`` (Cython's pure-Python
 mode): its ``decodable`` is the rmgr table's compiled twin (``cdclake.native``), whose sieve
-reads the records a decoder reads past as C; the compiled scan (``spark/_segments.pyx``) asks
-``heap_route``, ``plain`` and ``truncates`` as C (``cimport``)."""
+reads the records a decoder reads past as C; the scan's compiled sieve (``spark/_facts``)
+asks ``heap_route``, ``plain`` and ``truncates`` as C (``cimport``)."""
 
 import cython
 
