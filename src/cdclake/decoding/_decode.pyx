@@ -5,10 +5,10 @@ dispatch; the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables,
 MULTI_INSERT, read from the record's bytes and queued as Changes, without the parsed-record
 dataclasses of :mod:`cdclake.wal.rmgr` and without running ``Change.__init__`` or
 ``WalTuple.__init__`` (a Python frame each); and an ordinary COMMIT, read from its bytes and
-committed without ``XactFinish`` or ``TxnInfo.__init__``. A change goes into the reorder
-buffer inline (``_buffer``: ``ReorderBuffer.queue``'s bookkeeping, the same sizes and
-eviction), and a transaction without subtransactions or spill files leaves it inline
-(``_commit``: ``members`` and ``discard``).
+committed without ``XactFinish`` or ``TxnInfo.__init__``. Whose a change is and how it is
+queued are the Python decoder's own rules (:mod:`cdclake.decoding.queueing`), asked as C; a
+transaction without subtransactions or spill files leaves the buffer inline (``_commit``:
+``members`` and ``discard``).
 
 Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``,
 ``_python_xact``) unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST
@@ -26,14 +26,13 @@ from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.decoding._filter cimport drop_locator, origin_ok
-from cdclake.decoding._reorder cimport queue, top_of, txn
+from cdclake.decoding._queueing cimport buffer_change, elsewhere, foreign, queue_change
 from cdclake.wal._slots cimport blank, get, offset, put
 
 from operator import itemgetter
 
 from cdclake.decoding.changes import (
     DELETE,
-    ELSEWHERE as _ELSEWHERE,
     INSERT,
     SPEC_ABORT,
     SPEC_INSERT,
@@ -147,43 +146,10 @@ cdef object _change(int action, rec, loc, old, new, int seq=0, bint clear_toast=
     return c
 
 
-cdef int ELSEWHERE = _ELSEWHERE
-
-
-cdef bint _mine(self, rec) except -1:
-    """See ``Decoder._mine``."""
-    share = self.share
-    if share is None:
-        return True
-    return says_yes(share, top_of(self.rb, _r(rec, R_XID, "xid")), _r(rec, R_LSN, "lsn"))
-
-
-cdef bint _elsewhere(self, rec, loc, Py_ssize_t count=1, bint last_clears=True) except -1:
-    """See ``Decoder._elsewhere``."""
-    cdef Py_ssize_t i
-    if _mine(self, rec):
-        return False
-    if _r(rec, R_LSN, "lsn") < self.skip_before or count == 0:
-        return True
-    rb = self.rb
-    xid = _r(rec, R_XID, "xid")
-    if type(rb) is ReorderBuffer:
-        t = txn(rb, xid, _r(rec, R_LSN, "lsn"))
-    else:
-        t = rb.txn(xid, _r(rec, R_LSN, "lsn"))
-    if t.toast_pending:
-        for i in range(count):
-            _buffer(rb, xid, _change(ELSEWHERE, rec, loc, None, None, i,
-                                     last_clears and i == count - 1))
-    return True
-
-
-cdef _buffer(rb, xid, change):
-    """``rb.queue(xid, change)``, called as C for the ReorderBuffer itself."""
-    if type(rb) is ReorderBuffer:
-        queue(rb, xid, change)
-    else:
-        rb.queue(xid, change)
+cdef inline bint _elsewhere(self, rec, loc, xid, lsn, Py_ssize_t count=1,
+                            bint last_clears=True) except -1:
+    """``elsewhere`` (:mod:`cdclake.decoding.queueing`) for the rows of ``rec``."""
+    return elsewhere(self, xid, lsn, _r(rec, R_ORIGIN, "origin"), loc, count, last_clears)
 
 
 def process(self, rec):
@@ -231,10 +197,11 @@ def _heap(self, rec):
     if loc.db != self.db_oid:  # gate 1, before parsing
         return
     xid = _r(rec, R_XID, "xid")
+    lsn = _r(rec, R_LSN, "lsn")
     tracker = self.tracker
     if tracker is not None and _is_pg_class(tracker, loc):
         return self._python_heap(rec)
-    if _foreign(self, xid):
+    if foreign(self, xid):
         return
     md = payload(main)
     filt = self.filter
@@ -252,15 +219,15 @@ def _heap(self, rec):
             return
         if flags & INSERT_ON_TOAST_RELATION:
             return self._python_heap(rec)
-        if _drop(filt, loc, _r(rec, R_LSN, "lsn")):  # gates 3-4 where already decidable
+        if _drop(filt, loc, lsn):  # gates 3-4 where already decidable
             return
         if (not flags & INSERT_IS_SPECULATIVE and self.share is not None
-                and _elsewhere(self, rec, loc)):
+                and _elsewhere(self, rec, loc, xid, lsn)):
             return
         new = _tuple(payload(data), 0) if data else None
-        _queue(self, rec, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
-                                  rec, loc, None, new),
-               -1 if flags & INSERT_IS_SPECULATIVE and self.share is not None else 1)
+        queue_change(self, xid, lsn, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
+                                            rec, loc, None, new),
+                     -1 if flags & INSERT_IS_SPECULATIVE and self.share is not None else 1)
     elif op == OP_DELETE:
         if md.n < DELETE_SIZE:
             return self._python_heap(rec)
@@ -271,15 +238,15 @@ def _heap(self, rec):
             return
         if flags & DELETE_IS_SUPER:
             return self._python_heap(rec)
-        if _drop(filt, loc, _r(rec, R_LSN, "lsn")) or (self.share is not None
-                                         and _elsewhere(self, rec, loc)):
+        if _drop(filt, loc, lsn) or (self.share is not None
+                                     and _elsewhere(self, rec, loc, xid, lsn)):
             return
         old = _tuple(md, DELETE_SIZE) if flags & DELETE_CONTAINS_OLD else None
-        _queue(self, rec, _change(DELETE, rec, loc, old, None), 1)
+        queue_change(self, xid, lsn, _change(DELETE, rec, loc, old, None), 1)
     else:
         if (not _origin_ok(filt, rec)
-                or _drop(filt, loc, _r(rec, R_LSN, "lsn"))
-                or (self.share is not None and _elsewhere(self, rec, loc))):
+                or _drop(filt, loc, lsn)
+                or (self.share is not None and _elsewhere(self, rec, loc, xid, lsn))):
             return
         if md.n < UPDATE_SIZE:
             return self._python_heap(rec)
@@ -299,28 +266,7 @@ def _heap(self, rec):
             if flags & UPDATE_CONTAINS_NEW_TUPLE:
                 new = _tuple(bd, p)
         old = _tuple(md, UPDATE_SIZE) if flags & UPDATE_CONTAINS_OLD else None
-        _queue(self, rec, _change(UPDATE, rec, loc, old, new), 1)
-
-
-cdef bint _foreign(self, xid) except -1:
-    """See ``Decoder._foreign``."""
-    owns = self.owns
-    if owns is None:
-        return False
-    return not owns(top_of(self.rb, xid))
-
-
-cdef _queue(self, rec, change, int mine=-1):
-    """See ``Decoder._queue``; ``mine``: ``_mine(rec)`` where the caller knows it already
-    (-1: not known)."""
-    stats = self.stats
-    if mine < 0:
-        mine = _mine(self, rec)
-    if _r(rec, R_LSN, "lsn") < self.skip_before:
-        stats.cut_before_start += mine
-        return
-    _buffer(self.rb, _r(rec, R_XID, "xid"), change)
-    stats.changes += mine
+        queue_change(self, xid, lsn, _change(UPDATE, rec, loc, old, new), 1)
 
 
 def _heap2(self, rec):
@@ -337,7 +283,8 @@ def _heap2(self, rec):
         return self._python_heap2(rec)
     blk = blocks[0]
     loc = blk.rlocator
-    if loc.db != self.db_oid or _foreign(self, _r(rec, R_XID, "xid")):
+    xid = _r(rec, R_XID, "xid")
+    if loc.db != self.db_oid or foreign(self, xid):
         return
     md = payload(main)
     data = blk.data
@@ -363,20 +310,20 @@ def _heap2(self, rec):
         return
     stats = self.stats
     share = self.share
-    if _r(rec, R_LSN, "lsn") < self.skip_before:
-        if share is None or not _elsewhere(self, rec, loc):
+    lsn = _r(rec, R_LSN, "lsn")
+    if lsn < self.skip_before:
+        if share is None or not _elsewhere(self, rec, loc, xid, lsn):
             stats.cut_before_start += count
         return
     filt = self.filter
-    if not _origin_ok(filt, rec) or _drop(filt, loc, _r(rec, R_LSN, "lsn")):
+    if not _origin_ok(filt, rec) or _drop(filt, loc, lsn):
         return
-    if share is not None and _elsewhere(self, rec, loc, count,
+    if share is not None and _elsewhere(self, rec, loc, xid, lsn, count,
                                         (flags & INSERT_LAST_IN_MULTI) != 0):
         return
     if count == 0:
         return
     rb = self.rb
-    xid = _r(rec, R_XID, "xid")
     last_in_multi = flags & INSERT_LAST_IN_MULTI
     p = 0
     for i in range(count):
@@ -389,8 +336,8 @@ def _heap2(self, rec):
         p += MULTI_TUPLE
         put(t, CS.t_data, PyBytes_FromStringAndSize(<const char *> bd.p + p, dlen))
         p += dlen
-        _buffer(rb, xid, _change(INSERT, rec, loc, None, t, i,
-                                 last_in_multi and i == count - 1))
+        buffer_change(rb, xid, _change(INSERT, rec, loc, None, t, i,
+                                       last_in_multi and i == count - 1))
     stats.changes += count
 
 

@@ -22,7 +22,6 @@ from cdclake.catalog.signing import DDL_PREFIX
 from cdclake.decoding import rmgrs
 from cdclake.decoding.changes import (
     DELETE,
-    ELSEWHERE,
     INSERT,
     MESSAGE,
     SPEC_ABORT,
@@ -38,7 +37,8 @@ from cdclake.decoding.changes import (
     TxnInfo,
 )
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.reorder import ReorderBuffer, top_of
+from cdclake.decoding.queueing import elsewhere, foreign, queue_change
+from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
 from cdclake.tuples.varlena import toast_chunk
 from cdclake.wal.record import RelFileLocator, XLogRecord
@@ -155,33 +155,14 @@ class Decoder:
         if handler is not None:
             handler(rec)
 
-    def _top(self, xid: int) -> int:
-        """``xid``'s top-level transaction (:func:`~cdclake.decoding.reorder.top_of`)."""
-        return top_of(self.rb, xid)
-
-    def _foreign(self, xid: int) -> bool:
-        """Whether ``xid``'s top-level transaction belongs to another decoder."""
-        return self.owns is not None and not self.owns(self._top(xid))
-
-    def _mine(self, rec: XLogRecord) -> bool:
-        """Whether this decoder counts the change of ``rec`` in its statistics: of a parallel
-        decode, where every worker queues some kinds of change, the one whose share it is."""
-        return self.share is None or self.share(self._top(rec.xid), rec.lsn)
-
     def _elsewhere(self, rec: XLogRecord, loc: RelFileLocator, count: int = 1,
                    last_clears: bool = True) -> bool:
-        """Whether another decoder emits the ``count`` rows of ``rec`` (``share``); if so, the
-        transaction is entered, and placeholders are queued while it has TOAST chunks."""
-        if self._mine(rec):
-            return False
-        if rec.lsn < self.skip_before or count == 0:
-            return True  # nothing queued: not even the transaction is entered, as by its owner
-        t = self.rb.txn(rec.xid, rec.lsn)
-        if t.toast_pending:
-            for i in range(count):
-                self.rb.queue(rec.xid, Change(ELSEWHERE, rec.lsn, i, loc, None, None,
-                                              last_clears and i == count - 1, rec.origin))
-        return True
+        """:func:`~cdclake.decoding.queueing.elsewhere` for the rows of ``rec``."""
+        return elsewhere(self, rec.xid, rec.lsn, rec.origin, loc, count, last_clears)
+
+    def _queue(self, rec: XLogRecord, change: Change) -> None:
+        """:func:`~cdclake.decoding.queueing.queue_change` for the change of ``rec``."""
+        queue_change(self, rec.xid, rec.lsn, change)
 
     def _xlog(self, rec: XLogRecord) -> None:
         if self.stats.records == 1:
@@ -201,7 +182,7 @@ class Decoder:
         if op == heap.XLOG_HEAP_TRUNCATE:
             t = heap.parse(rec)
             if (t.db_id != self.db_oid or not self.filter.origin_ok(rec.origin)
-                    or self._foreign(rec.xid)):
+                    or foreign(self, rec.xid)):
                 return
             self._queue(rec, Change(TRUNCATE, rec.lsn, 0, None, None, None, False, rec.origin,
                                     Truncate(t.relids,
@@ -217,7 +198,7 @@ class Decoder:
             self._pg_class(rec, op)
             return
         if op == heap.XLOG_HEAP_INSERT:
-            if self._foreign(rec.xid):
+            if foreign(self, rec.xid):
                 return
             ins = heap.parse(rec)
             flags = ins.flags
@@ -240,7 +221,7 @@ class Decoder:
             elif not self._elsewhere(rec, loc):
                 self._queue(rec, Change(INSERT, rec.lsn, 0, loc, None, ins.tuple, True,
                                         rec.origin))
-        elif self._foreign(rec.xid):
+        elif foreign(self, rec.xid):
             return
         elif op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE:
             if (not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn)
@@ -285,7 +266,7 @@ class Decoder:
         if rec.info & heap2.XLOG_HEAP2_OPMASK != heap2.XLOG_HEAP2_MULTI_INSERT:
             return
         loc = rec.blocks[0].rlocator
-        if loc.db != self.db_oid or self._foreign(rec.xid):
+        if loc.db != self.db_oid or foreign(self, rec.xid):
             return
         mi = heap2.parse(rec, self.version)
         flags = mi.flags
@@ -309,14 +290,6 @@ class Decoder:
             queue(xid, Change(INSERT, lsn, i, loc, None, tup, last_in_multi and i == last, origin))
         self.stats.changes += len(mi.tuples)
 
-    def _queue(self, rec: XLogRecord, change: Change) -> None:
-        mine = self._mine(rec)
-        if rec.lsn < self.skip_before:
-            self.stats.cut_before_start += mine
-            return
-        self.rb.queue(rec.xid, change)
-        self.stats.changes += mine
-
     # -- messages ----------------------------------------------------------------------------
 
     def _message(self, rec: XLogRecord) -> None:
@@ -324,7 +297,7 @@ class Decoder:
         if m.db_id != self.db_oid or not self.filter.origin_ok(rec.origin):
             return
         if m.transactional:
-            if self._foreign(rec.xid):
+            if foreign(self, rec.xid):
                 pass  # another decoder's transaction: only its catalog bookkeeping below
             elif rec.lsn < self.skip_before:
                 self.stats.cut_before_start += 1
