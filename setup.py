@@ -16,11 +16,11 @@ SRC = Path(__file__).parent / "src"
 #: ``x.py`` is built as ``_x``, with the C types of ``_x.pxd`` (its annotations are for
 #: mypy), and keeps Python's semantics (negative indices, bounds checks)
 PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py",
-                    "cdclake/decoding/filter.py", "cdclake/decoding/parallel.py",
-                    "cdclake/decoding/queueing.py", "cdclake/decoding/reassembly.py",
-                    "cdclake/decoding/reorder.py", "cdclake/decoding/rmgrs.py",
-                    "cdclake/decoding/stripes.py", "cdclake/spark/facts.py",
-                    "cdclake/tuples/julian.py",
+                    "cdclake/decoding/commit.py", "cdclake/decoding/filter.py",
+                    "cdclake/decoding/parallel.py", "cdclake/decoding/queueing.py",
+                    "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py",
+                    "cdclake/decoding/rmgrs.py", "cdclake/decoding/stripes.py",
+                    "cdclake/spark/facts.py", "cdclake/tuples/julian.py",
                     "cdclake/wal/reader.py")
 
 

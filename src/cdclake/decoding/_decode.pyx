@@ -4,11 +4,10 @@
 dispatch; the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables, and COPY's
 MULTI_INSERT, read from the record's bytes and queued as Changes, without the parsed-record
 dataclasses of :mod:`cdclake.wal.rmgr` and without running ``Change.__init__`` or
-``WalTuple.__init__`` (a Python frame each); and an ordinary COMMIT, read from its bytes and
-committed without ``XactFinish`` or ``TxnInfo.__init__``. Whose a change is and how it is
-queued are the Python decoder's own rules (:mod:`cdclake.decoding.queueing`), asked as C; a
-transaction without subtransactions or spill files leaves the buffer inline (``_commit``:
-``members`` and ``discard``).
+``WalTuple.__init__`` (a Python frame each); and an ordinary COMMIT, read from its bytes
+without ``XactFinish``. Whose a change is, how it is queued, and what a commit does are the
+Python decoder's own rules (:mod:`cdclake.decoding.queueing`, :mod:`cdclake.decoding.commit`),
+asked as C.
 
 Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``,
 ``_python_xact``) unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST
@@ -21,15 +20,13 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.catalog._versions cimport is_pg_class
-from cdclake.decoding._stripes cimport says_yes
 from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.decoding._filter cimport drop_locator, origin_ok
+from cdclake.decoding._commit cimport commit
 from cdclake.decoding._queueing cimport buffer_change, elsewhere, foreign, queue_change
 from cdclake.wal._slots cimport blank, get, offset, put
-
-from operator import itemgetter
 
 from cdclake.decoding.changes import (
     DELETE,
@@ -38,11 +35,8 @@ from cdclake.decoding.changes import (
     SPEC_INSERT,
     UPDATE,
     Change,
-    TxnInfo,
 )
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.reorder import ReorderBuffer
-from cdclake.decoding.startup import Startup
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.record import WalTuple, XLogRecord
 from cdclake.wal.rmgr import heap, heap2, xact
@@ -84,16 +78,7 @@ cdef unsigned int XI_DROPPED_STATS = xact.XACT_XINFO_HAS_DROPPED_STATS
 cdef unsigned int XI_REFERENCE = xact.XACT_XINFO_HAS_TWOPHASE | xact.XACT_XINFO_HAS_ORIGIN
 cdef Py_ssize_t INVAL_MSG_SIZE = xact.INVAL_MSG_SIZE
 cdef Py_ssize_t LOCATOR_SIZE = 12  # RelFileLocator: spcOid, dbOid, relNumber
-_by_lsn = itemgetter(0)
 cdef ChangeSlots CS = change_slots(Change, WalTuple)
-cdef Py_ssize_t I_XID = offset(TxnInfo, "xid")
-cdef Py_ssize_t I_FIRST_LSN = offset(TxnInfo, "first_lsn")
-cdef Py_ssize_t I_FINAL_LSN = offset(TxnInfo, "final_lsn")
-cdef Py_ssize_t I_END_LSN = offset(TxnInfo, "end_lsn")
-cdef Py_ssize_t I_COMMIT_TIME = offset(TxnInfo, "commit_time")
-cdef Py_ssize_t I_ORIGIN_ID = offset(TxnInfo, "origin_id")
-cdef Py_ssize_t I_ORIGIN_LSN = offset(TxnInfo, "origin_lsn")
-cdef Py_ssize_t I_GID = offset(TxnInfo, "gid")
 cdef Py_ssize_t R_LSN = offset(XLogRecord, "lsn")
 cdef Py_ssize_t R_XID = offset(XLogRecord, "xid")
 cdef Py_ssize_t R_ORIGIN = offset(XLogRecord, "origin")
@@ -361,7 +346,6 @@ def _xact(self, rec):
     cdef Bytes md
     cdef Py_ssize_t p = 8, i, end
     cdef unsigned int xinfo = 0, db_id = 0
-    cdef long long xact_time
     if info & XACT_OPMASK != XACT_COMMIT:
         return self._python_xact(rec)
     main = _r(rec, R_MAIN_DATA, "main_data")
@@ -398,68 +382,5 @@ def _xact(self, rec):
         p = _array(md, p, INVAL_MSG_SIZE)
     if p < 0:
         return self._python_xact(rec)
-    xact_time = le_int(md.p, 8)
-    _commit(self, rec, xact_time, db_id, subxacts)
-
-
-cdef _commit(self, rec, long long xact_time, unsigned int db_id, tuple subxacts):
-    """See ``Decoder._commit``, for a commit without origin or gid; ``members`` and
-    ``discard`` inline for a transaction without subtransactions or spill files."""
-    stats = self.stats
-    stats.committed += 1
-    xid = _r(rec, R_XID, "xid")
-    rb = self.rb
-    plain = type(rb) is ReorderBuffer and not subxacts
-    if plain:
-        top = (<dict> rb.by_txn).get(xid)
-        if top is None:
-            return
-        members = [top]
-        plain = not top.subxids and not top.spill_files
-    else:
-        members = rb.members(xid, subxacts)
-        if not members:
-            return
-    if db_id and db_id != self.db_oid:
-        rb.discard(xid, subxacts)
-        return
-    first = members[0].first_lsn
-    ddl = False
-    for m in members:
-        if m.first_lsn < first:
-            first = m.first_lsn
-        if m.ddl:
-            ddl = True
-    info = blank(TxnInfo)
-    put(info, I_XID, xid)
-    put(info, I_FIRST_LSN, first)
-    put(info, I_FINAL_LSN, _r(rec, R_LSN, "lsn"))
-    put(info, I_END_LSN, _r(rec, R_END_LSN, "end_lsn"))
-    put(info, I_COMMIT_TIME, xact_time)
-    put(info, I_ORIGIN_ID, _r(rec, R_ORIGIN, "origin"))
-    put(info, I_ORIGIN_LSN, 0)
-    put(info, I_GID, "")
-    if ddl:
-        self.replay.apply_catalog(sorted([e for m in members for e in m.ddl], key=_by_lsn),
-                                  info)
-    share = self.share
-    counts = share is None or says_yes(share, xid, _r(rec, R_LSN, "lsn"))
-    owns = self.owns
-    if owns is not None and not owns(xid):
-        pass  # another decoder emits it
-    elif (_r(rec, R_LSN, "lsn") < self.start_lsn
-          or not _origin_ok(self.filter, rec)):
-        stats.skipped_before_start += counts
-    elif counts or any([m.changes or m.spill_files for m in members]):
-        startup = self.startup
-        if type(startup) is not Startup or startup.suspects is None or startup.suspects:
-            startup.check(xid, subxacts, _r(rec, R_LSN, "lsn"))
-        self.replay.replay(info, top.changes if plain else rb.merged_changes(members))
-        stats.emitted += counts
-    if not plain:
-        rb.discard(xid, subxacts)
-        return
-    del rb.by_txn[xid]
-    if rb.size > rb.peak_size:
-        rb.peak_size = rb.size
-    rb.size -= top.size
+    commit(self, _r(rec, R_XID, "xid"), _r(rec, R_LSN, "lsn"), _r(rec, R_END_LSN, "end_lsn"),
+           _r(rec, R_ORIGIN, "origin"), le_int(md.p, 8), 0, "", db_id, subxacts)

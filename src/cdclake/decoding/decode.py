@@ -36,6 +36,7 @@ from cdclake.decoding.changes import (
     Truncate,
     TxnInfo,
 )
+from cdclake.decoding.commit import commit
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.queueing import elsewhere, foreign, queue_change
 from cdclake.decoding.reorder import ReorderBuffer
@@ -342,40 +343,12 @@ class Decoder:
                 self.rb.assign_child(a.xtop, sub, rec.lsn)
 
     def _commit(self, rec: XLogRecord, f: xact.XactFinish, xid: int) -> None:
-        self.stats.committed += 1
-        members = self.rb.members(xid, f.subxacts)
-        if not members:
-            return
-        if f.db_id and f.db_id != self.db_oid:
-            self.rb.discard(xid, f.subxacts)
-            return
-        replicated = bool(f.xinfo & xact.XACT_XINFO_HAS_ORIGIN)
-        info = TxnInfo(
-            xid=xid,
-            first_lsn=min(m.first_lsn for m in members),
-            final_lsn=rec.lsn,
-            end_lsn=rec.end_lsn,
-            commit_time=f.origin_ts if replicated else f.xact_time,
-            origin_id=rec.origin,
-            origin_lsn=f.origin_lsn if replicated else 0,
-            gid=f.gid,
-        )
-        events = sorted((e for m in members for e in m.ddl), key=lambda e: e[0])
-        if events:
-            self.replay.apply_catalog(events, info)
-        # of a parallel decode, every worker holding changes of the transaction replays them
-        # (its share), and the one whose share the commit record is counts it and replays it
-        # in any case (an empty transaction's BEGIN and COMMIT, when the plugin writes them)
-        counts = self.share is None or self.share(xid, rec.lsn)
-        if self.owns is not None and not self.owns(xid):
-            pass  # another decoder emits it
-        elif rec.lsn < self.start_lsn or not self.filter.origin_ok(rec.origin):
-            self.stats.skipped_before_start += counts
-        elif counts or any(m.changes or m.spill_files for m in members):
-            self.startup.check(xid, f.subxacts, rec.lsn)
-            self.replay.replay(info, self.rb.merged_changes(members))
-            self.stats.emitted += counts
-        self.rb.discard(xid, f.subxacts)
+        """:func:`~cdclake.decoding.commit.commit` with the commit's fields (a replicated
+        transaction's commit time and LSN are its origin's)."""
+        replicated = f.xinfo & xact.XACT_XINFO_HAS_ORIGIN
+        commit(self, xid, rec.lsn, rec.end_lsn, rec.origin,
+               f.origin_ts if replicated else f.xact_time, f.origin_lsn if replicated else 0,
+               f.gid, f.db_id, f.subxacts)
 
 
 #: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, pg_class

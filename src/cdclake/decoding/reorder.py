@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from cdclake import native
@@ -120,42 +120,20 @@ class ReorderBuffer:
     # -- end of a transaction -------------------------------------------------------------
 
     def members(self, xid: int, subxids: Iterable[int]) -> list[TXN]:
-        """The top-level TXN (if any) and the named subtransactions that have buffered state."""
-        out = []
-        top = self.by_txn.get(xid)
-        if top is not None:
-            out.append(top)
-        for s in subxids:
-            t = self.by_txn.get(s)
-            if t is not None and t is not top:
-                out.append(t)
-        return out
+        """The top-level TXN (if any) and the named subtransactions that have buffered state:
+        :func:`members`."""
+        return members(self, xid, subxids)
 
     @staticmethod
-    def merged_changes(members: list[TXN]) -> Iterator[Change]:
-        """One LSN-ordered stream over a transaction and its subtransactions."""
-        streams = [m.stream() for m in members if m.changes or m.spill_files]
-        if len(streams) == 1:
-            return streams[0]
-        return heapq.merge(*streams, key=lambda c: c.lsn)
+    def merged_changes(txns: list[TXN]) -> Iterable[Change]:
+        """One LSN-ordered stream over a transaction and its subtransactions:
+        :func:`merged_changes`."""
+        return merged_changes(txns)
 
     def discard(self, xid: int, subxids: Iterable[int] = ()) -> None:
-        """Forget a transaction and its subtransactions (after commit, or at abort)."""
-        seen: set[int] = set()
-        todo = [xid, *subxids]
-        while todo:
-            x = todo.pop()
-            if x in seen:
-                continue
-            seen.add(x)
-            t = self.by_txn.pop(x, None)
-            if t is None:
-                continue
-            todo.extend(t.subxids)
-            # peak is sampled where memory goes down (and before eviction), not per change
-            self.peak_size = max(self.peak_size, self.size)
-            self.size -= t.size
-            remove_files([local_path(f) for f in t.spill_files.values()])
+        """Forget a transaction and its subtransactions (after commit, or at abort):
+        :func:`discard`."""
+        discard(self, xid, subxids)
 
     def discard_all(self) -> None:
         """Drop everything still buffered (end of a run that does not carry state on)."""
@@ -206,6 +184,63 @@ def queue(rb: ReorderBuffer, xid: int, change: Change) -> None:
         rb.evict()
 
 
+def members(rb: ReorderBuffer, xid: int, subxids: Iterable[int]) -> list[TXN]:
+    """``rb.members``: the top-level TXN (if any) and the named subtransactions that have
+    buffered state."""
+    by_txn = rb.by_txn
+    top = by_txn.get(xid)
+    out = [] if top is None else [top]
+    for s in subxids:
+        t = by_txn.get(s)
+        if t is not None and t is not top:
+            out.append(t)
+    return out
+
+
+def merged_changes(txns: list[TXN]) -> Iterable[Change]:
+    """One LSN-ordered stream over a transaction and its subtransactions: of a transaction
+    whose changes are all in memory, its list of them."""
+    if len(txns) == 1 and not txns[0].spill_files:
+        return txns[0].changes
+    streams = [m.stream() for m in txns if m.changes or m.spill_files]
+    if len(streams) == 1:
+        return streams[0]
+    return heapq.merge(*streams, key=_lsn_of)
+
+
+def _lsn_of(change: Change) -> int:
+    return change.lsn
+
+
+def discard(rb: ReorderBuffer, xid: int, subxids: Iterable[int] = ()) -> None:
+    """``rb.discard``: forget a transaction and its subtransactions (after commit, or at
+    abort). The peak is sampled where memory goes down (and before eviction), not per
+    change."""
+    by_txn = rb.by_txn
+    t = by_txn.get(xid)
+    if t is not None and not t.subxids and not t.spill_files and not subxids:
+        del by_txn[xid]  # the common case: one transaction, all in memory
+        if rb.size > rb.peak_size:
+            rb.peak_size = rb.size
+        rb.size -= t.size
+        return
+    seen: set[int] = set()
+    todo = [xid, *subxids]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        t = by_txn.pop(x, None)
+        if t is None:
+            continue
+        todo.extend(t.subxids)
+        if rb.size > rb.peak_size:
+            rb.peak_size = rb.size
+        rb.size -= t.size
+        remove_files([local_path(f) for f in t.spill_files.values()])
+
+
 def clean_spill_dir(spill_dir: Path) -> int:
     """Remove spill files a previous, interrupted run left behind (PostgreSQL does the same)."""
     if not spill_dir.is_dir():
@@ -219,3 +254,7 @@ ReorderBuffer.txn = native.twin(  # type: ignore[method-assign]
     ReorderBuffer.txn, "cdclake.decoding._reorder")
 ReorderBuffer.queue = native.twin(  # type: ignore[method-assign]
     ReorderBuffer.queue, "cdclake.decoding._reorder")
+ReorderBuffer.members = native.twin(  # type: ignore[method-assign]
+    ReorderBuffer.members, "cdclake.decoding._reorder")
+ReorderBuffer.discard = native.twin(  # type: ignore[method-assign]
+    ReorderBuffer.discard, "cdclake.decoding._reorder")
