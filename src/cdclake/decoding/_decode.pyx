@@ -210,8 +210,9 @@ def _heap(self, rec):
                 and _elsewhere(self, rec, loc, xid, lsn)):
             return
         new = _tuple(payload(data), 0) if data else None
-        queue_change(self, xid, lsn, _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT,
-                                            rec, loc, None, new),
+        queue_change(self, xid, lsn,
+                     _change(SPEC_INSERT if flags & INSERT_IS_SPECULATIVE else INSERT, rec, loc,
+                             None, new),
                      -1 if flags & INSERT_IS_SPECULATIVE and self.share is not None else 1)
     elif op == OP_DELETE:
         if md.n < DELETE_SIZE:
