@@ -42,6 +42,8 @@ class Counts(Protocol):
 
 
 class Replay(Protocol):
+    """Commit processing (reassembly + emit), called at a commit."""
+
     def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None: ...
 
     def replay(self, info: TxnInfo, changes: object) -> None: ...

@@ -34,8 +34,8 @@ from cdclake.decoding.changes import (
     Message,
     ToastChunk,
     Truncate,
-    TxnInfo,
 )
+from cdclake.decoding.commit import Replay as CommitReplay
 from cdclake.decoding.commit import commit
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.queueing import elsewhere, foreign, queue_change
@@ -49,12 +49,9 @@ from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
 XLOG_CHECKPOINT_SHUTDOWN = 0x00
 
 
-class Replay(Protocol):
-    """Commit processing (reassembly + emit), called by the decoder."""
-
-    def apply_catalog(self, events: list[tuple[int, object]], info: TxnInfo) -> None: ...
-
-    def replay(self, info: TxnInfo, changes: object) -> None: ...
+class Replay(CommitReplay, Protocol):
+    """Commit processing (reassembly + emit), and the messages outside transactions, called
+    by the decoder."""
 
     def message(self, lsn: int, prefix: str, content: bytes) -> None: ...
 
