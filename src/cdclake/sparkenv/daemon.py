@@ -11,7 +11,13 @@ concurrent task, and each worker imports what its tasks' pickled functions name.
   here is passed over (:func:`installed_zips`): another Spark's stays as Spark set it.
 - the modules ``CDCLAKE_TASK_MODULES`` names (the session's task bodies',
   :func:`cdclake.sparkenv.session.session`'s ``tasks``) are imported once, here, so the
-  workers forked from this process find them loaded instead of each importing them.
+  workers forked from this process find them loaded instead of each importing them;
+- what is loaded by then is frozen out of the garbage collector (``gc.freeze``): a reused
+  worker runs a full ``gc.collect()`` after every task (pyspark's daemon), which otherwise
+  walks every object inherited from here, and in doing so writes to every page holding one,
+  so the fork's shared pages are copied into each worker. Frozen, a worker's collection walks
+  only the objects it made itself (the suite's workers spent more CPU in those collections
+  than in decoding).
 
 Only a session whose executors are this host's Python, with cdclake installed, runs it
 (``spark.python.daemon.module``, set for ``local`` masters): another host's executors may not
@@ -20,6 +26,7 @@ have cdclake at all (they get it as a zip, with each task).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -51,8 +58,13 @@ def main() -> None:
     sys.path[:] = [p for p in sys.path if p not in zips]
     for name in filter(None, os.environ.get(MODULES, "").split(",")):
         importlib.import_module(name)
+    if "pyarrow" in sys.modules:
+        # pyarrow imports pandas the first time it converts Python objects (its pandas
+        # shim), which every task building an Arrow column does: once here, not per worker
+        importlib.import_module("pandas")
     from pyspark.daemon import manager
 
+    gc.freeze()
     manager()
 
 

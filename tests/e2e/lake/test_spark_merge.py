@@ -38,6 +38,8 @@ from cdclake.lake.tables import mirror_identifier
 from cdclake.lake.watermark import COMMIT_LSN, committed_lsn
 from cdclake.local.postgres import LocalPostgres
 from cdclake.lsn import parse_lsn
+from cdclake.pipeline.steps import MERGE_TASKS
+from cdclake.spark import job
 from cdclake.sparkenv.session import session as spark_session
 from tests.e2e.lake.test_spark_sql_reads_mirrors import _decode
 from tests.oracle.decoding.harness import archive_all
@@ -188,7 +190,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
         config = Config(home=tmp / "home", stream="sparkmerge", spark_master="local[2]",
                         merge_engine="spark")
         catalog = open_catalog(config)
-        spark = spark_session(config, "test")
+        spark = spark_session(config, "test", tasks=(job.__name__, *MERGE_TASKS))
         engine = SparkMerge(spark, catalog, config, fallback=ArrowMerge(catalog, config))
         lake = Lake(pg, db, config, spark, tmp / "changes",
                     DecodeOptions(db_oid=db_oid, start_lsn=lo, read_from=read_from,

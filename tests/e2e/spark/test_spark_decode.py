@@ -257,19 +257,24 @@ def test_a_backlog_is_decoded_as_bounded_batches_in_one_step(pg: LocalPostgres,
 
 def test_python_workers_find_pyspark_and_the_decode_loaded(spark: Any) -> None:
     """A worker is forked from cdclake's daemon, which imported pyspark from the installed
-    package (not Spark's zip, compiled anew at every start) and the session's task modules:
-    a task that names neither finds both loaded."""
+    package (not Spark's zip, compiled anew at every start), the session's task modules and
+    the pandas pyarrow converts with, and froze them out of the garbage collector: a task that
+    names none of them finds them loaded, and the collection pyspark runs after each task
+    walks none of them."""
 
-    def probe(_: Iterator[int]) -> Iterator[tuple[str, bool, bool]]:
+    def probe(_: Iterator[int]) -> Iterator[tuple[str, bool, bool, bool, int, int]]:
+        import gc
         import sys
 
         yield (sys.modules["pyspark"].__file__ or "", "cdclake.sparkenv.daemon" in sys.modules,
-               "cdclake.spark.job" in sys.modules)
+               "cdclake.spark.job" in sys.modules, "pandas" in sys.modules,
+               gc.get_freeze_count(), len(gc.get_objects()))
 
     seen = spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()
     assert len(seen) == 2
-    for pyspark_file, daemon, decode in seen:
-        assert ".zip" not in pyspark_file and daemon and decode, seen
+    for pyspark_file, daemon, decode, pandas, frozen, collectable in seen:
+        assert ".zip" not in pyspark_file and daemon and decode and pandas, seen
+        assert frozen > 10 * collectable, seen  # the worker's own objects: a few thousand
 
 
 def test_spark_settings_reach_a_new_session(tmp_path: Path) -> None:

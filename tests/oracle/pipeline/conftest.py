@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from cdclake.config import Config
+from cdclake.spark import job
 from cdclake.sparkenv.session import session as spark_session
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = spark_session(Config(spark_master="local[2]", spark_partitions=2), "test")
+    session = spark_session(Config(spark_master="local[2]", spark_partitions=2), "test",
+                            tasks=(job.__name__,))
     yield session
     session.stop()

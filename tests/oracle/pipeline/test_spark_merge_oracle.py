@@ -16,6 +16,8 @@ import pytest
 from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
 from cdclake.local.postgres import LocalPostgres
+from cdclake.pipeline.steps import MERGE_TASKS
+from cdclake.spark import job
 from cdclake.sparkenv.session import session as spark_session
 from tests.oracle.decoding.workloads import column_type_changes
 from tests.oracle.pipeline.harness import run_workload
@@ -30,7 +32,7 @@ def lake_spark(pg: LocalPostgres, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     fixed when the session starts, so it is one per test), and that directory."""
     config = Config(home=tmp_path / "home", spark_master="local[2]", spark_partitions=2)
     open_catalog(config)  # Spark reads the catalog's tables; pyiceberg creates them
-    session = spark_session(config, "test")
+    session = spark_session(config, "test", tasks=(job.__name__, *MERGE_TASKS))
     yield session, tmp_path
     session.stop()
 
