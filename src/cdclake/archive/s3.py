@@ -15,6 +15,7 @@ an endpoint that does not honour it, naming it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterator
@@ -52,6 +53,28 @@ _BODY_BROKEN = (bex.ResponseStreamingError, bex.IncompleteReadError, bex.ReadTim
 #: what the If-None-Match probe writes (the same bytes each time: an endpoint that ignores
 #: the header replaces the object with itself)
 _PROBE = b"cdclake: this store must refuse to replace this object on If-None-Match: *\n"
+
+
+@functools.lru_cache(maxsize=8)
+def _s3_client(pid: int, endpoint_url: str | None, region: str, access_key_id: str | None,
+               secret_access_key: str | None, max_attempts: int, connect_timeout: float,
+               read_timeout: float) -> Any:
+    """The boto3 client of these settings in this process (``pid``: never one a parent made
+    before it forked, whose pooled connections it would share). A client is thread-safe and
+    costs 50-100 ms of CPU to build (botocore reads its service model from JSON), and one run
+    opens its store many times (the lease, the manifest, the progress, each Spark task): they
+    share it."""
+    session = boto3.session.Session(aws_access_key_id=access_key_id,
+                                    aws_secret_access_key=secret_access_key, region_name=region)
+    # total_max_attempts counts the first request; botocore's "max_attempts" would count only
+    # the retries (3 meant 4 requests)
+    cfg = BotoConfig(
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    return session.client("s3", endpoint_url=endpoint_url, config=cfg)
 
 
 class S3Store(ObjectStore):
@@ -97,20 +120,10 @@ class S3Store(ObjectStore):
 
     def _client(self) -> Any:
         if self._client_obj is None:
-            session = boto3.session.Session(
-                aws_access_key_id=self.access_key_id,
-                aws_secret_access_key=self.secret_access_key,
-                region_name=self.region,
-            )
-            # total_max_attempts counts the first request; botocore's "max_attempts" would
-            # count only the retries (3 meant 4 requests)
-            cfg = BotoConfig(
-                retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-                connect_timeout=self.connect_timeout,
-                read_timeout=self.read_timeout,
-                s3={"addressing_style": "path"} if self.endpoint_url else None,
-            )
-            self._client_obj = session.client("s3", endpoint_url=self.endpoint_url, config=cfg)
+            self._client_obj = _s3_client(os.getpid(), self.endpoint_url, self.region,
+                                          self.access_key_id, self.secret_access_key,
+                                          self.max_attempts, self.connect_timeout,
+                                          self.read_timeout)
         return self._client_obj
 
     def _key(self, key: str) -> str:
