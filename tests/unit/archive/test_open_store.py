@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -31,6 +32,31 @@ def test_s3_store_pickles_without_its_client() -> None:
     copy = pickle.loads(pickle.dumps(store))
     assert copy._client_obj is None
     assert (copy.bucket, copy.prefix, copy.endpoint_url) == ("lake", "p", "http://127.0.0.1:1")
+
+
+def test_stores_of_the_same_settings_share_one_client_per_process() -> None:
+    """A run opens its store many times (lease, manifest, progress, each Spark task): one
+    client for them all; other settings, or another process, get their own."""
+    a = S3Store("lake", "p", endpoint_url="http://127.0.0.1:1", access_key_id="id",
+                secret_access_key="secret")
+    b = S3Store("lake", "other-prefix", endpoint_url="http://127.0.0.1:1", access_key_id="id",
+                secret_access_key="secret")
+    assert a._client() is b._client()
+    other_key = S3Store("lake", "p", endpoint_url="http://127.0.0.1:1", access_key_id="id",
+                        secret_access_key="another")
+    fewer_attempts = S3Store("lake", "p", endpoint_url="http://127.0.0.1:1",
+                             access_key_id="id", secret_access_key="secret", max_attempts=1)
+    assert len({id(s._client()) for s in (a, other_key, fewer_attempts)}) == 3
+    copy = pickle.loads(pickle.dumps(a))  # as a task unpickles it: the process's client
+    assert copy._client() is a._client()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked worker: never the parent's client and its pooled connections
+        again = pickle.loads(pickle.dumps(a))
+        os.write(write, b"parent's" if again._client() is a._client() else b"own")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"own"
 
 
 def test_file_url_and_plain_path_give_a_directory(tmp_path: Path) -> None:
