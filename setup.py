@@ -21,7 +21,7 @@ PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py"
                     "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py",
                     "cdclake/decoding/rmgrs.py", "cdclake/decoding/stripes.py",
                     "cdclake/spark/facts.py", "cdclake/tuples/julian.py",
-                    "cdclake/wal/reader.py")
+                    "cdclake/wal/reader.py", "cdclake/wal/rmgr/xact.py")
 
 
 class OptionalBuildExt(build_ext):

@@ -131,17 +131,18 @@ def _from_archive(module: str) -> ModuleType | None:
     return mod
 
 
-def twin(python: F, module: str) -> F:
-    """The function to bind as ``python``'s name: its compiled twin (same name, in compiled
-    ``module``) if there is one, else ``python`` itself. ``python`` may be a method: its twin
-    then takes ``self`` first, like it. In ``module`` itself (the compiled copy of a module
-    compiled as itself, running that module's code) it binds nothing: ``python`` stays."""
+def twin(python: F, module: str, name: str | None = None) -> F:
+    """The function to bind as ``python``'s name: its compiled twin (``name``, by default the
+    same name, in compiled ``module``) if there is one, else ``python`` itself. ``python`` may
+    be a method: its twin then takes ``self`` first, like it. In ``module`` itself (the
+    compiled copy of a module compiled as itself, running that module's code) it binds
+    nothing: ``python`` stays."""
     if python.__module__ == module:
         return python
     mod = compiled(module)
     if mod is None:
         return python
-    fast = getattr(mod, python.__name__)
+    fast = getattr(mod, name or python.__name__)
     _twins.append((python.__module__, python.__qualname__, python, fast))
     return fast  # type: ignore[no-any-return]
 

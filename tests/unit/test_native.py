@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: every twin; the modules that bind them are imported above (and by ``_import_from_zip``)
 TWINS = {"cdclake.tuples.heap.deform",
          "cdclake.wal.reader.walk",
+         "cdclake.wal.rmgr.xact.finish_fields",
          "cdclake.decoding.decode.Decoder._heap",
          "cdclake.decoding.decode.Decoder._heap2",
          "cdclake.decoding.decode.Decoder._xact",

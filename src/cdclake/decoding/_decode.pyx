@@ -1,18 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twins of ``Decoder.process``, ``Decoder._heap``, ``Decoder._heap2`` and
-``Decoder._xact`` (:mod:`cdclake.decoding.decode`, see :mod:`cdclake.native`): the per-record
-dispatch; the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables, and COPY's
-MULTI_INSERT, read from the record's bytes and queued as Changes, without the parsed-record
-dataclasses of :mod:`cdclake.wal.rmgr` and without running ``Change.__init__`` or
-``WalTuple.__init__`` (a Python frame each); and an ordinary COMMIT, read from its bytes
-without ``XactFinish``. Whose a change is, how it is queued, and what a commit does are the
-Python decoder's own rules (:mod:`cdclake.decoding.queueing`, :mod:`cdclake.decoding.commit`),
-asked as C.
+"""Compiled twins of ``Decoder.process``, ``Decoder._heap`` and ``Decoder._heap2``
+(:mod:`cdclake.decoding.decode`, see :mod:`cdclake.native`): the per-record dispatch; the heap
+INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables, and COPY's MULTI_INSERT, read
+from the record's bytes and queued as Changes, without the parsed-record dataclasses of
+:mod:`cdclake.wal.rmgr` and without running ``Change.__init__`` or ``WalTuple.__init__`` (a
+Python frame each). Whose a change is and how it is queued are the Python decoder's own rules
+(:mod:`cdclake.decoding.queueing`), asked as C; the transaction rmgr's records are
+:mod:`cdclake.decoding.commit`'s, compiled as itself.
 
-Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``,
-``_python_xact``) unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST
-chunks, aborts, prepared and replicated commits, and any record too short for its layout,
-whose WalCorruptError the reference raises. The gates run in the reference's order, with the
+Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``)
+unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST chunks, and any record
+too short for its layout, whose WalCorruptError the reference raises. The gates run in the reference's order, with the
 same filter calls, so both queue and emit the same changes, which the decoding suites check by
 running every test with both (and ``test_decode_twins.py`` record by record).
 """
@@ -20,11 +18,9 @@ running every test with both (and ``test_decode_twins.py`` record by record).
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from cdclake.catalog._versions cimport is_pg_class
-from cdclake.tuples._bytes cimport le_int
 from cdclake.wal._payload cimport Bytes, payload, readable
 from cdclake.decoding._changes cimport ChangeSlots, change_slots
 from cdclake.decoding._filter cimport drop_locator, origin_ok
-from cdclake.decoding._commit cimport commit
 from cdclake.decoding._queueing cimport buffer_change, elsewhere, foreign, queue_change
 from cdclake.wal._slots cimport blank, get, offset, put
 
@@ -39,7 +35,7 @@ from cdclake.decoding.changes import (
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.walclass import PgClassTracker
 from cdclake.wal.record import WalTuple, XLogRecord
-from cdclake.wal.rmgr import heap, heap2, xact
+from cdclake.wal.rmgr import heap, heap2
 
 
 cdef int OPMASK = heap.XLOG_HEAP_OPMASK
@@ -66,18 +62,6 @@ cdef int MULTI_TUPLE = 7  # xl_multi_insert_tuple: datalen, t_infomask2, t_infom
 cdef int INSERT_SIZE = 3  # xl_heap_insert: offnum, flags
 cdef int DELETE_SIZE = 8  # xl_heap_delete: xmax, offnum, infobits_set, flags
 cdef int UPDATE_SIZE = 14  # xl_heap_update: old_xmax, old_offnum, old_infobits, flags, ...
-cdef int XACT_OPMASK = xact.XLOG_XACT_OPMASK
-cdef int XACT_COMMIT = xact.XLOG_XACT_COMMIT
-cdef int XACT_HAS_INFO = xact.XLOG_XACT_HAS_INFO
-cdef unsigned int XI_DBINFO = xact.XACT_XINFO_HAS_DBINFO
-cdef unsigned int XI_SUBXACTS = xact.XACT_XINFO_HAS_SUBXACTS
-cdef unsigned int XI_RELFILELOCATORS = xact.XACT_XINFO_HAS_RELFILELOCATORS
-cdef unsigned int XI_INVALS = xact.XACT_XINFO_HAS_INVALS
-cdef unsigned int XI_DROPPED_STATS = xact.XACT_XINFO_HAS_DROPPED_STATS
-#: what the reference reads a commit's fields from: two-phase (its xid, gid) and origin
-cdef unsigned int XI_REFERENCE = xact.XACT_XINFO_HAS_TWOPHASE | xact.XACT_XINFO_HAS_ORIGIN
-cdef Py_ssize_t INVAL_MSG_SIZE = xact.INVAL_MSG_SIZE
-cdef Py_ssize_t LOCATOR_SIZE = 12  # RelFileLocator: spcOid, dbOid, relNumber
 cdef ChangeSlots CS = change_slots(Change, WalTuple)
 cdef Py_ssize_t R_LSN = offset(XLogRecord, "lsn")
 cdef Py_ssize_t R_XID = offset(XLogRecord, "xid")
@@ -87,7 +71,6 @@ cdef Py_ssize_t R_MAIN_DATA = offset(XLogRecord, "main_data")
 cdef Py_ssize_t R_BLOCKS = offset(XLogRecord, "blocks")
 cdef Py_ssize_t R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
 cdef Py_ssize_t R_RMID = offset(XLogRecord, "rmid")
-cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
 
 
 cdef inline bint _origin_ok(filt, rec) except -1:
@@ -325,63 +308,3 @@ def _heap2(self, rec):
         buffer_change(rb, xid, _change(INSERT, rec, loc, None, t, i,
                                        last_in_multi and i == count - 1))
     stats.changes += count
-
-
-cdef Py_ssize_t _array(Bytes md, Py_ssize_t p, Py_ssize_t item):
-    """The offset past the array of ``item``-byte entries counted at ``p``; -1 where the
-    count or the bytes are not there (the reference reads it, and raises)."""
-    cdef Py_ssize_t n
-    if md.n < p + 4:
-        return -1
-    n = <int> le_int(md.p + p, 4)
-    if n < 0 or md.n < p + 4 + item * n:
-        return -1
-    return p + 4 + item * n
-
-
-def _xact(self, rec):
-    """See ``Decoder._xact``: a COMMIT without two-phase or origin fields (every ordinary
-    transaction's) is read here, to the end ``xact.parse`` checks, and committed; any other
-    record, and a commit whose counts or length the reference would reject, goes to it."""
-    cdef int info = _r(rec, R_INFO, "info")
-    cdef Bytes md
-    cdef Py_ssize_t p = 8, i, end
-    cdef unsigned int xinfo = 0, db_id = 0
-    if info & XACT_OPMASK != XACT_COMMIT:
-        return self._python_xact(rec)
-    main = _r(rec, R_MAIN_DATA, "main_data")
-    if not readable(main):
-        return self._python_xact(rec)
-    md = payload(main)
-    if md.n < 8:
-        return self._python_xact(rec)
-    if info & XACT_HAS_INFO:
-        if md.n < 12:
-            return self._python_xact(rec)
-        xinfo = <unsigned int> le_int(md.p + 8, 4)
-        p = 12
-    if xinfo & XI_REFERENCE:
-        return self._python_xact(rec)
-    if xinfo & XI_DBINFO:
-        if md.n < p + 8:
-            return self._python_xact(rec)
-        db_id = <unsigned int> le_int(md.p + p, 4)
-        p += 8
-    subxacts = ()
-    if xinfo & XI_SUBXACTS:
-        end = _array(md, p, 4)
-        if end < 0:
-            return self._python_xact(rec)
-        subxacts = tuple([<unsigned int> le_int(md.p + i, 4)
-                          for i in range(p + 4, end, 4)])
-        p = end
-    if xinfo & XI_RELFILELOCATORS:
-        p = _array(md, p, LOCATOR_SIZE)
-    if p >= 0 and xinfo & XI_DROPPED_STATS:
-        p = _array(md, p, xact.stats_item_size(self.version))
-    if p >= 0 and xinfo & XI_INVALS:
-        p = _array(md, p, INVAL_MSG_SIZE)
-    if p < 0:
-        return self._python_xact(rec)
-    commit(self, _r(rec, R_XID, "xid"), _r(rec, R_LSN, "lsn"), _r(rec, R_END_LSN, "end_lsn"),
-           _r(rec, R_ORIGIN, "origin"), le_int(md.p, 8), 0, "", db_id, subxacts)

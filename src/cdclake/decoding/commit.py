@@ -1,10 +1,12 @@
-"""What a commit record does (PostgreSQL's DecodeCommit): the transaction leaves the reorder
-buffer, its catalog events are applied, and its changes are replayed if this decoder emits it.
+"""What the transaction rmgr's records do to a decoder (PostgreSQL's xact_decode): a commit
+(DecodeCommit) takes the transaction out of the reorder buffer, applies its catalog events and
+replays its changes if this decoder emits it; an abort forgets it; a PREPARE and an assignment
+say which subtransactions a transaction has.
 
-Written once for both decoders: the Python :class:`~cdclake.decoding.decode.Decoder` calls
-:func:`commit` with the fields ``xact.parse`` read, and the compiled one (``_decode.pyx``)
-with those it read from the record's bytes, as C. This file is compiled as itself (Cython's
-pure-Python mode, ``_commit.pxd``).
+Written once for both decoders: :func:`decode_xact` is the Python
+:class:`~cdclake.decoding.decode.Decoder`'s handler of these records, and, compiled as itself
+(Cython's pure-Python mode, ``_commit.pxd``), the compiled one's, which reads a commit's
+fields with the compiled ``xact.finish`` (``wal/rmgr/_xact``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,20 @@ from cdclake.decoding.changes import TxnInfo
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
+from cdclake.wal.record import XLogRecord
+from cdclake.wal.rmgr import xact
+from cdclake.wal.rmgr.xact import (
+    XACT_XINFO_HAS_ORIGIN,
+    XLOG_XACT_ABORT,
+    XLOG_XACT_ABORT_PREPARED,
+    XLOG_XACT_ASSIGNMENT,
+    XLOG_XACT_COMMIT,
+    XLOG_XACT_COMMIT_PREPARED,
+    XLOG_XACT_OPMASK,
+    XLOG_XACT_PREPARE,
+    XactAssignment,
+    XactPrepare,
+)
 
 try:
     import cython
@@ -24,21 +40,24 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 
 if cython.compiled:
     from cython.cimports.cdclake.decoding._filter import origin_ok
-    from cython.cimports.cdclake.decoding._reorder import discard, members, merged_changes
+    from cython.cimports.cdclake.decoding._reorder import discard, members, merged_changes, txn
     from cython.cimports.cdclake.decoding._stripes import says_yes
     from cython.cimports.cdclake.wal._slots import blank, offset, put
+    from cython.cimports.cdclake.wal.rmgr._xact import finish
 else:
     from cdclake.decoding.filter import origin_ok
-    from cdclake.decoding.reorder import discard, members, merged_changes
+    from cdclake.decoding.reorder import discard, members, merged_changes, txn
     from cdclake.decoding.stripes import says_yes
+    from cdclake.wal.rmgr.xact import finish
 
 
 class Counts(Protocol):
-    """The statistics a commit counts in (``DecodeStats``)."""
+    """The statistics a commit or an abort counts in (``DecodeStats``)."""
 
     committed: int
     emitted: int
     skipped_before_start: int
+    aborted: int
 
 
 class Replay(Protocol):
@@ -54,6 +73,7 @@ class Decoder(Protocol):
 
     db_oid: int
     start_lsn: int
+    version: int
     rb: ReorderBuffer
     filter: Filter
     owns: Callable[[int], bool] | None
@@ -147,3 +167,39 @@ def commit(decoder: Decoder, xid: int, lsn: int, end_lsn: int, origin: int, comm
         decoder.replay.replay(info, merged_changes(txns))
         stats.emitted += counts
     discard(rb, xid, subxacts)
+
+
+def decode_xact(decoder: Decoder, rec: XLogRecord) -> None:
+    """A record of the transaction rmgr: a commit committed (:func:`commit`; a replicated
+    transaction's commit time and LSN are its origin's), an abort forgotten with its
+    subtransactions, a prepared transaction's subtransactions kept buffered with it from its
+    PREPARE (as PostgreSQL's DecodePrepare records them), an assignment's joined to their
+    transaction."""
+    op = rec.info & XLOG_XACT_OPMASK
+    if op in (XLOG_XACT_COMMIT, XLOG_XACT_COMMIT_PREPARED):
+        (xact_time, xinfo, db_id, _ts_id, subxacts, _relations, _dropped, _invals, twophase_xid,
+         gid, origin_lsn, origin_ts) = finish(rec, decoder.version)
+        if xinfo & XACT_XINFO_HAS_ORIGIN:
+            commit(decoder, twophase_xid or rec.xid, rec.lsn, rec.end_lsn, rec.origin,
+                   origin_ts, origin_lsn, gid, db_id, subxacts)
+        else:
+            commit(decoder, twophase_xid or rec.xid, rec.lsn, rec.end_lsn, rec.origin,
+                   xact_time, 0, gid, db_id, subxacts)
+    elif op in (XLOG_XACT_ABORT, XLOG_XACT_ABORT_PREPARED):
+        (_time, _xinfo, _db_id, _ts_id, subxacts, _relations, _dropped, _invals, twophase_xid,
+         _gid, _origin_lsn, _origin_ts) = finish(rec, decoder.version)
+        discard(decoder.rb, twophase_xid or rec.xid, subxacts)
+        decoder.stats.aborted += 1
+    elif op == XLOG_XACT_PREPARE:
+        prepared = xact.parse(rec, decoder.version)
+        assert isinstance(prepared, XactPrepare)
+        t = txn(decoder.rb, rec.xid, rec.lsn)
+        t.prepared = True
+        t.gid = prepared.gid
+        for sub in prepared.subxacts:
+            decoder.rb.assign_child(rec.xid, sub, rec.lsn)
+    elif op == XLOG_XACT_ASSIGNMENT:
+        assigned = xact.parse(rec, decoder.version)
+        assert isinstance(assigned, XactAssignment)
+        for sub in assigned.subxacts:
+            decoder.rb.assign_child(assigned.xtop, sub, rec.lsn)

@@ -36,14 +36,14 @@ from cdclake.decoding.changes import (
     Truncate,
 )
 from cdclake.decoding.commit import Replay as CommitReplay
-from cdclake.decoding.commit import commit
+from cdclake.decoding.commit import decode_xact
 from cdclake.decoding.filter import Filter
 from cdclake.decoding.queueing import elsewhere, foreign, queue_change
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
 from cdclake.tuples.varlena import toast_chunk
 from cdclake.wal.record import RelFileLocator, XLogRecord
-from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby, xact
+from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby
 
 #: pg_control.h: the XLOG record a clean shutdown writes; nothing runs before it
 XLOG_CHECKPOINT_SHUTDOWN = 0x00
@@ -317,46 +317,17 @@ class Decoder:
     # -- transactions --------------------------------------------------------------------------
 
     def _xact(self, rec: XLogRecord) -> None:
-        op = rec.info & xact.XLOG_XACT_OPMASK
-        if op == xact.XLOG_XACT_COMMIT or op == xact.XLOG_XACT_COMMIT_PREPARED:
-            f = xact.parse(rec, self.version)
-            self._commit(rec, f, f.twophase_xid or rec.xid)
-        elif op == xact.XLOG_XACT_ABORT or op == xact.XLOG_XACT_ABORT_PREPARED:
-            f = xact.parse(rec, self.version)
-            self.rb.discard(f.twophase_xid or rec.xid, f.subxacts)
-            self.stats.aborted += 1
-        elif op == xact.XLOG_XACT_PREPARE:
-            p = xact.parse(rec, self.version)
-            t = self.rb.txn(rec.xid, rec.lsn)
-            t.prepared = True
-            t.gid = p.gid
-            # the prepared transaction's subtransactions are known from here on, as
-            # PostgreSQL's DecodePrepare records them: they stay buffered with it
-            for sub in p.subxacts:
-                self.rb.assign_child(rec.xid, sub, rec.lsn)
-        elif op == xact.XLOG_XACT_ASSIGNMENT:
-            a = xact.parse(rec, self.version)
-            for sub in a.subxacts:
-                self.rb.assign_child(a.xtop, sub, rec.lsn)
-
-    def _commit(self, rec: XLogRecord, f: xact.XactFinish, xid: int) -> None:
-        """:func:`~cdclake.decoding.commit.commit` with the commit's fields (a replicated
-        transaction's commit time and LSN are its origin's)."""
-        replicated = f.xinfo & xact.XACT_XINFO_HAS_ORIGIN
-        commit(self, xid, rec.lsn, rec.end_lsn, rec.origin,
-               f.origin_ts if replicated else f.xact_time, f.origin_lsn if replicated else 0,
-               f.gid, f.db_id, f.subxacts)
+        decode_xact(self, rec)
 
 
 #: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, pg_class
-#: rows, TOAST inserts, malformed records), ``_heap2`` the malformed ones, and ``_xact`` all
-#: but an ordinary commit
+#: rows, TOAST inserts, malformed records), and ``_heap2`` the malformed ones
 Decoder._python_heap = Decoder._heap  # type: ignore[attr-defined]
 Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: ignore[method-assign]
 Decoder._python_heap2 = Decoder._heap2  # type: ignore[attr-defined]
 Decoder._heap2 = native.twin(Decoder._heap2,  # type: ignore[method-assign]
                              "cdclake.decoding._decode")
-Decoder._python_xact = Decoder._xact  # type: ignore[attr-defined]
-Decoder._xact = native.twin(Decoder._xact, "cdclake.decoding._decode")  # type: ignore[method-assign]
+Decoder._xact = native.twin(Decoder._xact,  # type: ignore[method-assign]
+                            "cdclake.decoding._commit", "decode_xact")
 Decoder.process = native.twin(Decoder.process,  # type: ignore[method-assign]
                               "cdclake.decoding._decode")

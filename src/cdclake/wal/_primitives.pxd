@@ -4,7 +4,7 @@ equal): the field reads inline, over the C pointer to a record's bytes that ``by
 gives (of ``bytes``, or of its segment's memoryview, whose buffer is read without acquiring
 it again), the rest in ``_primitives.pyx``. ``crc32c_of`` is the CRC the spill files' entries are checked with."""
 
-from cdclake.wal._payload cimport payload
+from cdclake.wal._payload cimport payload, readable
 
 
 cdef inline const unsigned char *bytes_of(object src) noexcept:
@@ -28,6 +28,23 @@ cdef inline long long u32(const unsigned char *b, Py_ssize_t at, Py_ssize_t end)
         raise IndexError(f"needs 4 bytes at offset {at}, the record ends at {end}")
     return (b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)
             | (<unsigned int> b[at + 3] << 24))
+
+
+cdef inline unsigned long long u64(const unsigned char *b, Py_ssize_t at,
+                                   Py_ssize_t end) except? 0:
+    if at + 8 > end:
+        raise IndexError(f"needs 8 bytes at offset {at}, the record ends at {end}")
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(7, -1, -1):
+        v = (v << 8) | b[at + i]
+    return v
+
+
+cdef inline long long i64(const unsigned char *b, Py_ssize_t at, Py_ssize_t end) except? -1:
+    if at + 8 > end:
+        raise IndexError(f"needs 8 bytes at offset {at}, the record ends at {end}")
+    return <long long> u64(b, at, end)
 
 
 cdef (Py_ssize_t, unsigned int, unsigned long long, unsigned int, unsigned int,

@@ -1,5 +1,7 @@
 """What the reader does to a record's bytes, below its logic: read a little-endian field
-inside the record, compute the record's CRC-32C, build the record and block objects.
+inside the record, compute the record's CRC-32C, build the record and block objects. (The
+transaction rmgr's commit fields, ``wal/rmgr/xact.py``'s ``finish``, are read with the same
+field reads.)
 
 The reader (:mod:`cdclake.wal.reader`) is written once, in Python, and compiled as itself
 (Cython's pure-Python mode, ``cdclake.native``); these primitives are where the two builds
@@ -26,6 +28,8 @@ Bytes = bytes | memoryview
 _HEADER = struct.Struct("<IIQBBxxI")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
 _LOCATOR = struct.Struct("<III")
 
 
@@ -33,6 +37,13 @@ def bytes_of(src: Bytes) -> Bytes:
     """What the field reads below read ``src`` through: ``src`` itself (compiled: a C pointer
     to its bytes, taken once for all the reads of a record)."""
     return src
+
+
+def readable(src: object) -> bool:
+    """Whether :func:`bytes_of` can read ``src``: ``bytes``, or a C-contiguous memoryview of
+    bytes (the reader's payloads always are; another view is copied first)."""
+    return type(src) is bytes or (type(src) is memoryview and src.c_contiguous
+                                  and src.itemsize == 1)
 
 
 def _short(k: int, at: int, end: int) -> IndexError:
@@ -55,6 +66,18 @@ def u32(b: Bytes, at: int, end: int) -> int:
     if at + 4 > end:
         raise _short(4, at, end)
     return _U32.unpack_from(b, at)[0]  # type: ignore[no-any-return]
+
+
+def u64(b: Bytes, at: int, end: int) -> int:
+    if at + 8 > end:
+        raise _short(8, at, end)
+    return _U64.unpack_from(b, at)[0]  # type: ignore[no-any-return]
+
+
+def i64(b: Bytes, at: int, end: int) -> int:
+    if at + 8 > end:
+        raise _short(8, at, end)
+    return _I64.unpack_from(b, at)[0]  # type: ignore[no-any-return]
 
 
 def record_header(src: Bytes, off: int) -> tuple[int, int, int, int, int, int]:

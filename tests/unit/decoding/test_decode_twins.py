@@ -1,5 +1,6 @@
-"""The compiled ``Decoder._heap``, ``Decoder._heap2``, ``Decoder._xact`` and
-``Decoder.process`` (``decoding/_decode.pyx``) against their Python reference, record by
+"""The compiled ``Decoder._heap``, ``Decoder._heap2`` and ``Decoder.process``
+(``decoding/_decode.pyx``), and ``Decoder._xact`` (``decoding/commit.py`` and
+``wal/rmgr/xact.py`` compiled as themselves), against their Python reference, record by
 record. Commits: of every sub-record combination, cut short at every length, with bad
 counts, spilled, before the start, unproven by start-up, another decoder's; they must make
 the same replay calls (every field of the transaction), leave the same buffer and statistics,
@@ -257,7 +258,7 @@ def _decode_all(records: list[XLogRecord], spill: Path, *, work_mem: int, start_
 
 
 def test_commit_records_and_dispatch_do_the_same(tmp_path: Path) -> None:
-    # the compiled ``process`` and ``_xact`` (its inline commit) against the reference
+    # the compiled ``process`` and ``_xact`` (the commit's fields read as C) against Python
     records = list(_commits())
     setups = [dict(work_mem=1 << 20, start_lsn=0, startup=Startup(set()), spilled=False,
                    owns=None, share=None),

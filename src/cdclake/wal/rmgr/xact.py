@@ -1,12 +1,37 @@
-"""Transaction resource manager records (access/xact.h; parsed as xactdesc.c does)."""
+"""Transaction resource manager records (access/xact.h; parsed as xactdesc.c does).
+
+A commit's or an abort's fields are read by :func:`finish`, once for every reader: ``parse``
+makes them an :class:`XactFinish`, and the decoder commits with them as they are
+(:func:`cdclake.decoding.commit.decode_xact`). This file is compiled as itself (Cython's
+pure-Python mode, ``_xact.pxd``): the fields are read through the record's bytes with the
+reader's primitives (:mod:`cdclake.wal.primitives`).
+"""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
+from cdclake import native
 from cdclake.errors import WalCorruptError
 from cdclake.wal.record import RelFileLocator, XLogRecord
+
+try:
+    import cython
+except ImportError:  # Cython builds cdclake; an install without it runs this file as Python
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.wal._primitives import (
+        bytes_of,
+        i64,
+        locator,
+        readable,
+        u32,
+        u64,
+    )
+else:
+    from cdclake.wal.primitives import bytes_of, i64, locator, readable, u32, u64
 
 XLOG_XACT_COMMIT = 0x00
 XLOG_XACT_PREPARE = 0x10
@@ -35,11 +60,8 @@ OPNAMES = {XLOG_XACT_COMMIT: "COMMIT", XLOG_XACT_PREPARE: "PREPARE",
 _KINDS = {XLOG_XACT_COMMIT: "commit", XLOG_XACT_ABORT: "abort",
           XLOG_XACT_COMMIT_PREPARED: "commit_prepared", XLOG_XACT_ABORT_PREPARED: "abort_prepared"}
 
-_I64 = struct.Struct("<q")
-_U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _2U32 = struct.Struct("<II")
-_ORIGIN = struct.Struct("<Qq")
 _PREPARE = struct.Struct("<IIIIqIiiiiiiBxHQq")  # xl_xact_prepare, 72 bytes
 INVAL_MSG_SIZE = 16
 
@@ -93,10 +115,10 @@ def stats_item_size(version: int) -> int:
 
 def parse(rec: XLogRecord, version: int) -> object | None:
     op = rec.info & XLOG_XACT_OPMASK
+    if op in _KINDS:
+        return XactFinish(_KINDS[op], *finish(rec, version))
     md = rec.main_data
     try:
-        if op in _KINDS:
-            return _finish(rec, op, md, version)
         if op == XLOG_XACT_PREPARE:
             return _prepare(md)
         if op == XLOG_XACT_ASSIGNMENT:
@@ -105,58 +127,94 @@ def parse(rec: XLogRecord, version: int) -> object | None:
         if op == XLOG_XACT_INVALIDATIONS:
             return XactInvalidations(_I32.unpack_from(md, 0)[0])
     except (struct.error, IndexError, ValueError) as exc:  # ValueError: no NUL after a gid
-        raise WalCorruptError(f"malformed Transaction {OPNAMES.get(op, hex(op))} record: {exc}",
-                              segment=rec.segment, lsn=rec.lsn) from None
+        raise _malformed(rec, op, exc) from None
     return None
 
 
-def _finish(rec: XLogRecord, op: int, md: bytes | memoryview, version: int) -> XactFinish:
-    xact_time = _I64.unpack_from(md, 0)[0]
+FinishFields = tuple[int, int, int, int, tuple[int, ...], tuple[RelFileLocator, ...], int, int,
+                     int, str, int, int]
+
+
+def finish(rec: XLogRecord, version: int) -> FinishFields:
+    """A commit's or an abort's fields (``rec``: any of the four kinds), in XactFinish's order
+    after ``kind``: the record's layout (xl_xact_parsed_commit) walked to its end; a
+    WalCorruptError where it is malformed."""
+    op = rec.info & XLOG_XACT_OPMASK
+    try:
+        return finish_fields(rec.info, op, rec.main_data, version)
+    except (IndexError, ValueError) as exc:  # ValueError: no NUL after a gid
+        raise _malformed(rec, op, exc) from None
+
+
+def _malformed(rec: XLogRecord, op: int, exc: Exception) -> WalCorruptError:
+    return WalCorruptError(f"malformed Transaction {OPNAMES.get(op, hex(op))} record: {exc}",
+                           segment=rec.segment, lsn=rec.lsn)
+
+
+def finish_fields(info: int, op: int, md: bytes | memoryview, version: int) -> FinishFields:
+    """:func:`finish` of the main data ``md``: an IndexError where it ends too soon."""
+    if not readable(md):
+        md = bytes(md)
+    b = bytes_of(md)
+    n = len(md)
+    xact_time = i64(b, 0, n)
     p = 8
     xinfo = 0
-    if rec.info & XLOG_XACT_HAS_INFO:
-        xinfo = _U32.unpack_from(md, p)[0]
+    if info & XLOG_XACT_HAS_INFO:
+        xinfo = u32(b, p, n)
         p += 4
     db_id = ts_id = 0
     if xinfo & XACT_XINFO_HAS_DBINFO:
-        db_id, ts_id = _2U32.unpack_from(md, p)
+        db_id = u32(b, p, n)
+        ts_id = u32(b, p + 4, n)
         p += 8
     subxacts: tuple[int, ...] = ()
     if xinfo & XACT_XINFO_HAS_SUBXACTS:
-        n = _I32.unpack_from(md, p)[0]
-        subxacts = struct.unpack_from(f"<{n}I", md, p + 4)
-        p += 4 + 4 * n
+        k = _count(b, p, n, 4)
+        subxacts = tuple([u32(b, p + 4 + 4 * i, n) for i in range(k)])
+        p += 4 + 4 * k
     relations: tuple[RelFileLocator, ...] = ()
     if xinfo & XACT_XINFO_HAS_RELFILELOCATORS:
-        n = _I32.unpack_from(md, p)[0]
-        flat = struct.unpack_from(f"<{3 * n}I", md, p + 4)
-        relations = tuple(RelFileLocator(*flat[i:i + 3]) for i in range(0, 3 * n, 3))
-        p += 4 + 12 * n
+        k = _count(b, p, n, 12)
+        relations = tuple([locator(b, p + 4 + 12 * i, n) for i in range(k)])
+        p += 4 + 12 * k
     dropped = 0
     if xinfo & XACT_XINFO_HAS_DROPPED_STATS:
-        dropped = _I32.unpack_from(md, p)[0]
+        dropped = _count(b, p, n, stats_item_size(version))
         p += 4 + stats_item_size(version) * dropped
     invals = 0
     if xinfo & XACT_XINFO_HAS_INVALS and op in (XLOG_XACT_COMMIT, XLOG_XACT_COMMIT_PREPARED):
-        invals = _I32.unpack_from(md, p)[0]
+        invals = _count(b, p, n, INVAL_MSG_SIZE)
         p += 4 + INVAL_MSG_SIZE * invals
     twophase_xid = 0
     gid = ""
     if xinfo & XACT_XINFO_HAS_TWOPHASE:
-        twophase_xid = _U32.unpack_from(md, p)[0]
+        twophase_xid = u32(b, p, n)
         p += 4
         if xinfo & XACT_XINFO_HAS_GID:
-            end = bytes(md[p:]).index(b"\0")
-            gid = bytes(md[p:p + end]).decode()
+            rest = bytes(md[p:])
+            end = rest.index(b"\0")
+            gid = rest[:end].decode()
             p += end + 1
     origin_lsn = origin_ts = 0
     if xinfo & XACT_XINFO_HAS_ORIGIN:
-        origin_lsn, origin_ts = _ORIGIN.unpack_from(md, p)
-        p += _ORIGIN.size
-    if p > len(md):
-        raise struct.error(f"needs {p} bytes, has {len(md)}")
-    return XactFinish(_KINDS[op], xact_time, xinfo, db_id, ts_id, subxacts, relations, dropped,
-                      invals, twophase_xid, gid, origin_lsn, origin_ts)
+        origin_lsn = u64(b, p, n)
+        origin_ts = i64(b, p + 8, n)
+        p += 16
+    if p > n:
+        raise IndexError(f"needs {p} bytes, has {n}")
+    return (xact_time, xinfo, db_id, ts_id, subxacts, relations, dropped, invals, twophase_xid,
+            gid, origin_lsn, origin_ts)
+
+
+def _count(b: bytes | memoryview, p: int, n: int, item: int) -> int:
+    """The count at ``p`` of the ``item``-byte entries after it, all of which must be there
+    (an int32 in PostgreSQL: a negative one cannot be)."""
+    k = u32(b, p, n)
+    if k >= 1 << 31 or p + 4 + item * k > n:
+        raise IndexError(f"{k} entries of {item} bytes at offset {p + 4}, the record ends at "
+                         f"{n}")
+    return k
 
 
 def _prepare(md: bytes | memoryview) -> XactPrepare:
@@ -167,3 +225,7 @@ def _prepare(md: bytes | memoryview) -> XactPrepare:
     p += (gidlen + 7) & ~7
     subxacts = struct.unpack_from(f"<{nsub}I", md, p)
     return XactPrepare(xid, db, prepared_at, owner, gid, subxacts, origin_lsn, origin_ts)
+
+
+if not cython.compiled:  # Python's readers (waldump, the scan's memberships) read it as C too
+    finish_fields = native.twin(finish_fields, "cdclake.wal.rmgr._xact")
