@@ -11,8 +11,10 @@ The loops the decoder runs per record and per value are compiled by ``pip instal
 
 :func:`twin` gives a module the compiled version of one of its functions when it was built
 and not switched off with ``CDCLAKE_PURE_PYTHON=1``; otherwise the module keeps its Python
-function. A build without a compiler is reported once, on one line, and decoding goes on in
-Python. Callers reach a twinned function through its module (``heap.deform``), so
+function. :func:`bind` makes a class's method the function of a module compiled as itself
+(``Decoder.process`` is ``rmgrs.process``), compiled or Python the same way. A build
+without a compiler is reported once, on one line, and decoding goes on in Python. Callers
+reach a twinned function through its module (``heap.deform``) or class, so
 :func:`use_python` can switch every one of them at once: the tests run both implementations.
 
 Spark executors on a cluster import cdclake from the zip the driver ships
@@ -131,20 +133,30 @@ def _from_archive(module: str) -> ModuleType | None:
     return mod
 
 
-def twin(python: F, module: str, name: str | None = None) -> F:
-    """The function to bind as ``python``'s name: its compiled twin (``name``, by default the
-    same name, in compiled ``module``) if there is one, else ``python`` itself. ``python`` may
-    be a method: its twin then takes ``self`` first, like it. In ``module`` itself (the
-    compiled copy of a module compiled as itself, running that module's code) it binds
-    nothing: ``python`` stays."""
+def twin(python: F, module: str) -> F:
+    """The function to bind as ``python``'s name: its compiled twin (same name, in compiled
+    ``module``) if there is one, else ``python`` itself. ``python`` may be a method: its twin
+    then takes ``self`` first, like it. In ``module`` itself (the compiled copy of a module
+    compiled as itself, running that module's code) it binds nothing: ``python`` stays."""
     if python.__module__ == module:
         return python
     mod = compiled(module)
     if mod is None:
         return python
-    fast = getattr(mod, name or python.__name__)
+    fast = getattr(mod, python.__name__)
     _twins.append((python.__module__, python.__qualname__, python, fast))
     return fast  # type: ignore[no-any-return]
+
+
+def bind(owner: type, name: str, python: Callable[..., object], module: str) -> None:
+    """``owner.<name>`` is ``python``, a function of a module compiled as itself that takes
+    the instance first, or its compiled twin (same name, in compiled ``module``): a method
+    written once, with no frame of its own between the caller and the function."""
+    mod = compiled(module)
+    fast = python if mod is None else getattr(mod, python.__name__)
+    setattr(owner, name, fast)
+    if fast is not python:
+        _twins.append((owner.__module__, f"{owner.__qualname__}.{name}", python, fast))
 
 
 def twins() -> list[str]:

@@ -1,12 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled twins of ``Decoder.process``, ``Decoder._heap`` and ``Decoder._heap2``
-(:mod:`cdclake.decoding.decode`, see :mod:`cdclake.native`): the per-record dispatch; the heap
-INSERT, UPDATE, HOT_UPDATE and DELETE records of user tables, and COPY's MULTI_INSERT, read
-from the record's bytes and queued as Changes, without the parsed-record dataclasses of
-:mod:`cdclake.wal.rmgr` and without running ``Change.__init__`` or ``WalTuple.__init__`` (a
-Python frame each). Whose a change is and how it is queued are the Python decoder's own rules
-(:mod:`cdclake.decoding.queueing`), asked as C; the transaction rmgr's records are
-:mod:`cdclake.decoding.commit`'s, compiled as itself.
+"""Compiled twins of ``Decoder._heap`` and ``Decoder._heap2`` (:mod:`cdclake.decoding.decode`,
+see :mod:`cdclake.native`): the heap INSERT, UPDATE, HOT_UPDATE and DELETE records of user
+tables, and COPY's MULTI_INSERT, read from the record's bytes and queued as Changes, without
+the parsed-record dataclasses of :mod:`cdclake.wal.rmgr` and without running
+``Change.__init__`` or ``WalTuple.__init__`` (a Python frame each). Whose a change is and how
+it is queued are the Python decoder's own rules (:mod:`cdclake.decoding.queueing`), asked as
+C; the per-record dispatch (:mod:`cdclake.decoding.rmgrs`' ``process``) and the transaction
+rmgr's records (:mod:`cdclake.decoding.commit`) are those modules compiled as themselves.
 
 Everything else goes to the Python reference (``Decoder._python_heap``, ``_python_heap2``)
 unchanged: TRUNCATE, CONFIRM, pg_class inserts (catalog events), TOAST chunks, and any record
@@ -69,8 +69,6 @@ cdef Py_ssize_t R_ORIGIN = offset(XLogRecord, "origin")
 cdef Py_ssize_t R_INFO = offset(XLogRecord, "info")
 cdef Py_ssize_t R_MAIN_DATA = offset(XLogRecord, "main_data")
 cdef Py_ssize_t R_BLOCKS = offset(XLogRecord, "blocks")
-cdef Py_ssize_t R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
-cdef Py_ssize_t R_RMID = offset(XLogRecord, "rmid")
 
 
 cdef inline bint _origin_ok(filt, rec) except -1:
@@ -118,19 +116,6 @@ cdef inline bint _elsewhere(self, rec, loc, xid, lsn, Py_ssize_t count=1,
                             bint last_clears=True) except -1:
     """``elsewhere`` (:mod:`cdclake.decoding.queueing`) for the rows of ``rec``."""
     return elsewhere(self, xid, lsn, _r(rec, R_ORIGIN, "origin"), loc, count, last_clears)
-
-
-def process(self, rec):
-    """See ``Decoder.process``."""
-    st = self.stats
-    st.records += 1
-    st.last_lsn = _r(rec, R_LSN, "lsn")
-    top = _r(rec, R_TOPLEVEL_XID, "toplevel_xid")
-    if top:
-        self.rb.assign_child(top, _r(rec, R_XID, "xid"), _r(rec, R_LSN, "lsn"))
-    handler = self._dispatch[_r(rec, R_RMID, "rmid")]
-    if handler is not None:
-        handler(rec)
 
 
 cdef bint _drop(filt, loc, lsn) except -1:

@@ -37,3 +37,9 @@ cdef class Decodable(Sieve):
 
     @cython.locals(rmid=cython.uint)
     cpdef bint wants(self, Walk walk) except -1
+
+
+cdef Py_ssize_t R_LSN, R_XID, R_RMID, R_TOPLEVEL_XID
+
+
+cdef object _field(rec, Py_ssize_t at, str name)

@@ -95,6 +95,11 @@ class Decoder:
     be the same LSN, and the first record read must not be after it.
     """
 
+    #: one record through the decoder: :func:`cdclake.decoding.rmgrs.process` (bound below)
+    process: Callable[[XLogRecord], None]
+    #: the transaction rmgr's records: :func:`cdclake.decoding.commit.decode_xact` (bound below)
+    _xact: Callable[[XLogRecord], None]
+
     def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
                  start_lsn: int, version: int, tracker: CatalogTracker | None = None,
                  skip_before: int = 0, startup: Startup | None = None,
@@ -137,21 +142,9 @@ class Decoder:
         #: replayer emits each from one (``Replayer.share``).
         self.share = share
         #: the handler of each rmgr id (the rmgr table's ``decode``), built once
-        self._dispatch = rmgrs.dispatch(self)
+        self.handlers = rmgrs.dispatch(self)
 
     # -- dispatch ------------------------------------------------------------------------------
-
-    def process(self, rec: XLogRecord) -> None:
-        st = self.stats
-        st.records += 1
-        st.last_lsn = rec.lsn
-        if rec.toplevel_xid:
-            # a subtransaction's first record, whatever its kind: decoded or not, it is the
-            # only record that says which transaction the subtransaction belongs to
-            self.rb.assign_child(rec.toplevel_xid, rec.xid, rec.lsn)
-        handler = self._dispatch[rec.rmid]
-        if handler is not None:
-            handler(rec)
 
     def _elsewhere(self, rec: XLogRecord, loc: RelFileLocator, count: int = 1,
                    last_clears: bool = True) -> bool:
@@ -316,9 +309,6 @@ class Decoder:
 
     # -- transactions --------------------------------------------------------------------------
 
-    def _xact(self, rec: XLogRecord) -> None:
-        decode_xact(self, rec)
-
 
 #: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, pg_class
 #: rows, TOAST inserts, malformed records), and ``_heap2`` the malformed ones
@@ -327,7 +317,7 @@ Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: 
 Decoder._python_heap2 = Decoder._heap2  # type: ignore[attr-defined]
 Decoder._heap2 = native.twin(Decoder._heap2,  # type: ignore[method-assign]
                              "cdclake.decoding._decode")
-Decoder._xact = native.twin(Decoder._xact,  # type: ignore[method-assign]
-                            "cdclake.decoding._commit", "decode_xact")
-Decoder.process = native.twin(Decoder.process,  # type: ignore[method-assign]
-                              "cdclake.decoding._decode")
+#: one record through the decoder, and the transaction rmgr's records: module functions
+#: written once, compiled as themselves
+native.bind(Decoder, "process", rmgrs.process, "cdclake.decoding._rmgrs")
+native.bind(Decoder, "_xact", decode_xact, "cdclake.decoding._commit")

@@ -5,8 +5,9 @@ name, how its record types are named (``rm_identify``) and how logical decoding 
 records (``rm_decode``). This module is that table for cdclake, and everything that has to
 agree with the decoder reads it:
 
-* :class:`cdclake.decoding.decode.Decoder` dispatches each record to the handler the table
-  names (a list indexed by rmgr id, built once per decoder);
+* :class:`cdclake.decoding.decode.Decoder` takes each record through :func:`process`, which
+  hands it to the handler the table names (a list indexed by rmgr id, built once per
+  decoder);
 * the Spark job's scan classifies records with :func:`route_class`, whose per-rmgr classes
   say which records decoding reads at all and which change one transaction only, to find the
   large transactions it splits among partitions (:mod:`cdclake.spark.routing`);
@@ -19,14 +20,15 @@ tracker follows).
 
 One fact does not fit a per-record class: a subtransaction names its top-level xid only on its
 first WAL record, whatever that record is (PostgreSQL's ``LogicalDecodingProcessRecord`` reads
-it from every record, decoded or not; so does ``Decoder.process``). A ``SELECT ... FOR
+it from every record, decoded or not; so does :func:`process`). A ``SELECT ... FOR
 UPDATE`` right after a ``SAVEPOINT`` makes that a heap LOCK record, which decoding otherwise
 ignores. :func:`memberships` lists every such fact a record states, for the Spark job to
 collect before its partitions decode.
 
 Compiled as itself (Cython's pure-Python mode, ``_rmgrs.pxd``): :func:`decodable` is a
 walk of the reader whose sieve routes each record from what the walk tells it, without a
-record object for those a decoder passes over.
+record object for those a decoder passes over; :func:`process` is ``Decoder.process`` in
+both builds.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cdclake import native
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID
@@ -89,6 +91,7 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 if cython.compiled:
     from cython.cimports.cdclake.wal import _primitives as primitives
     from cython.cimports.cdclake.wal._reader import Sieve, Walk
+    from cython.cimports.cdclake.wal._slots import get, offset
 else:
     from cdclake.wal import primitives
     from cdclake.wal.reader import Sieve, Walk
@@ -325,6 +328,62 @@ def dispatch(target: object) -> list[Callable[[XLogRecord], None] | None]:
         if r.decode is not None:
             out[r.id] = getattr(target, r.decode)
     return out
+
+
+class Counts(Protocol):
+    """The statistics :func:`process` keeps (``DecodeStats``)."""
+
+    records: int
+    last_lsn: int
+
+
+class Buffer(Protocol):
+    def assign_child(self, top_xid: int, sub_xid: int, lsn: int) -> None: ...
+
+
+class Processor(Protocol):
+    """What :func:`process` reads of a decoder (:class:`~cdclake.decoding.decode.Decoder`)."""
+
+    rb: Buffer
+    #: :func:`dispatch`'s handlers
+    handlers: list[Callable[[XLogRecord], None] | None]
+
+    @property
+    def stats(self) -> Counts: ...
+
+
+if cython.compiled:  # where XLogRecord holds the fields process reads (wal/_slots.pxd)
+    R_LSN = offset(XLogRecord, "lsn")
+    R_XID = offset(XLogRecord, "xid")
+    R_RMID = offset(XLogRecord, "rmid")
+    R_TOPLEVEL_XID = offset(XLogRecord, "toplevel_xid")
+else:  # read by name
+    R_LSN = R_XID = R_RMID = R_TOPLEVEL_XID = 0
+
+
+def _field(rec: XLogRecord, at: int, name: str) -> object:
+    """``rec.<name>``; compiled, a record the reader built is read at its slot (``at``): the
+    lookup through the type costs more than the read."""
+    if cython.compiled and type(rec) is XLogRecord:
+        return get(rec, at)
+    return getattr(rec, name)
+
+
+def process(decoder: Processor, rec: XLogRecord) -> None:
+    """One record through a decoder (PostgreSQL's LogicalDecodingProcessRecord): counted; a
+    subtransaction's first record, whatever its kind, joins it to its top-level transaction
+    (decoded or not, it is the only record that says which transaction the subtransaction
+    belongs to); then the handler the table names for its rmgr, if any."""
+    st = decoder.stats
+    st.records += 1
+    lsn = _field(rec, R_LSN, "lsn")
+    st.last_lsn = lsn
+    top = _field(rec, R_TOPLEVEL_XID, "toplevel_xid")
+    if top:
+        decoder.rb.assign_child(top, _field(rec, R_XID, "xid"), lsn)
+    handler = decoder.handlers[_field(rec, R_RMID, "rmid")]
+    if handler is not None:
+        handler(rec)
 
 
 _ROUTERS: list[Router] = [BY_ID[i].route if i in BY_ID else _ignore for i in range(RMGR_SLOTS)]
