@@ -37,7 +37,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cdclake import native
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID
@@ -361,7 +361,7 @@ else:  # read by name
     R_LSN = R_XID = R_RMID = R_TOPLEVEL_XID = 0
 
 
-def _field(rec: XLogRecord, at: int, name: str) -> object:
+def _field(rec: XLogRecord, at: int, name: str) -> Any:
     """``rec.<name>``; compiled, a record the reader built is read at its slot (``at``): the
     lookup through the type costs more than the read."""
     if cython.compiled and type(rec) is XLogRecord:
