@@ -1,14 +1,17 @@
 """Decode: WAL records -> reorder-buffer changes and transaction events (PostgreSQL's decode.c).
 
-The cheapest filtering gates run here, before anything is buffered, as in PostgreSQL:
-gate 1 drops records of other databases from the block reference alone, before the record is
-parsed; gate 2 drops changes with a replication origin when ``origin=none``; gate 4 drops
-changes to relations known to be catalogs or TOAST deletions. Whatever cannot be decided yet
-(a relfilenode created by a transaction still running) is buffered and decided at commit.
+The cheapest filtering gates run in the handlers, before anything is buffered, as in
+PostgreSQL: gate 1 drops records of other databases from the block reference alone, before the
+record is parsed; gate 2 drops changes with a replication origin when ``origin=none``; gate 4
+drops changes to relations known to be catalogs or TOAST deletions. Whatever cannot be decided
+yet (a relfilenode created by a transaction still running) is buffered and decided at commit.
 
 Transactions are emitted at their commit record, in WAL order, which is commit-LSN order.
 Records reach their handler through the rmgr table (:mod:`cdclake.decoding.rmgrs`), which
-also tells the Spark shuffle which records these handlers read.
+also tells the Spark shuffle which records these handlers read. The heap rmgrs' handlers
+(:mod:`cdclake.decoding.heapdecode`) and the transaction rmgr's
+(:mod:`cdclake.decoding.commit`) are modules of their own, compiled as themselves; the others
+are the methods below.
 """
 
 from __future__ import annotations
@@ -21,29 +24,19 @@ from cdclake import native
 from cdclake.catalog.signing import DDL_PREFIX
 from cdclake.decoding import rmgrs
 from cdclake.decoding.changes import (
-    DELETE,
-    INSERT,
     MESSAGE,
-    SPEC_ABORT,
-    SPEC_CONFIRM,
-    SPEC_INSERT,
-    TOAST_CHUNK,
-    TRUNCATE,
-    UPDATE,
     Change,
     Message,
-    ToastChunk,
-    Truncate,
 )
 from cdclake.decoding.commit import Replay as CommitReplay
 from cdclake.decoding.commit import decode_xact
 from cdclake.decoding.filter import Filter
-from cdclake.decoding.queueing import elsewhere, foreign, queue_change
+from cdclake.decoding.heapdecode import decode_heap, decode_heap2
+from cdclake.decoding.queueing import foreign
 from cdclake.decoding.reorder import ReorderBuffer
 from cdclake.decoding.startup import Startup
-from cdclake.tuples.varlena import toast_chunk
 from cdclake.wal.record import RelFileLocator, XLogRecord
-from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, standby
+from cdclake.wal.rmgr import heap, logicalmsg, relmap, standby
 
 #: pg_control.h: the XLOG record a clean shutdown writes; nothing runs before it
 XLOG_CHECKPOINT_SHUTDOWN = 0x00
@@ -99,6 +92,10 @@ class Decoder:
     process: Callable[[XLogRecord], None]
     #: the transaction rmgr's records: :func:`cdclake.decoding.commit.decode_xact` (bound below)
     _xact: Callable[[XLogRecord], None]
+    #: the heap rmgrs' records: :mod:`cdclake.decoding.heapdecode`'s ``decode_heap`` and
+    #: ``decode_heap2`` (bound below)
+    _heap: Callable[[XLogRecord], None]
+    _heap2: Callable[[XLogRecord], None]
 
     def __init__(self, *, db_oid: int, buffer: ReorderBuffer, replay: Replay, filter: Filter,
                  start_lsn: int, version: int, tracker: CatalogTracker | None = None,
@@ -144,16 +141,7 @@ class Decoder:
         #: the handler of each rmgr id (the rmgr table's ``decode``), built once
         self.handlers = rmgrs.dispatch(self)
 
-    # -- dispatch ------------------------------------------------------------------------------
-
-    def _elsewhere(self, rec: XLogRecord, loc: RelFileLocator, count: int = 1,
-                   last_clears: bool = True) -> bool:
-        """:func:`~cdclake.decoding.queueing.elsewhere` for the rows of ``rec``."""
-        return elsewhere(self, rec.xid, rec.lsn, rec.origin, loc, count, last_clears)
-
-    def _queue(self, rec: XLogRecord, change: Change) -> None:
-        """:func:`~cdclake.decoding.queueing.queue_change` for the change of ``rec``."""
-        queue_change(self, rec.xid, rec.lsn, change)
+    # -- the handlers of the other rmgrs ---------------------------------------------------------
 
     def _xlog(self, rec: XLogRecord) -> None:
         if self.stats.records == 1:
@@ -165,123 +153,6 @@ class Decoder:
         upd = relmap.parse(rec)
         if upd is not None and upd.db_id == self.db_oid:
             self.tracker.relmap_update(upd, rec.lsn)
-
-    # -- heap ----------------------------------------------------------------------------------
-
-    def _heap(self, rec: XLogRecord) -> None:
-        op = rec.info & heap.XLOG_HEAP_OPMASK
-        if op == heap.XLOG_HEAP_TRUNCATE:
-            t = heap.parse(rec)
-            if (t.db_id != self.db_oid or not self.filter.origin_ok(rec.origin)
-                    or foreign(self, rec.xid)):
-                return
-            self._queue(rec, Change(TRUNCATE, rec.lsn, 0, None, None, None, False, rec.origin,
-                                    Truncate(t.relids,
-                                             bool(t.flags & heap.XLH_TRUNCATE_CASCADE),
-                                             bool(t.flags & heap.XLH_TRUNCATE_RESTART_SEQS))))
-            return
-        if op not in rmgrs.HEAP_CHANGES:
-            return
-        loc = rec.blocks[0].rlocator
-        if loc.db != self.db_oid:  # gate 1, before parsing
-            return
-        if self.tracker is not None and self.tracker.is_pg_class(loc):
-            self._pg_class(rec, op)
-            return
-        if op == heap.XLOG_HEAP_INSERT:
-            if foreign(self, rec.xid):
-                return
-            ins = heap.parse(rec)
-            flags = ins.flags
-            if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
-                return
-            if not self.filter.origin_ok(rec.origin):  # gate 2
-                return
-            if flags & heap.XLH_INSERT_ON_TOAST_RELATION:
-                value_id, seq, data = toast_chunk(ins.tuple)
-                self._queue(rec, Change(TOAST_CHUNK, rec.lsn, 0, loc, None, None, False,
-                                        rec.origin, ToastChunk(value_id, seq, data)))
-                if rec.lsn >= self.skip_before:
-                    self.rb.by_txn[rec.xid].toast_pending = True
-                return
-            if self.filter.drop_locator(loc, rec.lsn):  # gates 3-4 where already decidable
-                return
-            if flags & heap.XLH_INSERT_IS_SPECULATIVE:
-                self._queue(rec, Change(SPEC_INSERT, rec.lsn, 0, loc, None, ins.tuple, True,
-                                        rec.origin))
-            elif not self._elsewhere(rec, loc):
-                self._queue(rec, Change(INSERT, rec.lsn, 0, loc, None, ins.tuple, True,
-                                        rec.origin))
-        elif foreign(self, rec.xid):
-            return
-        elif op == heap.XLOG_HEAP_UPDATE or op == heap.XLOG_HEAP_HOT_UPDATE:
-            if (not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn)
-                    or self._elsewhere(rec, loc)):
-                return
-            upd = heap.parse(rec)
-            new = upd.new_tuple if upd.flags & heap.XLH_UPDATE_CONTAINS_NEW_TUPLE else None
-            old = upd.old_tuple if upd.flags & heap.XLH_UPDATE_CONTAINS_OLD else None
-            self._queue(rec, Change(UPDATE, rec.lsn, 0, loc, old, new, True, rec.origin))
-        elif op == heap.XLOG_HEAP_DELETE:
-            if not self.filter.origin_ok(rec.origin):
-                return
-            dele = heap.parse(rec)
-            if dele.flags & heap.XLH_DELETE_IS_SUPER:
-                self._queue(rec, Change(SPEC_ABORT, rec.lsn, 0, loc, None, None, True,
-                                        rec.origin))
-                return
-            if self.filter.drop_locator(loc, rec.lsn) or self._elsewhere(rec, loc):
-                return
-            old = dele.old_tuple if dele.flags & heap.XLH_DELETE_CONTAINS_OLD else None
-            self._queue(rec, Change(DELETE, rec.lsn, 0, loc, old, None, True, rec.origin))
-        else:  # CONFIRM
-            if not self.filter.origin_ok(rec.origin):
-                return
-            self._queue(rec, Change(SPEC_CONFIRM, rec.lsn, 0, loc, None, None, True,
-                                    rec.origin))
-
-    def _pg_class(self, rec: XLogRecord, op: int) -> None:
-        """A pg_class row inserted, updated or deleted, in any decoder's transaction: what it
-        tells the dictionary is applied if the transaction commits (``walclass``)."""
-        assert self.tracker is not None
-        if op == heap.XLOG_HEAP_INSERT:
-            event = self.tracker.pg_class_insert(rec, heap.parse(rec))  # type: ignore[arg-type]
-        elif op != heap.XLOG_HEAP_CONFIRM:
-            event = self.tracker.pg_class_change(rec, heap.parse(rec))  # type: ignore[arg-type]
-        else:
-            return
-        if event is not None:
-            self.rb.txn(rec.xid, rec.lsn).ddl.append((rec.lsn, event))
-
-    def _heap2(self, rec: XLogRecord) -> None:
-        if rec.info & heap2.XLOG_HEAP2_OPMASK != heap2.XLOG_HEAP2_MULTI_INSERT:
-            return
-        loc = rec.blocks[0].rlocator
-        if loc.db != self.db_oid or foreign(self, rec.xid):
-            return
-        mi = heap2.parse(rec, self.version)
-        flags = mi.flags
-        if not flags & heap.XLH_INSERT_CONTAINS_NEW_TUPLE:
-            return
-        if rec.lsn < self.skip_before:
-            if not self._elsewhere(rec, loc):
-                self.stats.cut_before_start += len(mi.tuples)
-            return
-        if not self.filter.origin_ok(rec.origin) or self.filter.drop_locator(loc, rec.lsn):
-            return
-        if self._elsewhere(rec, loc, len(mi.tuples), bool(flags & heap.XLH_INSERT_LAST_IN_MULTI)):
-            return
-        last = len(mi.tuples) - 1
-        last_in_multi = bool(flags & heap.XLH_INSERT_LAST_IN_MULTI)
-        xid = rec.xid
-        origin = rec.origin
-        lsn = rec.lsn
-        queue = self.rb.queue
-        for i, tup in enumerate(mi.tuples):
-            queue(xid, Change(INSERT, lsn, i, loc, None, tup, last_in_multi and i == last, origin))
-        self.stats.changes += len(mi.tuples)
-
-    # -- messages ----------------------------------------------------------------------------
 
     def _message(self, rec: XLogRecord) -> None:
         m = logicalmsg.parse(rec)
@@ -307,17 +178,10 @@ class Decoder:
         self.startup.running_xacts((*rx.xids, *rx.subxids))
         self.rb.abort_old(rx.oldest_running_xid)
 
-    # -- transactions --------------------------------------------------------------------------
 
-
-#: what the compiled ``_heap`` hands the records it does not take (TRUNCATE, CONFIRM, pg_class
-#: rows, TOAST inserts, malformed records), and ``_heap2`` the malformed ones
-Decoder._python_heap = Decoder._heap  # type: ignore[attr-defined]
-Decoder._heap = native.twin(Decoder._heap, "cdclake.decoding._decode")  # type: ignore[method-assign]
-Decoder._python_heap2 = Decoder._heap2  # type: ignore[attr-defined]
-Decoder._heap2 = native.twin(Decoder._heap2,  # type: ignore[method-assign]
-                             "cdclake.decoding._decode")
-#: one record through the decoder, and the transaction rmgr's records: module functions
-#: written once, compiled as themselves
+#: one record through the decoder, the transaction rmgr's records and the heap rmgrs': module
+#: functions written once, compiled as themselves
 native.bind(Decoder, "process", rmgrs.process, "cdclake.decoding._rmgrs")
 native.bind(Decoder, "_xact", decode_xact, "cdclake.decoding._commit")
+native.bind(Decoder, "_heap", decode_heap, "cdclake.decoding._heapdecode")
+native.bind(Decoder, "_heap2", decode_heap2, "cdclake.decoding._heapdecode")

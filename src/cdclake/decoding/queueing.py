@@ -7,9 +7,9 @@ emits and counts. These rules decide, per change, whether it is parsed at all
 emits it (:func:`elsewhere`, which keeps placeholders where TOAST chunks wait), and what
 queueing it means (:func:`queue_change`: nothing before ``skip_before``, the statistics).
 
-Written once for both decoders: the Python :class:`~cdclake.decoding.decode.Decoder` calls
-these functions, and the compiled one (``_decode.pyx``) asks them as C. This file is compiled
-as itself (Cython's pure-Python mode, ``_queueing.pxd``).
+Written once for both decoders: the decoder's handlers (:mod:`cdclake.decoding.heapdecode`,
+:mod:`cdclake.decoding.commit`) call these functions, the compiled ones as C. This file is
+compiled as itself (Cython's pure-Python mode, ``_queueing.pxd``).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ equal): the field reads inline, over the C pointer to a record's bytes that ``by
 gives (of ``bytes``, or of its segment's memoryview, whose buffer is read without acquiring
 it again), the rest in ``_primitives.pyx``. ``crc32c_of`` is the CRC the spill files' entries are checked with."""
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
 from cdclake.wal._payload cimport payload, readable
 
 
@@ -47,6 +49,10 @@ cdef inline long long i64(const unsigned char *b, Py_ssize_t at, Py_ssize_t end)
     return <long long> u64(b, at, end)
 
 
+cdef inline bytes span(const unsigned char *b, Py_ssize_t at, Py_ssize_t end):
+    return PyBytes_FromStringAndSize(<const char *> b + at, end - at)
+
+
 cdef (Py_ssize_t, unsigned int, unsigned long long, unsigned int, unsigned int,
       unsigned int) record_header(object src, Py_ssize_t off) noexcept
 cdef unsigned int record_crc(object src, Py_ssize_t off, Py_ssize_t tot_len) except? 0
@@ -55,6 +61,8 @@ cdef object locator(const unsigned char *b, Py_ssize_t at, Py_ssize_t end)
 cdef object new_block(int block_id, int flags, object rlocator, unsigned int blkno,
                       int bimg_info, int hole_offset, int hole_length)
 cdef int set_payloads(object blk, object image, object data) except -1
+cdef object new_tuple(unsigned int infomask2, unsigned int infomask, unsigned int t_hoff,
+                      bytes data)
 cdef object new_record(unsigned long long lsn, unsigned long long end_lsn,
                        unsigned long long prev, unsigned int xid, unsigned int rmid,
                        unsigned int info, Py_ssize_t tot_len, list blocks, object main_data,

@@ -3,8 +3,8 @@
 equal, and ``_primitives.pxd``.
 
 The CRC is computed by the function the ``crc32c`` package chose for this machine (hardware or
-its software tables), called through a C pointer (:func:`_crc_function`). Records and block
-references are built without running their dataclass ``__init__`` (a Python frame per
+its software tables), called through a C pointer (:func:`_crc_function`). Records, block
+references and tuples are built without running their dataclass ``__init__`` (a Python frame per
 object): every field is stored here, straight into its slot (:mod:`cdclake.wal._slots`).
 """
 
@@ -18,7 +18,7 @@ from cpython.module cimport PyModule_GetState
 from cdclake.wal._payload cimport payload
 from cdclake.wal._slots cimport blank, offset, put
 
-from cdclake.wal.record import BlockRef, RelFileLocator, XLogRecord
+from cdclake.wal.record import BlockRef, RelFileLocator, WalTuple, XLogRecord
 
 cdef Py_ssize_t R_LSN = offset(XLogRecord, "lsn")
 cdef Py_ssize_t R_END_LSN = offset(XLogRecord, "end_lsn")
@@ -134,6 +134,22 @@ cdef object locator(const unsigned char *b, Py_ssize_t at, Py_ssize_t end):
             b[4] | (b[5] << 8) | (b[6] << 16) | (<unsigned int> b[7] << 24),
             b[8] | (b[9] << 8) | (b[10] << 16) | (<unsigned int> b[11] << 24))
     return loc
+
+
+cdef Py_ssize_t T_INFOMASK2 = offset(WalTuple, "infomask2")
+cdef Py_ssize_t T_INFOMASK = offset(WalTuple, "infomask")
+cdef Py_ssize_t T_HOFF = offset(WalTuple, "t_hoff")
+cdef Py_ssize_t T_DATA = offset(WalTuple, "data")
+
+
+cdef object new_tuple(unsigned int infomask2, unsigned int infomask, unsigned int t_hoff,
+                      bytes data):
+    t = blank(WalTuple)
+    put(t, T_INFOMASK2, infomask2)
+    put(t, T_INFOMASK, infomask)
+    put(t, T_HOFF, t_hoff)
+    put(t, T_DATA, data)
+    return t
 
 
 cdef object new_block(int block_id, int flags, object rlocator, unsigned int blkno,

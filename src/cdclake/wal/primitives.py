@@ -1,7 +1,7 @@
 """What the reader does to a record's bytes, below its logic: read a little-endian field
-inside the record, compute the record's CRC-32C, build the record and block objects. (The
-transaction rmgr's commit fields, ``wal/rmgr/xact.py``'s ``finish``, are read with the same
-field reads.)
+inside the record, compute the record's CRC-32C, build the record, block and tuple objects. (The
+rmgrs' layouts the decoder reads, ``wal/rmgr/xact.py``, ``heap.py`` and ``heap2.py``, are
+read with the same field reads.)
 
 The reader (:mod:`cdclake.wal.reader`) is written once, in Python, and compiled as itself
 (Cython's pure-Python mode, ``cdclake.native``); these primitives are where the two builds
@@ -20,7 +20,7 @@ import struct
 
 import crc32c
 
-from cdclake.wal.record import BlockRef, RelFileLocator, XLogRecord
+from cdclake.wal.record import BlockRef, RelFileLocator, WalTuple, XLogRecord
 
 Bytes = bytes | memoryview
 
@@ -80,6 +80,11 @@ def i64(b: Bytes, at: int, end: int) -> int:
     return _I64.unpack_from(b, at)[0]  # type: ignore[no-any-return]
 
 
+def span(b: Bytes, at: int, end: int) -> bytes:
+    """A copy of the bytes from ``at`` to ``end`` (the caller has checked they are there)."""
+    return bytes(b[at:end])
+
+
 def record_header(src: Bytes, off: int) -> tuple[int, int, int, int, int, int]:
     """The 24-byte header of the record at ``off`` (the reader has checked they are there):
     tot_len, xid, prev, info, rmid, crc."""
@@ -109,6 +114,10 @@ def new_block(block_id: int, flags: int, rlocator: RelFileLocator, blkno: int,
 def set_payloads(blk: BlockRef, image: Bytes | None, data: Bytes | None) -> None:
     blk.image = image
     blk.data = data
+
+
+def new_tuple(infomask2: int, infomask: int, t_hoff: int, data: bytes) -> WalTuple:
+    return WalTuple(infomask2, infomask, t_hoff, data)
 
 
 def new_record(lsn: int, end_lsn: int, prev: int, xid: int, rmid: int, info: int,

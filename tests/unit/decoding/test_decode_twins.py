@@ -1,16 +1,16 @@
-"""The compiled ``Decoder._heap``, ``Decoder._heap2`` and ``Decoder.process``
-(``decoding/_decode.pyx``), and ``Decoder._xact`` (``decoding/commit.py`` and
-``wal/rmgr/xact.py`` compiled as themselves), against their Python reference, record by
-record. Commits: of every sub-record combination, cut short at every length, with bad
-counts, spilled, before the start, unproven by start-up, another decoder's; they must make
-the same replay calls (every field of the transaction), leave the same buffer and statistics,
-and raise the same error. Changes: heap INSERT, UPDATE, DELETE and COPY's
-MULTI_INSERT, whole, cut short at every length, with every flag byte, with their block data
-cut, without blocks and with a payload that is not contiguous. Both must queue the same
-changes (every field, in the same transaction, with the same work_mem accounting and the same
-spill), count the same statistics, and raise the same error; as one decoder or as a worker of
-a parallel decode, whose share of the rows it queues, placeholders for the others'. No
-server."""
+"""The compiled ``Decoder._heap`` and ``Decoder._heap2`` (``decoding/heapdecode.py`` and
+``wal/rmgr/heap.py``, ``heap2.py`` compiled as themselves), ``Decoder.process``
+(``decoding/rmgrs.py``) and ``Decoder._xact`` (``decoding/commit.py`` and ``wal/rmgr/xact.py``)
+against the same files run as Python, record by record. Commits: of every sub-record
+combination, cut short at every length, with bad counts, spilled, before the start, unproven by
+start-up, another decoder's; they must make the same replay calls (every field of the
+transaction), leave the same buffer and statistics, and raise the same error. Changes: heap
+INSERT, UPDATE, DELETE and COPY's MULTI_INSERT, whole, cut short at every length, with every
+flag byte, with their block data cut, without blocks and with a payload that is not contiguous.
+Both must queue the same changes (every field, in the same transaction, with the same work_mem
+accounting and the same spill), count the same statistics, and raise the same error; as one
+decoder or as a worker of a parallel decode, whose share of the rows it queues, placeholders for
+the others'. No server."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from pathlib import Path
 
 from cdclake import native
 from cdclake.catalog.dictionary import Dictionary
-from cdclake.decoding import _decode  # type: ignore[attr-defined]
 from cdclake.decoding.changes import ELSEWHERE, Change, TxnInfo
 from cdclake.decoding.decode import Decoder
 from cdclake.decoding.filter import Filter
@@ -106,7 +105,7 @@ def _alternate(top: int, lsn: int) -> bool:
     return (top + lsn // 64) % 2 == 0
 
 
-def _run(method: Callable[[Decoder, XLogRecord], None], records: list[XLogRecord],
+def _run(method: str, records: list[XLogRecord],
          spill: Path, work_mem: int, skip_before: int,
          share: Callable[[int, int], bool] | None = None, local_only: bool = False) -> object:
     rec = Recording()
@@ -120,7 +119,7 @@ def _run(method: Callable[[Decoder, XLogRecord], None], records: list[XLogRecord
     outcomes = []
     for r in records:
         try:
-            method(d, r)
+            getattr(d, method)(r)
             outcomes.append(None)
         except Exception as exc:  # the error itself is compared
             outcomes.append((type(exc), str(exc)))
@@ -139,25 +138,28 @@ def test_heap_and_multi_insert_records_queue_the_same(tmp_path: Path) -> None:
                (1 << 20, 0, shares_of(1, 2, 6), False), (1 << 20, 450, shares_of(0, 3, 6), False),
                (1 << 20, 0, None, True), (1 << 20, 0, shares_of(1, 2, 6), True)]  # origin=none
     for work_mem, skip_before, share, local in configs:
-        for fast, reference, batch in ((_decode._heap, Decoder._python_heap, heaps),
-                                       (_decode._heap2, Decoder._python_heap2, copies)):
-            where = f"{fast.__name__}-{work_mem}-{skip_before}-{share!r}-{local}"
-            want = _run(reference, batch, tmp_path / f"py-{where}", work_mem, skip_before, share,
-                        local)
-            got = _run(fast, batch, tmp_path / f"c-{where}", work_mem, skip_before, share, local)
+        for method, batch in (("_heap", heaps), ("_heap2", copies)):
+            where = f"{method}-{work_mem}-{skip_before}-{share!r}-{local}"
+            with native.use_python():
+                want = _run(method, batch, tmp_path / f"py-{where}", work_mem, skip_before,
+                            share, local)
+            with native.use_python(False):
+                assert type(getattr(Decoder, method)).__name__ == "cython_function_or_method"
+                got = _run(method, batch, tmp_path / f"c-{where}", work_mem, skip_before,
+                           share, local)
             assert got == want, where
     # the workload reaches what it is meant to: changes queued, errors raised, spills
-    outcomes, (txns, _size, spilled, _stats) = _run(Decoder._python_heap2, copies,
+    outcomes, (txns, _size, spilled, _stats) = _run("_heap2", copies,
                                                     tmp_path / "check", 600, 0)
     assert any(outcomes) and any(o is None for o in outcomes) and spilled > 0
     assert txns[14][2] or spilled
     # a worker's share: rows of its stripes queued, placeholders for the others'
-    _outcomes, (txns, _size, _spilled, _stats) = _run(Decoder._python_heap, heaps,
+    _outcomes, (txns, _size, _spilled, _stats) = _run("_heap", heaps,
                                                       tmp_path / "share", 1 << 20, 0, _alternate)
     actions = {c[0] for _size, _n, changes in txns.values() for c in changes}
     assert ELSEWHERE in actions and actions - {ELSEWHERE}
     # origin=none: the changes from another node are not queued, the local ones are
-    _outcomes, (kept, *_rest) = _run(Decoder._python_heap, heaps, tmp_path / "local",
+    _outcomes, (kept, *_rest) = _run("_heap", heaps, tmp_path / "local",
                                      1 << 20, 0, local_only=True)
     queued = [c for _size, _n, changes in txns.values() for c in changes]
     kept_changes = [c for _size, _n, changes in kept.values() for c in changes]

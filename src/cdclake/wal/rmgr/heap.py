@@ -1,12 +1,41 @@
-"""Heap resource manager records (access/heapam_xlog.h): insert, delete, update, truncate..."""
+"""Heap resource manager records (access/heapam_xlog.h): insert, delete, update, truncate...
+
+An INSERT's, a DELETE's and an UPDATE's fields and tuples are read by the functions below
+(``insert_fields``, ``delete_fields``, ``update_fields``, ``tuple_at``), once for every
+reader: ``parse`` makes them a dataclass, and the decoder queues changes from them as they are
+(:mod:`cdclake.decoding.heapdecode`). This file is compiled as itself (Cython's pure-Python
+mode, ``_heap.pxd``): the fields are read through the record's bytes with the reader's
+primitives (:mod:`cdclake.wal.primitives`).
+"""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
+from cdclake import native
 from cdclake.errors import WalCorruptError
-from cdclake.wal.record import RelFileLocator, WalTuple, XLogRecord
+from cdclake.wal.record import BlockRef, RelFileLocator, WalTuple, XLogRecord
+
+try:
+    import cython
+except ImportError:  # Cython builds cdclake; an install without it runs this file as Python
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.wal._primitives import (
+        bytes_of,
+        new_tuple,
+        readable,
+        span,
+        u8,
+        u16,
+        u32,
+    )
+else:
+    from cdclake.wal.primitives import bytes_of, new_tuple, readable, span, u8, u16, u32
+
+Bytes = bytes | memoryview
 
 XLOG_HEAP_INSERT = 0x00
 XLOG_HEAP_DELETE = 0x10
@@ -50,12 +79,14 @@ OPNAMES = {XLOG_HEAP_INSERT: "INSERT", XLOG_HEAP_DELETE: "DELETE", XLOG_HEAP_UPD
            XLOG_HEAP_CONFIRM: "HEAP_CONFIRM", XLOG_HEAP_LOCK: "LOCK",
            XLOG_HEAP_INPLACE: "INPLACE"}
 
-_HDR = struct.Struct("<HHB")  # xl_heap_header: t_infomask2, t_infomask, t_hoff
-_INSERT = struct.Struct("<HB")  # offnum, flags
-_DELETE = struct.Struct("<IHBB")  # xmax, offnum, infobits_set, flags
-_UPDATE = struct.Struct("<IHBBIH")  # old_xmax, old_offnum, old_infobits, flags, new_xmax, new_off
+#: sizes of the fixed parts: xl_heap_header (t_infomask2, t_infomask, t_hoff); xl_heap_insert
+#: (offnum, flags); xl_heap_delete (xmax, offnum, infobits_set, flags); xl_heap_update
+#: (old_xmax, old_offnum, old_infobits, flags, new_xmax, new_offnum)
+SIZE_OF_HEADER = 5
+SIZE_OF_INSERT = 3
+SIZE_OF_DELETE = 8
+SIZE_OF_UPDATE = 14
 _TRUNC = struct.Struct("<IIB")  # dbId, nrelids, flags (relids at offset 12)
-_U16 = struct.Struct("<H")
 
 
 @dataclass(slots=True)
@@ -116,58 +147,152 @@ class HeapInplace:
     offnum: int
 
 
-def wal_tuple(buf: bytes | memoryview, offset: int, rec: XLogRecord) -> WalTuple:
-    """xl_heap_header followed by the tuple's bytes from t_bits on (DecodeXLogTuple)."""
-    if len(buf) - offset < _HDR.size:
-        raise WalCorruptError("heap tuple data shorter than its header", segment=rec.segment,
-                              lsn=rec.lsn)
-    im2, im, hoff = _HDR.unpack_from(buf, offset)
-    return WalTuple(im2, im, hoff, bytes(buf[offset + _HDR.size:]))
+def _view(src: Bytes) -> Bytes:
+    """``src`` as the field reads read it (a view that is not C-contiguous copied)."""
+    return src if readable(src) else bytes(src)
+
+
+def tuple_at(src: Bytes, at: int) -> WalTuple:
+    """The tuple logged at ``at`` to the end of ``src`` (DecodeXLogTuple): its xl_heap_header,
+    then its bytes from t_bits on; an IndexError where the header is cut off."""
+    src = _view(src)
+    b = bytes_of(src)
+    n = len(src)
+    return new_tuple(u16(b, at, n), u16(b, at + 2, n), u8(b, at + 4, n),
+                     span(b, at + SIZE_OF_HEADER, n))
+
+
+def _malformed(rec: XLogRecord, op: int, exc: Exception) -> WalCorruptError:
+    return WalCorruptError(f"malformed heap {OPNAMES[op]} record: {exc}", segment=rec.segment,
+                           lsn=rec.lsn)
+
+
+def _whole(n: int, at: int) -> None:
+    """The fixed part ends at ``at``: all of it must be in the ``n`` bytes."""
+    if at > n:
+        raise IndexError(f"needs {at} bytes, has {n}")
+
+
+def insert_fields(rec: XLogRecord, md: Bytes, data: Bytes | None) -> tuple[int, int]:
+    """An INSERT's offnum and flags, its layout checked: the fixed part in the main data
+    ``md``, a whole tuple header in the block ``data`` if any (a TOAST chunk's must be)."""
+    try:
+        md = _view(md)
+        b = bytes_of(md)
+        n = len(md)
+        _whole(n, SIZE_OF_INSERT)
+        flags = u8(b, 2, n)
+        if data is not None and len(data):
+            _whole(len(data), SIZE_OF_HEADER)
+        elif flags & XLH_INSERT_ON_TOAST_RELATION and flags & XLH_INSERT_CONTAINS_NEW_TUPLE:
+            raise IndexError("a TOAST chunk's tuple is not logged")
+        return u16(b, 0, n), flags
+    except IndexError as exc:
+        raise _malformed(rec, XLOG_HEAP_INSERT, exc) from None
+
+
+def delete_fields(rec: XLogRecord, md: Bytes) -> tuple[int, int, int, int]:
+    """A DELETE's xmax, offnum, infobits and flags, its layout checked: the fixed part, then
+    the old tuple's header where the flags say it is logged."""
+    try:
+        md = _view(md)
+        b = bytes_of(md)
+        n = len(md)
+        _whole(n, SIZE_OF_DELETE)
+        flags = u8(b, 7, n)
+        if flags & XLH_DELETE_CONTAINS_OLD:
+            _whole(n, SIZE_OF_DELETE + SIZE_OF_HEADER)
+        return u32(b, 0, n), u16(b, 4, n), u8(b, 6, n), flags
+    except IndexError as exc:
+        raise _malformed(rec, XLOG_HEAP_DELETE, exc) from None
+
+
+def update_fields(rec: XLogRecord, op: int, md: Bytes, data: Bytes | None
+                  ) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """An UPDATE's or a HOT_UPDATE's old_xmax, old_offnum, old_infobits, flags, new_xmax,
+    new_offnum, prefix and suffix lengths, and where the new tuple starts in the block
+    ``data`` (-1: no data), its layout checked: the fixed part, the old tuple's header where the
+    flags say it is logged, the new one's after the prefix and suffix lengths."""
+    try:
+        md = _view(md)
+        b = bytes_of(md)
+        n = len(md)
+        _whole(n, SIZE_OF_UPDATE)
+        flags = u8(b, 7, n)
+        if flags & XLH_UPDATE_CONTAINS_OLD:
+            _whole(n, SIZE_OF_UPDATE + SIZE_OF_HEADER)
+        prefix = suffix = 0
+        at = -1
+        if data is not None and len(data):
+            data = _view(data)
+            d = bytes_of(data)
+            k = len(data)
+            at = 0
+            if flags & XLH_UPDATE_PREFIX_FROM_OLD:
+                prefix = u16(d, 0, k)
+                at = 2
+            if flags & XLH_UPDATE_SUFFIX_FROM_OLD:
+                suffix = u16(d, at, k)
+                at += 2
+            _whole(k, at + SIZE_OF_HEADER)
+        return (u32(b, 0, n), u16(b, 4, n), u8(b, 6, n), flags, u32(b, 8, n), u16(b, 12, n),
+                prefix, suffix, at)
+    except IndexError as exc:
+        raise _malformed(rec, op, exc) from None
 
 
 def parse(rec: XLogRecord) -> object | None:
+    """The record as a dataclass (HeapInsert, HeapUpdate, ...; None for the other kinds), its
+    fields read as the decoder reads them (:mod:`cdclake.decoding.heapdecode`)."""
     op = rec.info & XLOG_HEAP_OPMASK
     md = rec.main_data
+    if op == XLOG_HEAP_INSERT:
+        b = first_block(rec, op)
+        offnum, flags = insert_fields(rec, md, b.data)
+        return HeapInsert(b.rlocator, b.blkno, offnum, flags,
+                          tuple_at(b.data, 0) if b.data else None)
+    if op in (XLOG_HEAP_UPDATE, XLOG_HEAP_HOT_UPDATE):
+        b = first_block(rec, op)
+        old_xmax, old_off, old_bits, flags, new_xmax, new_off, prefix, suffix, at = (
+            update_fields(rec, op, md, b.data))
+        return HeapUpdate(op == XLOG_HEAP_HOT_UPDATE, b.rlocator, b.blkno, old_xmax, old_off,
+                          old_bits, flags, new_xmax, new_off,
+                          tuple_at(md, SIZE_OF_UPDATE) if flags & XLH_UPDATE_CONTAINS_OLD
+                          else None,
+                          tuple_at(b.data, at) if at >= 0 and b.data is not None else None,
+                          prefix, suffix)
+    if op == XLOG_HEAP_DELETE:
+        b = first_block(rec, op)
+        xmax, offnum, bits, flags = delete_fields(rec, md)
+        return HeapDelete(b.rlocator, b.blkno, xmax, offnum, bits, flags,
+                          tuple_at(md, SIZE_OF_DELETE) if flags & XLH_DELETE_CONTAINS_OLD
+                          else None)
     try:
-        if op == XLOG_HEAP_INSERT:
-            offnum, flags = _INSERT.unpack_from(md, 0)
-            b = rec.blocks[0]
-            tup = wal_tuple(b.data, 0, rec) if b.data else None
-            return HeapInsert(b.rlocator, b.blkno, offnum, flags, tup)
-        if op in (XLOG_HEAP_UPDATE, XLOG_HEAP_HOT_UPDATE):
-            old_xmax, old_off, old_bits, flags, new_xmax, new_off = _UPDATE.unpack_from(md, 0)
-            b = rec.blocks[0]
-            old = wal_tuple(md, _UPDATE.size, rec) if flags & XLH_UPDATE_CONTAINS_OLD else None
-            new = None
-            prefix = suffix = 0
-            data = b.data
-            if data:
-                p = 0
-                if flags & XLH_UPDATE_PREFIX_FROM_OLD:
-                    prefix = _U16.unpack_from(data, p)[0]
-                    p += 2
-                if flags & XLH_UPDATE_SUFFIX_FROM_OLD:
-                    suffix = _U16.unpack_from(data, p)[0]
-                    p += 2
-                new = wal_tuple(data, p, rec)
-            return HeapUpdate(op == XLOG_HEAP_HOT_UPDATE, b.rlocator, b.blkno, old_xmax,
-                              old_off, old_bits, flags, new_xmax, new_off, old, new, prefix,
-                              suffix)
-        if op == XLOG_HEAP_DELETE:
-            xmax, offnum, bits, flags = _DELETE.unpack_from(md, 0)
-            b = rec.blocks[0]
-            old = wal_tuple(md, _DELETE.size, rec) if flags & XLH_DELETE_CONTAINS_OLD else None
-            return HeapDelete(b.rlocator, b.blkno, xmax, offnum, bits, flags, old)
         if op == XLOG_HEAP_TRUNCATE:
             db_id, n, flags = _TRUNC.unpack_from(md, 0)
             return HeapTruncate(db_id, flags, struct.unpack_from(f"<{n}I", md, 12))
-        if op == XLOG_HEAP_CONFIRM:
-            b = rec.blocks[0]
-            return HeapConfirm(b.rlocator, b.blkno, _U16.unpack_from(md, 0)[0])
-        if op == XLOG_HEAP_INPLACE:
-            b = rec.blocks[0]
-            return HeapInplace(b.rlocator, b.blkno, _U16.unpack_from(md, 0)[0])
+        if op in (XLOG_HEAP_CONFIRM, XLOG_HEAP_INPLACE):
+            b = first_block(rec, op)
+            offnum = u16(bytes_of(_view(md)), 0, len(md))
+            if op == XLOG_HEAP_CONFIRM:
+                return HeapConfirm(b.rlocator, b.blkno, offnum)
+            return HeapInplace(b.rlocator, b.blkno, offnum)
     except (struct.error, IndexError) as exc:
-        raise WalCorruptError(f"malformed heap {OPNAMES[op]} record: {exc}",
-                              segment=rec.segment, lsn=rec.lsn) from None
+        raise _malformed(rec, op, exc) from None
     return None
+
+
+def first_block(rec: XLogRecord, op: int) -> BlockRef:
+    """The record's block reference (the changed heap page): a record without one is
+    malformed."""
+    if not rec.blocks:
+        raise WalCorruptError(f"malformed heap {OPNAMES[op]} record: no block reference",
+                              segment=rec.segment, lsn=rec.lsn)
+    return rec.blocks[0]
+
+
+if not cython.compiled:  # Python's readers (waldump, the catalog tracker) read them as C too
+    tuple_at = native.twin(tuple_at, "cdclake.wal.rmgr._heap")
+    insert_fields = native.twin(insert_fields, "cdclake.wal.rmgr._heap")
+    delete_fields = native.twin(delete_fields, "cdclake.wal.rmgr._heap")
+    update_fields = native.twin(update_fields, "cdclake.wal.rmgr._heap")
