@@ -10,9 +10,12 @@ written here too: heap INSERT, UPDATE, HOT_UPDATE and DELETE, a plain COMMIT (no
 subtransactions, relations, invalidations, two-phase or origin data), and every record whose
 rmgr cdclake does not describe, or whose type it describes by name only.
 
-Everything else, and any record too short for its layout, goes to the Python reference
-(``waldump._python_describe``), which returns its text or raises its WalCorruptError: the
-text is the same either way, which the waldump tests check record by record.
+The fields are read by the readers ``heap.parse`` and ``xact.parse`` read them with
+(``wal/rmgr/heap.py``'s ``insert_fields``, ``delete_fields`` and ``update_fields``,
+``xact.py``'s ``finish_fields``, compiled: ``cimport``). Everything else, and any record those
+refuse, goes to the Python reference (``waldump._python_describe``), which returns its text
+or raises its WalCorruptError: the text is the same either way, which the waldump tests check
+record by record.
 """
 
 import importlib
@@ -23,11 +26,13 @@ from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.string cimport strlen
 
 from cdclake.decoding.rmgrs import identify, rmgr_name
+from cdclake.errors import WalCorruptError
 from cdclake.wal.record import FORK_NAMES, RM_HEAP2_ID, RM_HEAP_ID, RM_XACT_ID
 from cdclake.wal.rmgr import heap, heap2, xact
 
 from cdclake.tuples._out cimport Out, put
-from cdclake.wal._payload cimport Bytes, payload, readable
+from cdclake.wal.rmgr._heap cimport delete_fields, insert_fields, update_fields
+from cdclake.wal.rmgr._xact cimport finish_fields
 
 cdef int HEAP_OPMASK = heap.XLOG_HEAP_OPMASK
 cdef int HEAP_INSERT = heap.XLOG_HEAP_INSERT
@@ -35,19 +40,13 @@ cdef int HEAP_UPDATE = heap.XLOG_HEAP_UPDATE
 cdef int HEAP_HOT_UPDATE = heap.XLOG_HEAP_HOT_UPDATE
 cdef int HEAP_DELETE = heap.XLOG_HEAP_DELETE
 cdef int HEAP_LOCK = heap.XLOG_HEAP_LOCK
-cdef int UPDATE_CONTAINS_OLD = heap.XLH_UPDATE_CONTAINS_OLD
-cdef int UPDATE_PREFIX_FROM_OLD = heap.XLH_UPDATE_PREFIX_FROM_OLD
-cdef int UPDATE_SUFFIX_FROM_OLD = heap.XLH_UPDATE_SUFFIX_FROM_OLD
-cdef int DELETE_CONTAINS_OLD = heap.XLH_DELETE_CONTAINS_OLD
 cdef int HEAP2_OPMASK = heap2.XLOG_HEAP2_OPMASK
 cdef int HEAP2_MULTI_INSERT = heap2.XLOG_HEAP2_MULTI_INSERT
 cdef int HEAP2_NEW_CID = heap2.XLOG_HEAP2_NEW_CID
 cdef int XACT_OPMASK = xact.XLOG_XACT_OPMASK
 cdef int XACT_COMMIT = xact.XLOG_XACT_COMMIT
-cdef int XACT_HAS_INFO = xact.XLOG_XACT_HAS_INFO
 cdef unsigned int XINFO_HAS_DBINFO = xact.XACT_XINFO_HAS_DBINFO
 cdef int C_HEAP = RM_HEAP_ID, C_HEAP2 = RM_HEAP2_ID, C_XACT = RM_XACT_ID
-cdef int HEADER = 5  # xl_heap_header: t_infomask2, t_infomask, t_hoff
 
 #: seconds from 1970-01-01 to 2000-01-01, PostgreSQL's epoch
 cdef long long PG_EPOCH_UNIX = 946684800
@@ -158,102 +157,65 @@ cdef int _timestamp(Out *o, long long us) except -1:
     return _lit(o, " UTC")
 
 
-cdef inline unsigned int _u16(const unsigned char *b) noexcept:
-    return b[0] | (b[1] << 8)
-
-
-cdef inline unsigned int _u32(const unsigned char *b) noexcept:
-    return b[0] | (b[1] << 8) | (b[2] << 16) | (<unsigned int> b[3] << 24)
-
-
 cdef bint _heap_desc(Out *o, rec, int op) except -1:
     """The description of a heap INSERT/UPDATE/HOT_UPDATE/DELETE after its type, or False
-    when the record is not one ``heap.parse`` takes without complaint."""
-    cdef Bytes md, bd
-    cdef Py_ssize_t p = 0
-    cdef int flags
+    when ``heap.parse`` would refuse the record (its fields are read by the same readers)."""
+    cdef unsigned int off, flags, xmax, bits, new_xmax, new_off, _prefix, _suffix
+    cdef Py_ssize_t _at
     blocks = rec.blocks
+    if not blocks:
+        return False
     main = rec.main_data
-    if not blocks or not readable(main):
+    try:
+        if op == HEAP_INSERT:
+            off, flags = insert_fields(rec, main, blocks[0].data)
+            _lit(o, " off: ")
+            _dec(o, off)
+            _lit(o, ", flags: 0x")
+            _hex(o, flags, 2)
+            return True
+        if op == HEAP_DELETE:
+            xmax, off, bits, flags = delete_fields(rec, main)
+            _lit(o, " xmax: ")
+            _dec(o, xmax)
+            _lit(o, ", off: ")
+            _dec(o, off)
+            _lit(o, ", infobits: 0x")
+            _hex(o, bits, 2)
+            _lit(o, ", flags: 0x")
+            _hex(o, flags, 2)
+            return True
+        xmax, off, bits, flags, new_xmax, new_off, _prefix, _suffix, _at = update_fields(
+            rec, op, main, blocks[0].data)
+    except WalCorruptError:  # the reference raises it
         return False
-    md = payload(main)
-    data = blocks[0].data
-    if data is not None and not readable(data):
-        return False
-    if op == HEAP_INSERT:
-        if md.n < 3 or (data and payload(data).n < HEADER):
-            return False
-        _lit(o, " off: ")
-        _dec(o, _u16(md.p))
-        _lit(o, ", flags: 0x")
-        _hex(o, md.p[2], 2)
-        return True
-    if op == HEAP_DELETE:
-        if md.n < 8:
-            return False
-        flags = md.p[7]
-        if flags & DELETE_CONTAINS_OLD and md.n < 8 + HEADER:
-            return False
-        _lit(o, " xmax: ")
-        _dec(o, _u32(md.p))
-        _lit(o, ", off: ")
-        _dec(o, _u16(md.p + 4))
-        _lit(o, ", infobits: 0x")
-        _hex(o, md.p[6], 2)
-        _lit(o, ", flags: 0x")
-        _hex(o, flags, 2)
-        return True
-    # UPDATE, HOT_UPDATE
-    if md.n < 14:
-        return False
-    flags = md.p[7]
-    if flags & UPDATE_CONTAINS_OLD and md.n < 14 + HEADER:
-        return False
-    if data:
-        bd = payload(data)
-        if flags & UPDATE_PREFIX_FROM_OLD:
-            p += 2
-        if flags & UPDATE_SUFFIX_FROM_OLD:
-            p += 2
-        if bd.n < p + HEADER:
-            return False
     _lit(o, " old_xmax: ")
-    _dec(o, _u32(md.p))
+    _dec(o, xmax)
     _lit(o, ", old_off: ")
-    _dec(o, _u16(md.p + 4))
+    _dec(o, off)
     _lit(o, ", old_infobits: 0x")
-    _hex(o, md.p[6], 2)
+    _hex(o, bits, 2)
     _lit(o, ", flags: 0x")
     _hex(o, flags, 2)
     _lit(o, ", new_xmax: ")
-    _dec(o, _u32(md.p + 8))
+    _dec(o, new_xmax)
     _lit(o, ", new_off: ")
-    _dec(o, _u16(md.p + 12))
+    _dec(o, new_off)
     return True
 
 
-cdef bint _commit_desc(Out *o, rec) except -1:
-    """A plain COMMIT's description (its time), or False for any other commit."""
-    cdef Bytes md
-    cdef unsigned int xinfo = 0
-    cdef Py_ssize_t need = 8
+cdef bint _commit_desc(Out *o, rec, int version) except -1:
+    """A plain COMMIT's description (its time), or False for any other commit (no
+    subtransactions, relations, invalidations, two-phase or origin data), and for one
+    ``xact.parse`` would refuse (its fields are read by the same walk)."""
     cdef long long us
-    main = rec.main_data
-    if not readable(main):
+    try:
+        fields = finish_fields(rec.info, XACT_COMMIT, rec.main_data, version)
+    except (IndexError, ValueError):  # the reference raises its WalCorruptError
         return False
-    md = payload(main)
-    if rec.info & XACT_HAS_INFO:
-        if md.n < 12:
-            return False
-        xinfo = _u32(md.p + 8)
-        need = 12
-        if xinfo & ~XINFO_HAS_DBINFO:
-            return False
-        if xinfo & XINFO_HAS_DBINFO:
-            need += 8
-    if md.n < need:
+    if fields[1] & ~XINFO_HAS_DBINFO:
         return False
-    us = <long long> (_u32(md.p) | (<unsigned long long> _u32(md.p + 4) << 32))
+    us = fields[0]
     if us < 0 or us > LAST_FOUR_DIGIT_YEAR_US:
         return False
     _lit(o, " ")
@@ -284,7 +246,7 @@ cdef object _describe(Out *o, rec, int version):
         if op != HEAP2_MULTI_INSERT and op != HEAP2_NEW_CID:  # parsed as nothing
             return None
     elif rmid == C_XACT and info & XACT_OPMASK == XACT_COMMIT:
-        if _commit_desc(o, rec):
+        if _commit_desc(o, rec, version):
             return None
     o.n = mark
     return _reference(rec, version)
