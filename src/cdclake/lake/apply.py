@@ -33,6 +33,7 @@ from cdclake.errors import LakeError
 from cdclake.lake import retype
 from cdclake.lake.changes import CLEARING_OPS, FULL, KEY, NOTHING, Change, Identity, VersionInfo
 from cdclake.lake.defaults import Unparsed
+from cdclake.lake.rules import PY, looked_up
 from cdclake.lsn import format_lsn
 
 
@@ -229,7 +230,7 @@ def _update(state: MirrorState, ch: Change, counts: Counts) -> None:
     if ch.old is None and set(ch.unchanged) & set(ch.version.identity.attnums):
         raise LakeError(f"table {state.table}: UPDATE at LSN {format_lsn(ch.lsn)} logged "
                         "neither the key nor its old value")
-    old_row = state.take(state.key(ch.old if ch.old is not None else ch.new))
+    old_row = state.take(state.key(looked_up(PY, ch.old is not None, ch.old, ch.new)))
     new = dict(ch.new)
     if ch.unchanged:
         # FULL logs the whole old row, TOASTed values inlined: it is a source as good as the row

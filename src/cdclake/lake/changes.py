@@ -96,6 +96,7 @@ class Change:
 
     @property
     def order(self) -> tuple[int, int, int]:
+        """Its place in the stream's order (:data:`cdclake.lake.rules.ORDER`)."""
         return (self.commit_lsn, self.lsn, self.seq)
 
 

@@ -56,7 +56,7 @@ from pyiceberg.table import FileScanTask, Table, Transaction
 
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
-from cdclake.lake import labels
+from cdclake.lake import labels, rules
 from cdclake.lake.apply import Counts
 from cdclake.lake.batch import Batch, TableEntry
 from cdclake.lake.changes import KEY, VersionInfo
@@ -75,12 +75,11 @@ from cdclake.lake.schema import (
 )
 from cdclake.lake.tables import row_count
 from cdclake.lake.typemap import arrow_type
-from cdclake.lake.visibility import SnapshotFacts, in_snapshot_arrow
+from cdclake.lake.visibility import SnapshotFacts, in_snapshot
 from cdclake.lsn import format_lsn
 from cdclake.mixing import splitmix64
 
 _OPS = {stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stream.OP_TRUNCATE}
-_SETS = pa.array([stream.OP_INSERT, stream.OP_UPDATE])
 #: key types whose Arrow equality is SQL equality (no NaN, no nested values)
 _KEY_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
               pa.types.is_binary, pa.types.is_fixed_size_binary, pa.types.is_date,
@@ -201,7 +200,7 @@ def takes(batch: Batch, entry: TableEntry) -> Changes | None:
     # held whole to be sorted: the versions' changes in the source's order
     data = pa.concat_tables(parts(narrow))
     data = data.append_column(_POS, pa.array(np.arange(data.num_rows, dtype=np.int64)))
-    data = _slim(data.take(pc.sort_indices(data, [(c, "ascending") for c in _ORDER])))
+    data = _slim(data.take(pc.sort_indices(data, [(c, "ascending") for c in rules.ORDER])))
     positions = data.column(_POS).to_numpy()
     data = data.drop_columns([_POS]).append_column(
         _ORD, pa.array(np.arange(data.num_rows, dtype=np.int64)))
@@ -230,7 +229,7 @@ def _qualifies(part: pa.Table) -> bool:
 
 
 def _order_at(part: pa.Table, i: int) -> tuple[int, int, int]:
-    return tuple(part.column(c)[i].as_py() for c in _ORDER)  # type: ignore[return-value]
+    return tuple(part.column(c)[i].as_py() for c in rules.ORDER)  # type: ignore[return-value]
 
 
 def _slim(part: pa.Table) -> pa.Table:
@@ -324,8 +323,8 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
         seen = pc.is_valid(lsn) if stored is None else pc.greater(lsn, stored)
         if facts is None:
             return seen, seen
-        return seen, pc.and_(seen, pc.invert(in_snapshot_arrow(facts, lsn,
-                                                               part.column(stream.XID))))
+        xid = pc.cast(part.column(stream.XID), pa.int64())
+        return seen, pc.and_(seen, pc.invert(in_snapshot(rules.ARROW, facts, lsn, xid)))
 
     counts = Counts()
     names = {stream.OP_INSERT: "inserted", stream.OP_UPDATE: "updated",
@@ -455,15 +454,14 @@ def _check_order(data: pa.Table, where: str) -> None:
     """The replay's rule: a version's rows not in (commit LSN, LSN, seq) order are refused."""
     if data.num_rows < 2:
         return
-    c, lsn, seq = (data.column(x) for x in (stream.COMMIT_LSN, stream.LSN, stream.SEQ))
+    columns = [data.column(x) for x in rules.ORDER]
     n = data.num_rows
-    a = [x.slice(0, n - 1) for x in (c, lsn, seq)]
-    b = [x.slice(1) for x in (c, lsn, seq)]
-    back = pc.or_(pc.less(b[0], a[0]), pc.and_(pc.equal(b[0], a[0]), pc.or_(
-        pc.less(b[1], a[1]), pc.and_(pc.equal(b[1], a[1]), pc.less(b[2], a[2])))))
+    back = rules.before(rules.ARROW, [x.slice(1) for x in columns],
+                        [x.slice(0, n - 1) for x in columns])
     bad = pc.indices_nonzero(back)
     if len(bad):
         i = bad[0].as_py() + 1
+        c, lsn, _seq = columns
         raise LakeError(f"{where}: rows are not in commit/WAL order at LSN "
                         f"{format_lsn(lsn[i].as_py())} (commit {format_lsn(c[i].as_py())})")
 
@@ -492,13 +490,12 @@ def _events(changes: pa.Table, names: Sequence[str], keys: Sequence[str],
     new = [changes.column(n).cast(t) for n, t in zip(names, types, strict=True)]
     old = [pc.struct_field(changes.column(stream.OLD_KEY), n).cast(t)
            for n, t in zip(names, types, strict=True)]
-    sets = pc.is_in(op, value_set=_SETS)
-    moved = pc.and_(pc.equal(op, stream.OP_UPDATE), _differs(old, new))
-    takes = pc.or_(pc.equal(op, stream.OP_DELETE), moved)
+    setting = rules.sets(rules.ARROW, op)
+    taking = rules.takes(rules.ARROW, op, old, new)
     ev = pc.multiply(changes.column(_ORD), 2)
-    parts = [pa.table([*(c.filter(sets) for c in new), pc.add(ev, 1).filter(sets)],
+    parts = [pa.table([*(c.filter(setting) for c in new), pc.add(ev, 1).filter(setting)],
                       names=[*keys, "_ev"]),
-             pa.table([*(c.filter(takes) for c in old), ev.filter(takes)],
+             pa.table([*(c.filter(taking) for c in old), ev.filter(taking)],
                       names=[*keys, "_ev"])]
     return pa.concat_tables(parts)
 
@@ -507,24 +504,14 @@ def _lookups(changes: pa.Table, names: Sequence[str], keys: Sequence[str],
              types: Sequence[pa.DataType]) -> pa.Table:
     """The key each UPDATE and DELETE looks up (its old key when logged, else the new one),
     ``_ord`` = 2 × its rank: before its own event (:func:`_events`)."""
-    op = changes.column(stream.OP)
-    looks = pc.is_in(op, value_set=pa.array([stream.OP_UPDATE, stream.OP_DELETE]))
+    looks = rules.looks_up(rules.ARROW, changes.column(stream.OP))
     old_struct = changes.column(stream.OLD_KEY)
-    logged = pc.is_valid(old_struct)
-    lookup = [pc.if_else(logged, pc.struct_field(old_struct, n).cast(t),
-                         changes.column(n).cast(t)).filter(looks)
+    logged = rules.ARROW.present(old_struct)
+    lookup = [rules.looked_up(rules.ARROW, logged, pc.struct_field(old_struct, n).cast(t),
+                              changes.column(n).cast(t)).filter(looks)
               for n, t in zip(names, types, strict=True)]
     return pa.table([*lookup, pc.multiply(changes.column(_ORD), 2).filter(looks)],
                     names=[*keys, "_ord"])
-
-
-def _differs(old: Sequence[pa.ChunkedArray], new: Sequence[pa.ChunkedArray]) -> pa.Array:
-    """Rows whose old key was logged and is not the new one."""
-    out = None
-    for o, n in zip(old, new, strict=True):
-        ne = pc.fill_null(pc.not_equal(o, n), False)
-        out = ne if out is None else pc.or_(out, ne)
-    return pc.and_(pc.is_valid(old[0]), out)
 
 
 def _per_bucket(fn: Callable[[int], _T], buckets: int) -> list[_T]:
@@ -635,8 +622,6 @@ def _not_found(lookups: pa.Table, events: pa.Table, keys: Sequence[str],
     return absent + taken
 
 
-#: the source's order of changes
-_ORDER = (stream.COMMIT_LSN, stream.LSN, stream.SEQ)
 #: a change's position in the batch (its versions' parts in order), beside the narrow columns
 _POS = "_cdclake_pos"
 #: a change's rank in the source's order (its narrow columns' parts in order)

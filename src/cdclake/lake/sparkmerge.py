@@ -41,7 +41,7 @@ pyiceberg merge (:mod:`cdclake.lake.visibility`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -63,6 +63,7 @@ from cdclake.lake.changes import FULL, KEY, VersionInfo
 from cdclake.lake.engine import MergeEngine
 from cdclake.lake.reports import TableReport
 from cdclake.lake.retype import Retype, evolved_columns
+from cdclake.lake.rules import ORDER, Dialect, before, key_changed, sets, takes
 from cdclake.lake.schema import (
     CDC_COMMIT_LSN,
     CDC_COMMIT_TS,
@@ -82,7 +83,7 @@ from cdclake.lake.tables import (
     mirror_identifier,
     snapshot_id,
 )
-from cdclake.lake.visibility import EPOCH, HALF, SnapshotFacts, facts_of
+from cdclake.lake.visibility import SnapshotFacts, facts_of, in_snapshot
 from cdclake.lake.watermark import committed_lsn, summary_properties
 from cdclake.lsn import format_lsn
 from cdclake.sparkenv.tasks import error_line, task
@@ -94,7 +95,6 @@ if TYPE_CHECKING:
 MERGE_ON_READ = {"write.merge.mode": "merge-on-read", "write.update.mode": "merge-on-read",
                  "write.delete.mode": "merge-on-read"}
 ENGINE = "spark"
-_ORDER = (stream.COMMIT_LSN, stream.LSN, stream.SEQ)
 _SET, _DEL = "set", "del"
 
 
@@ -150,6 +150,39 @@ class SparkMerge:
             report = self.fallback.merge_table(batch, entry, loaded=loaded)
             report.fallback = declined.reason
             return report
+
+
+class SparkDialect(Dialect):
+    """The merge's rules (:mod:`cdclake.lake.rules`) over Spark columns (and Python scalars
+    beside them): a rule is a column the executors compute."""
+
+    def and_(self, a: Any, b: Any) -> Any:
+        return a & b
+
+    def or_(self, a: Any, b: Any) -> Any:
+        return a | b
+
+    def not_(self, a: Any) -> Any:
+        return ~a
+
+    def where(self, condition: Any, a: Any, b: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        return F.when(condition, a).otherwise(b)
+
+    def isin(self, a: Any, values: Collection[Any]) -> Any:
+        from pyspark.sql import functions as F
+
+        return a.isin(*values) if values else F.lit(False)
+
+    def present(self, a: Any) -> Any:
+        return a.isNotNull()
+
+    def distinct(self, a: Any, b: Any) -> Any:
+        return ~a.eqNullSafe(b)
+
+
+SPARK = SparkDialect()
 
 
 def merge_on_spark(spark: SparkSession, catalog: Catalog, config: Config, batch: Batch,
@@ -412,10 +445,10 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
             old = F.col(stream.OLD_KEY).getField(by_attnum[attnum]) if keyed else F.lit(None)
             cols.append(old.cast(types[fields[attnum].name]).alias(_old(fields[attnum].name)))
         cols.append(F.lit(not keyed).alias("_keyless"))
-        cols.append((F.lit(True) if facts is None else not_in_snapshot(
-            facts, F.col(stream.COMMIT_LSN), F.col(stream.XID))).alias("_pending"))
+        cols.append((F.lit(True) if facts is None else ~in_snapshot(
+            SPARK, facts, F.col(stream.COMMIT_LSN), F.col(stream.XID))).alias("_pending"))
         toast = F.coalesce(F.col(stream.UNCHANGED_TOAST), F.array().cast("array<string>"))
-        cols += [F.col(c) for c in (*_ORDER, stream.COMMIT_TS, stream.OP)]
+        cols += [F.col(c) for c in (*ORDER, stream.COMMIT_TS, stream.OP)]
         cols.append(toast.alias(stream.UNCHANGED_TOAST))
         # attnums, not names: the flags of two versions line up
         attnums = F.create_map(*(F.lit(x) for a, n in by_attnum.items() for x in (n, a)))
@@ -426,19 +459,6 @@ def _changes(spark: SparkSession, filesystem: pafs.FileSystem, versions: Sequenc
     for frame in frames[1:]:
         out = out.unionByName(frame)
     return out
-
-
-def not_in_snapshot(facts: SnapshotFacts, commit_lsn: Column, xid: Column) -> Column:
-    """:meth:`SnapshotFacts.in_snapshot`, negated, as a Spark column: the changes the Spark
-    merge still applies to a mirror an initial snapshot filled."""
-    from pyspark.sql import functions as F
-
-    full = F.lit(facts.xmax & ~(EPOCH - 1)) + xid  # widen(); the WAL's xid is below 2^32
-    full = (F.when(full > F.lit(facts.xmax + HALF), full - F.lit(EPOCH))
-            .when(full < F.lit(facts.xmax - HALF), full + F.lit(EPOCH)).otherwise(full))
-    running = full.isin(*facts.xip) if facts.xip else F.lit(False)
-    visible = (full < F.lit(facts.xmin)) | ((full < F.lit(facts.xmax)) & ~running)
-    return (commit_lsn >= F.lit(facts.end_lsn)) | ~visible
 
 
 def _lookup(mapping: Column) -> Callable[[Column], Column]:
@@ -461,7 +481,7 @@ def batch_stats(changes: DataFrame, versions: Sequence[_Version], key: Sequence[
     # the key itself was not logged (a TOASTed key): the pyiceberg merge follows the old key
     key_unlogged = F.exists("_toast_attnums", lambda a: a.isin(*key))
     moved = (op == stream.OP_UPDATE) & (F.size(stream.UNCHANGED_TOAST) > 0) & (
-        _key_changed(key, fields) | key_unlogged) if key else F.lit(False)
+        key_changed(SPARK, *_key_columns(key, fields)) | key_unlogged) if key else F.lit(False)
     row = changes.agg(
         count(F.lit(True)).alias("rows"),
         F.sum((~pending).cast("long")).alias("in_snapshot"),
@@ -492,14 +512,13 @@ _ALL_OPS = frozenset({stream.OP_INSERT, stream.OP_UPDATE, stream.OP_DELETE, stre
                       stream.OP_REWRITE_BEGIN, stream.OP_REWRITE})
 
 
-def _key_changed(key: Sequence[int], fields: Mapping[int, NestedField]) -> Column:
+def _key_columns(key: Sequence[int], fields: Mapping[int, NestedField]
+                 ) -> tuple[list[Column], list[Column]]:
+    """The key's old columns (``_old_<name>``: null where not logged) and new ones."""
     from pyspark.sql import functions as F
 
-    same = F.lit(True)
-    for a in key:
-        name = fields[a].name
-        same = same & F.col(_q(name)).eqNullSafe(F.col(_old(name)))
-    return F.col(_old(fields[key[0]].name)).isNotNull() & ~same
+    names = [fields[a].name for a in key]
+    return [F.col(_old(n)) for n in names], [F.col(_q(n)) for n in names]
 
 
 # -- reduce, then MERGE --------------------------------------------------------------------------
@@ -515,21 +534,17 @@ def _events(changes: DataFrame, key: Sequence[int], fields: Mapping[int, NestedF
     keys = [fields[a].name for a in key]
     op = F.col(stream.OP)
     flags = [F.array_contains("_toast_attnums", a).alias(_flag(fields[a].name)) for a in toast]
-    order = [F.col(c) for c in (*_ORDER, stream.COMMIT_TS)]
-    sets = changes.where(op.isin(stream.OP_INSERT, stream.OP_UPDATE)).select(
+    order = [F.col(c) for c in (*ORDER, stream.COMMIT_TS)]
+    setting = changes.where(sets(SPARK, op)).select(
         *(F.col(_q(n)) for n in names), *order, F.lit(_SET).alias("_kind"), *flags)
-
-    def removal(rows: DataFrame) -> DataFrame:
-        cols = [(F.col(_old(n)) if n in keys else F.lit(None).cast(changes.schema[n].dataType))
-                .alias(n) for n in names]
-        return rows.select(*cols, *order, F.lit(_DEL).alias("_kind"),
-                           *(F.lit(False).alias(_flag(fields[a].name)) for a in toast))
-
     if not key:  # a table without a key brings only INSERTs here
-        return sets
-    deletes = removal(changes.where(op == stream.OP_DELETE))
-    moves = removal(changes.where((op == stream.OP_UPDATE) & _key_changed(key, fields)))
-    return sets.unionByName(deletes).unionByName(moves)
+        return setting
+    cols = [(F.col(_old(n)) if n in keys else F.lit(None).cast(changes.schema[n].dataType))
+            .alias(n) for n in names]
+    taking = changes.where(takes(SPARK, op, *_key_columns(key, fields))).select(
+        *cols, *order, F.lit(_DEL).alias("_kind"),
+        *(F.lit(False).alias(_flag(fields[a].name)) for a in toast))
+    return setting.unionByName(taking)
 
 
 def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -> DataFrame:
@@ -539,7 +554,7 @@ def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -
     from pyspark.sql import functions as F
 
     part = [F.col(_q(k)) for k in keys]
-    before = Window.partitionBy(*part).orderBy(*_ORDER).rowsBetween(Window.unboundedPreceding, -1)
+    before = Window.partitionBy(*part).orderBy(*ORDER).rowsBetween(Window.unboundedPreceding, -1)
     out = events
     for name in toast:
         flag = F.col(_flag(name))
@@ -550,7 +565,7 @@ def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -
                                            F.col("_prev.v")).otherwise(F.col(_q(name))))
                .withColumn(_flag(name), flag & F.col("_prev").isNull())
                .drop("_prev"))
-    last = Window.partitionBy(*part).orderBy(*(F.col(c).desc() for c in _ORDER))
+    last = Window.partitionBy(*part).orderBy(*(F.col(c).desc() for c in ORDER))
     return (out.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
             .drop("_rank"))
 
@@ -560,11 +575,10 @@ def after_last_truncate(changes: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     last = changes.where(F.col(stream.OP) == stream.OP_TRUNCATE).agg(
-        F.max(F.struct(*_ORDER)).alias("t")).first()
+        F.max(F.struct(*ORDER)).alias("t")).first()
     assert last is not None and last["t"] is not None
-    c0, l0, s0 = (last["t"][c] for c in _ORDER)
-    c, lsn, seq = (F.col(x) for x in _ORDER)
-    return changes.where((c > c0) | ((c == c0) & ((lsn > l0) | ((lsn == l0) & (seq > s0)))))
+    return changes.where(before(SPARK, [last["t"][c] for c in ORDER],
+                                [F.col(c) for c in ORDER]))
 
 
 #: a written row's system columns, from the change that set it (every typed value: no texts)

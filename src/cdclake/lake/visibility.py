@@ -15,18 +15,21 @@ before ``end_lsn`` (the WAL position read right after the snapshot was taken) an
 within PostgreSQL's own wraparound horizon (2^31) of that snapshot. A change committed at or
 after ``end_lsn`` belongs to a transaction that had not committed when the snapshot was taken:
 never visible, whatever its xid, so xids far in the future never need widening.
+
+The rule (:func:`in_snapshot`) is one of the merge's rules (:mod:`cdclake.lake.rules`): the
+replay asks it of a change, the columnar merge of a batch's Arrow columns, the Spark merge
+of Spark columns.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from cdclake.errors import LakeError
+from cdclake.lake.rules import PY, Dialect
 
 #: the mirror table property holding the facts of its last initial snapshot (JSON)
 PROPERTY = "cdclake.snapshot"
@@ -35,14 +38,25 @@ EPOCH = 1 << 32
 HALF = 1 << 31
 
 
-def widen(xid: int, reference: int) -> int:
+def widen(d: Dialect, xid: Any, reference: int) -> Any:
     """The 64-bit transaction id with low 32 bits ``xid`` nearest to ``reference``."""
-    full = (reference & ~(EPOCH - 1)) | (xid & (EPOCH - 1))
-    if full > reference + HALF:
-        full -= EPOCH
-    elif full < reference - HALF:
-        full += EPOCH
-    return full
+    full = d.add(xid, reference & ~(EPOCH - 1))
+    return d.where(d.gt(full, reference + HALF), d.sub(full, EPOCH),
+                   d.where(d.lt(full, reference - HALF), d.add(full, EPOCH), full))
+
+
+def visible(d: Dialect, facts: SnapshotFacts, full_xid: Any) -> Any:
+    """PostgreSQL's XidInMVCCSnapshot, negated, for a top-level 64-bit xid."""
+    return d.or_(d.lt(full_xid, facts.xmin),
+                 d.and_(d.lt(full_xid, facts.xmax),
+                        d.not_(d.isin(full_xid, facts.running))))
+
+
+def in_snapshot(d: Dialect, facts: SnapshotFacts, commit_lsn: Any, xid: Any) -> Any:
+    """Are the changes of top-level transaction ``xid`` (32-bit, from the WAL; in Arrow, as
+    int64), committed at ``commit_lsn``, already in the snapshot's rows? Not when it committed
+    at or after ``end_lsn``; else when the snapshot saw it."""
+    return d.and_(d.lt(commit_lsn, facts.end_lsn), visible(d, facts, widen(d, xid, facts.xmax)))
 
 
 @dataclass(frozen=True)
@@ -58,23 +72,14 @@ class SnapshotFacts:
     taken_at_us: int  #: the snapshot transaction's start, µs since 1970 (UTC)
     run: str = ""  #: the cdclake snapshot run that copied the rows (names its files)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_running", frozenset(self.xip))
-
-    def visible(self, full_xid: int) -> bool:
-        """PostgreSQL's XidInMVCCSnapshot, negated, for a top-level 64-bit xid."""
-        if full_xid < self.xmin:
-            return True
-        if full_xid >= self.xmax:
-            return False
-        return full_xid not in self._running  # type: ignore[attr-defined]
+    @functools.cached_property
+    def running(self) -> frozenset[int]:
+        """``xip`` as a set."""
+        return frozenset(self.xip)
 
     def in_snapshot(self, commit_lsn: int, xid: int) -> bool:
-        """Are the changes of top-level transaction ``xid`` (32-bit, from the WAL), committed
-        at ``commit_lsn``, already in the snapshot's rows?"""
-        if commit_lsn >= self.end_lsn:
-            return False
-        return self.visible(widen(xid, self.xmax))
+        """:func:`in_snapshot` of one change."""
+        return bool(in_snapshot(PY, self, commit_lsn, xid))
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "lsn": self.lsn, "end_lsn": self.end_lsn, "xmin": self.xmin,
@@ -86,18 +91,6 @@ class SnapshotFacts:
         return cls(str(d["id"]), int(d["lsn"]), int(d["end_lsn"]), int(d["xmin"]),
                    int(d["xmax"]), tuple(int(x) for x in d["xip"]), int(d["taken_at_us"]),
                    str(d.get("run", "")))
-
-
-def in_snapshot_arrow(facts: SnapshotFacts, commit_lsn: pa.ChunkedArray | pa.Array,
-                      xid: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """:meth:`SnapshotFacts.in_snapshot` over Arrow columns (the Arrow merge's changes)."""
-    full = pc.add(pc.cast(xid, pa.int64()), facts.xmax & ~(EPOCH - 1))  # widen()
-    full = pc.if_else(pc.greater(full, facts.xmax + HALF), pc.subtract(full, EPOCH),
-                      pc.if_else(pc.less(full, facts.xmax - HALF), pc.add(full, EPOCH), full))
-    running = pc.is_in(full, value_set=pa.array(facts.xip, pa.int64()))
-    visible = pc.or_(pc.less(full, facts.xmin),
-                     pc.and_(pc.less(full, facts.xmax), pc.invert(running)))
-    return pc.and_(pc.less(commit_lsn, facts.end_lsn), visible)
 
 
 def facts_of(properties: dict[str, str], table: str) -> SnapshotFacts | None:

@@ -399,14 +399,24 @@ def test_an_unchanged_toast_value_the_mirror_lacks_stops_the_merge(lake: Lake) -
     assert orphan.current_snapshot() is None
 
 
-def test_the_snapshot_handoff_on_spark_is_the_pyiceberg_one(lake: Lake) -> None:
-    """The Spark merge's visibility column against SnapshotFacts.in_snapshot, over
-    xids around the snapshot's xmin, xip and xmax, across an epoch boundary, and commit LSNs
-    either side of its end."""
+def test_the_rules_on_spark_decide_as_in_python(lake: Lake) -> None:
+    """The merge's rules (cdclake.lake.rules) in the Spark dialect, on every case the Python
+    and Arrow dialects are held to (tests/unit/lake/test_rules.py); and the snapshot handoff
+    against SnapshotFacts.in_snapshot, over xids around the snapshot's xmin, xip and xmax,
+    across an epoch boundary, and commit LSNs either side of its end."""
     from pyspark.sql import functions as F
 
-    from cdclake.lake.sparkmerge import not_in_snapshot
-    from cdclake.lake.visibility import SnapshotFacts
+    from cdclake.lake.sparkmerge import SPARK
+    from cdclake.lake.visibility import SnapshotFacts, in_snapshot
+    from tests.support.rule_cases import CASES, COLUMNS, decide, python_decisions
+
+    frame = lake.spark.createDataFrame(
+        CASES, "op string, old_a long, old_b string, new_a long, new_b string, c1 long, "
+        "l1 long, s1 long, c2 long, l2 long, s2 long")
+    decided = decide(SPARK, [F.col(c) for c in COLUMNS])
+    rows = frame.select(*COLUMNS, *(v.alias(k) for k, v in decided.items())).collect()
+    got = {tuple(r[c] for c in COLUMNS): {k: r[k] for k in decided} for r in rows}
+    assert got == dict(zip(CASES, python_decisions(), strict=True))
 
     epoch = 1 << 32
     cases = [SnapshotFacts("s", 100, 200, 1000, 1010, (1002, 1005), 0),
@@ -417,7 +427,7 @@ def test_the_snapshot_handoff_on_spark_is_the_pyiceberg_one(lake: Lake) -> None:
                       (facts.xmax + (1 << 31) - 1) % epoch, (facts.xmax - (1 << 31)) % epoch})
         rows = [(lsn, xid) for lsn in (150, 199, 200, 250) for xid in xids]
         got = (lake.spark.createDataFrame(rows, "lsn long, xid long")
-               .select("lsn", "xid", not_in_snapshot(facts, F.col("lsn"), F.col("xid"))
+               .select("lsn", "xid", (~in_snapshot(SPARK, facts, F.col("lsn"), F.col("xid")))
                        .alias("pending")).collect())
         assert {(r.lsn, r.xid): r.pending for r in got} == {
             (lsn, xid): not facts.in_snapshot(lsn, xid) for lsn, xid in rows}

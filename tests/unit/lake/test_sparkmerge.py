@@ -37,7 +37,7 @@ def stats(**kw: object) -> BatchStats:
 
 def test_row_changes_are_taken() -> None:
     assert data_reason(stats()) == ""
-    # the changes an initial snapshot holds are dropped on Spark (visibility.not_in_snapshot)
+    # the changes an initial snapshot holds are dropped on Spark (visibility.in_snapshot)
     assert data_reason(stats(in_snapshot=5)) == ""
 
 

@@ -7,12 +7,14 @@ import pytest
 
 from cdclake.catalog.export import parse_pg_snapshot
 from cdclake.errors import LakeError, SourceError
+from cdclake.lake.rules import ARROW, PY
 from cdclake.lake.visibility import (
     PROPERTY,
     SnapshotFacts,
     facts_of,
-    in_snapshot_arrow,
+    in_snapshot,
     property_value,
+    visible,
     widen,
 )
 
@@ -24,29 +26,29 @@ def facts(xmin: int, xmax: int, xip: tuple[int, ...], end_lsn: int = 1000) -> Sn
 
 
 def test_widen_within_one_epoch() -> None:
-    assert widen(700, 750) == 700
-    assert widen(800, 750) == 800
+    assert widen(PY, 700, 750) == 700
+    assert widen(PY, 800, 750) == 800
 
 
 def test_widen_across_an_epoch_boundary() -> None:
     # the snapshot is just past the wrap: old xids belong to the previous epoch
     ref = 5 * EPOCH + 10
-    assert widen(0xFFFF_FFF0, ref) == 4 * EPOCH + 0xFFFF_FFF0
-    assert widen(3, ref) == 5 * EPOCH + 3
+    assert widen(PY, 0xFFFF_FFF0, ref) == 4 * EPOCH + 0xFFFF_FFF0
+    assert widen(PY, 3, ref) == 5 * EPOCH + 3
     # the snapshot is just before the wrap: new xids belong to the next epoch
     ref = 5 * EPOCH + 0xFFFF_FFF0
-    assert widen(5, ref) == 6 * EPOCH + 5
-    assert widen(0xFFFF_FF00, ref) == 5 * EPOCH + 0xFFFF_FF00
+    assert widen(PY, 5, ref) == 6 * EPOCH + 5
+    assert widen(PY, 0xFFFF_FF00, ref) == 5 * EPOCH + 0xFFFF_FF00
 
 
 def test_visibility_follows_postgres() -> None:
     f = facts(100, 110, (100, 104))
-    assert f.visible(99)  # committed before every running one
-    assert not f.visible(100)  # running
-    assert f.visible(103)  # between xmin and xmax, not running: committed
-    assert not f.visible(104)
-    assert not f.visible(110)  # started after the snapshot
-    assert not f.visible(5000)
+    assert visible(PY, f, 99)  # committed before every running one
+    assert not visible(PY, f, 100)  # running
+    assert visible(PY, f, 103)  # between xmin and xmax, not running: committed
+    assert not visible(PY, f, 104)
+    assert not visible(PY, f, 110)  # started after the snapshot
+    assert not visible(PY, f, 5000)
 
 
 def test_in_snapshot_uses_the_wal_xid_and_commit_lsn() -> None:
@@ -87,7 +89,7 @@ def test_in_snapshot_over_arrow_columns_is_the_same_rule(base: int) -> None:
     xids = [(base + d) % EPOCH for d in range(-300, 300)] + [0, 3, 0xFFFF_FFFF]
     lsns = [500, 999, 1000, 1500]
     rows = [(lsn, x) for lsn in lsns for x in xids]
-    got = in_snapshot_arrow(f, pa.array([r[0] for r in rows], pa.int64()),
-                            pa.array([r[1] for r in rows], pa.uint32())).to_pylist()
+    got = in_snapshot(ARROW, f, pa.array([r[0] for r in rows], pa.int64()),
+                      pa.array([r[1] for r in rows], pa.int64())).to_pylist()
     assert got == [f.in_snapshot(lsn, x) for lsn, x in rows]
     assert any(got) and not all(got)

@@ -1,0 +1,42 @@
+"""The merge's rules (cdclake.lake.rules), each written once: what they decide, and that the
+Arrow dialect (the columnar merge's) decides every case as the Python one (the replay's). The
+Spark dialect is held to the same cases beside a Spark session
+(tests/e2e/lake/test_spark_merge.py)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from cdclake.decoding import stream
+from cdclake.lake import rules
+from tests.support.rule_cases import CASES, COLUMNS, decide, python_decisions
+
+
+def test_the_rules_decide_as_the_merge_promises() -> None:
+    one = {(c[0], c[1:3], c[3:5]): d for c, d in zip(CASES, python_decisions(), strict=True)}
+    u, d, i = stream.OP_UPDATE, stream.OP_DELETE, stream.OP_INSERT
+    assert one[(i, (None, None), (1, "a"))]["sets"] and one[(u, (1, "a"), (1, "a"))]["sets"]
+    assert not one[(d, (1, "a"), (1, "a"))]["sets"]
+    assert one[(d, (1, "a"), (1, "a"))]["takes"]  # a DELETE takes its old key
+    assert one[(u, (1, "a"), (1, "b"))]["takes"]  # an UPDATE that moved the key, too
+    assert one[(u, (1, "a"), (2, "a"))]["key_changed"]
+    assert not one[(u, (1, "a"), (1, "a"))]["takes"]  # one that kept it does not
+    assert not one[(u, (None, None), (1, "b"))]["takes"]  # nor one whose old key is unlogged
+    assert not one[(i, (1, "a"), (2, "a"))]["takes"]
+    assert one[(u, (1, "a"), (1, "b"))]["looks_up"] and one[(d, (1, "a"), (1, "b"))]["looks_up"]
+    assert not one[(i, (1, "a"), (1, "b"))]["looks_up"]
+    assert one[(u, (1, "a"), (1, "b"))]["looked_up"] == "a"  # by the old key, when logged
+    assert one[(u, (None, None), (1, "b"))]["looked_up"] == "b"  # else by the new one
+    positions = sorted({c[5:8] for c in CASES})
+    for c in CASES:
+        assert rules.before(rules.PY, c[5:8], c[8:]) == (positions.index(c[5:8])
+                                                         < positions.index(c[8:]))
+
+
+def test_arrow_decides_every_case_as_python() -> None:
+    table = pa.table(list(zip(*CASES, strict=True)), names=list(COLUMNS))
+    got = decide(rules.ARROW, [table.column(c) for c in COLUMNS])
+    want = python_decisions()
+    for rule, column in got.items():
+        assert column.to_pylist() == [w[rule] for w in want], rule
+    assert all(len({w[r] for w in want}) > 1 for r in got)  # no rule decides one way only
