@@ -21,9 +21,6 @@ cdef Py_ssize_t C_ACTION, C_LSN, C_SEQ, C_LOCATOR, C_OLD, C_NEW, C_CLEAR_TOAST, 
 cdef Py_ssize_t C_PAYLOAD
 
 
-cdef object _field(rec, Py_ssize_t at, str name)
-
-
 cdef object _change(int action, lsn, Py_ssize_t seq, loc, old, new, bint clear_toast, origin,
                     payload=*)
 
@@ -37,7 +34,8 @@ cdef bint _drop(filt, loc, lsn) except -1
 cdef bint _is_pg_class(tracker, loc) except -1
 
 
-@cython.locals(op=cython.uint, flags=cython.uint, speculative=bint, at=Py_ssize_t)
+@cython.locals(op=cython.uint, flags=cython.uint, speculative=bint, at=Py_ssize_t,
+               blocks=list)
 cpdef decode_heap(decoder, rec)
 
 
@@ -51,5 +49,5 @@ cdef _pg_class(decoder, rec, unsigned int op)
 
 
 @cython.locals(info=cython.uint, flags=cython.uint, count=Py_ssize_t, i=Py_ssize_t,
-               last_in_multi=bint, tuples=list)
+               last_in_multi=bint, tuples=list, blocks=list)
 cpdef decode_heap2(decoder, rec)

@@ -79,7 +79,8 @@ if cython.compiled:
         foreign,
         queue_change,
     )
-    from cython.cimports.cdclake.wal._slots import blank, get, offset, put
+    from cython.cimports.cdclake.decoding._rmgrs import record_field
+    from cython.cimports.cdclake.wal._slots import blank, offset, put
     from cython.cimports.cdclake.wal.rmgr._heap import (
         delete_fields,
         insert_fields,
@@ -91,6 +92,7 @@ else:
     from cdclake.catalog.versions import is_pg_class
     from cdclake.decoding.filter import drop_locator, origin_ok
     from cdclake.decoding.queueing import buffer_change, elsewhere, foreign, queue_change
+    from cdclake.decoding.rmgrs import record_field
     from cdclake.wal.rmgr.heap import delete_fields, insert_fields, tuple_at, update_fields
     from cdclake.wal.rmgr.heap2 import multi_fields, multi_tuples
 
@@ -118,7 +120,8 @@ class Decoder(Protocol):
     def stats(self) -> Counts: ...
 
 
-if cython.compiled:  # where XLogRecord and Change hold their fields (wal/_slots.pxd)
+if cython.compiled:  # where XLogRecord and Change hold their fields (wal/_slots.pxd), which
+    # this module reads (rmgrs.record_field) and fills
     R_LSN = offset(XLogRecord, "lsn")
     R_XID = offset(XLogRecord, "xid")
     R_ORIGIN = offset(XLogRecord, "origin")
@@ -136,14 +139,6 @@ if cython.compiled:  # where XLogRecord and Change hold their fields (wal/_slots
     C_PAYLOAD = offset(Change, "payload")
 else:  # read by name
     R_LSN = R_XID = R_ORIGIN = R_INFO = R_MAIN_DATA = R_BLOCKS = 0
-
-
-def _field(rec: XLogRecord, at: int, name: str) -> Any:
-    """``rec.<name>``; compiled, a record the reader built is read at its slot (``at``): a
-    record's fields are read a dozen times on its way through the decoder."""
-    if cython.compiled and type(rec) is XLogRecord:
-        return get(rec, at)
-    return getattr(rec, name)
 
 
 def _change(action: int, lsn: int, seq: int, loc: RelFileLocator | None, old: object,
@@ -190,30 +185,31 @@ def _is_pg_class(tracker: Any, loc: RelFileLocator) -> bool:
 
 def decode_heap(decoder: Decoder, rec: XLogRecord) -> None:
     """A record of the heap rmgr (see the module's docstring)."""
-    op = _field(rec, R_INFO, "info") & XLOG_HEAP_OPMASK
+    op = record_field(rec, R_INFO, "info") & XLOG_HEAP_OPMASK
     if op == XLOG_HEAP_TRUNCATE:
         _truncate(decoder, rec)
         return
     if op not in (XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_DELETE,
                   XLOG_HEAP_CONFIRM):
         return
-    blocks = _field(rec, R_BLOCKS, "blocks")
-    loc = (blocks[0] if blocks else heap.first_block(rec, op)).rlocator
+    blocks = record_field(rec, R_BLOCKS, "blocks")
+    blk = blocks[0] if blocks else heap.first_block(rec, op)
+    loc = blk.rlocator
     if loc.db != decoder.db_oid:  # gate 1, before parsing
         return
     tracker = decoder.tracker
     if tracker is not None and _is_pg_class(tracker, loc):
         _pg_class(decoder, rec, op)
         return
-    xid = _field(rec, R_XID, "xid")
+    xid = record_field(rec, R_XID, "xid")
     if foreign(decoder, xid):
         return
-    lsn = _field(rec, R_LSN, "lsn")
-    origin = _field(rec, R_ORIGIN, "origin")
+    lsn = record_field(rec, R_LSN, "lsn")
+    origin = record_field(rec, R_ORIGIN, "origin")
     filt = decoder.filter
-    md = _field(rec, R_MAIN_DATA, "main_data")
+    md = record_field(rec, R_MAIN_DATA, "main_data")
     if op == XLOG_HEAP_INSERT:
-        data = blocks[0].data
+        data = blk.data
         _offnum, flags = insert_fields(rec, md, data)
         if not flags & XLH_INSERT_CONTAINS_NEW_TUPLE or not _origin_ok(filt, origin):
             return
@@ -235,7 +231,7 @@ def decode_heap(decoder: Decoder, rec: XLogRecord) -> None:
         if (not _origin_ok(filt, origin) or _drop(filt, loc, lsn)
                 or (decoder.share is not None and elsewhere(decoder, xid, lsn, origin, loc))):
             return
-        data = blocks[0].data
+        data = blk.data
         (_old_xmax, _old_off, _old_bits, flags, _new_xmax, _new_off, _prefix, _suffix,
          at) = update_fields(rec, op, md, data)
         new = (tuple_at(data, at) if at >= 0 and flags & XLH_UPDATE_CONTAINS_NEW_TUPLE
@@ -277,12 +273,12 @@ def _truncate(decoder: Decoder, rec: XLogRecord) -> None:
     """A TRUNCATE: the relations it empties, by oid (decided at commit)."""
     t = heap.parse(rec)
     assert isinstance(t, heap.HeapTruncate)
-    xid = _field(rec, R_XID, "xid")
-    origin = _field(rec, R_ORIGIN, "origin")
+    xid = record_field(rec, R_XID, "xid")
+    origin = record_field(rec, R_ORIGIN, "origin")
     if (t.db_id != decoder.db_oid or not _origin_ok(decoder.filter, origin)
             or foreign(decoder, xid)):
         return
-    lsn = _field(rec, R_LSN, "lsn")
+    lsn = record_field(rec, R_LSN, "lsn")
     queue_change(decoder, xid, lsn,
                  _change(TRUNCATE, lsn, 0, None, None, None, False, origin,
                          Truncate(t.relids, bool(t.flags & XLH_TRUNCATE_CASCADE),
@@ -307,21 +303,22 @@ def decode_heap2(decoder: Decoder, rec: XLogRecord) -> None:
     """A record of the heap2 rmgr: of those, decoding reads COPY's MULTI_INSERT, whose rows
     are queued as INSERTs (the last one's ``clear_toast`` says whether it ends the
     multi-insert)."""
-    info = _field(rec, R_INFO, "info")
+    info = record_field(rec, R_INFO, "info")
     if info & XLOG_HEAP2_OPMASK != XLOG_HEAP2_MULTI_INSERT:
         return
-    blocks = _field(rec, R_BLOCKS, "blocks")
-    loc = (blocks[0] if blocks else heap2.first_block(rec)).rlocator
-    xid = _field(rec, R_XID, "xid")
+    blocks = record_field(rec, R_BLOCKS, "blocks")
+    blk = blocks[0] if blocks else heap2.first_block(rec)
+    loc = blk.rlocator
+    xid = record_field(rec, R_XID, "xid")
     if loc.db != decoder.db_oid or foreign(decoder, xid):
         return
-    data = blocks[0].data
-    flags, _ntuples, count = multi_fields(rec, info, _field(rec, R_MAIN_DATA, "main_data"),
+    data = blk.data
+    flags, _ntuples, count = multi_fields(rec, info, record_field(rec, R_MAIN_DATA, "main_data"),
                                           data)
     if not flags & XLH_INSERT_CONTAINS_NEW_TUPLE:
         return
-    lsn = _field(rec, R_LSN, "lsn")
-    origin = _field(rec, R_ORIGIN, "origin")
+    lsn = record_field(rec, R_LSN, "lsn")
+    origin = record_field(rec, R_ORIGIN, "origin")
     share = decoder.share
     if lsn < decoder.skip_before:
         if share is None or not elsewhere(decoder, xid, lsn, origin, loc):

@@ -361,9 +361,11 @@ else:  # read by name
     R_LSN = R_XID = R_RMID = R_TOPLEVEL_XID = 0
 
 
-def _field(rec: XLogRecord, at: int, name: str) -> Any:
-    """``rec.<name>``; compiled, a record the reader built is read at its slot (``at``): the
-    lookup through the type costs more than the read."""
+def record_field(rec: XLogRecord, at: int, name: str) -> Any:
+    """``rec.<name>``; compiled, a record the reader built is read at its slot (``at``, its
+    module's offset of the field): the lookup through the type costs more than the read, and
+    a record's fields are read a dozen times on its way through the decoder (here and in
+    :mod:`cdclake.decoding.heapdecode`)."""
     if cython.compiled and type(rec) is XLogRecord:
         return get(rec, at)
     return getattr(rec, name)
@@ -376,12 +378,12 @@ def process(decoder: Processor, rec: XLogRecord) -> None:
     belongs to); then the handler the table names for its rmgr, if any."""
     st = decoder.stats
     st.records += 1
-    lsn = _field(rec, R_LSN, "lsn")
+    lsn = record_field(rec, R_LSN, "lsn")
     st.last_lsn = lsn
-    top = _field(rec, R_TOPLEVEL_XID, "toplevel_xid")
+    top = record_field(rec, R_TOPLEVEL_XID, "toplevel_xid")
     if top:
-        decoder.rb.assign_child(top, _field(rec, R_XID, "xid"), lsn)
-    handler = decoder.handlers[_field(rec, R_RMID, "rmid")]
+        decoder.rb.assign_child(top, record_field(rec, R_XID, "xid"), lsn)
+    handler = decoder.handlers[record_field(rec, R_RMID, "rmid")]
     if handler is not None:
         handler(rec)
 

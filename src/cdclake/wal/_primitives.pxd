@@ -13,6 +13,16 @@ cdef inline const unsigned char *bytes_of(object src) noexcept:
     return payload(src).p
 
 
+cdef inline object contiguous(object src):
+    return src if readable(src) else bytes(src)
+
+
+cdef inline int need(Py_ssize_t at, Py_ssize_t end) except -1:
+    if at > end:
+        raise IndexError(f"needs {at} bytes, has {end}")
+    return 0
+
+
 cdef inline long long u8(const unsigned char *b, Py_ssize_t at, Py_ssize_t end) except -1:
     if at >= end:
         raise IndexError(f"needs 1 bytes at offset {at}, the record ends at {end}")

@@ -46,6 +46,17 @@ def readable(src: object) -> bool:
                                   and src.itemsize == 1)
 
 
+def contiguous(src: Bytes) -> Bytes:
+    """``src`` as :func:`bytes_of` can read it: itself, or a copy of a view it cannot."""
+    return src if readable(src) else bytes(src)
+
+
+def need(at: int, end: int) -> None:
+    """A layout that ends at ``at`` must be within the ``end`` bytes there are."""
+    if at > end:
+        raise IndexError(f"needs {at} bytes, has {end}")
+
+
 def _short(k: int, at: int, end: int) -> IndexError:
     return IndexError(f"needs {k} bytes at offset {at}, the record ends at {end}")
 

@@ -12,17 +12,11 @@ cdef unsigned int XLH_INSERT_ON_TOAST_RELATION, XLH_INSERT_CONTAINS_NEW_TUPLE
 cdef Py_ssize_t SIZE_OF_HEADER, SIZE_OF_INSERT, SIZE_OF_DELETE, SIZE_OF_UPDATE
 
 
-cdef object _view(object src)
-
-
 @cython.locals(b='const unsigned char *', n=Py_ssize_t)
 cpdef object tuple_at(object src, Py_ssize_t at)
 
 
 cdef object _malformed(rec, unsigned int op, exc)
-
-
-cdef int _whole(Py_ssize_t n, Py_ssize_t at) except -1
 
 
 @cython.locals(b='const unsigned char *', n=Py_ssize_t, flags=cython.uint)

@@ -8,13 +8,7 @@ cdef unsigned int XLOG_HEAP2_MULTI_INSERT, XLOG_HEAP2_NEW_CID, XLOG_HEAP2_OPMASK
 cdef Py_ssize_t SIZE_OF_MULTI, SIZE_OF_MULTI_TUPLE
 
 
-cdef object _view(object src)
-
-
 cdef object _malformed(rec, exc)
-
-
-cdef int _whole(Py_ssize_t n, Py_ssize_t at) except -1
 
 
 @cython.locals(b='const unsigned char *', d='const unsigned char *', n=Py_ssize_t,

@@ -25,15 +25,16 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 if cython.compiled:
     from cython.cimports.cdclake.wal._primitives import (
         bytes_of,
+        contiguous,
+        need,
         new_tuple,
-        readable,
         span,
         u8,
         u16,
         u32,
     )
 else:
-    from cdclake.wal.primitives import bytes_of, new_tuple, readable, span, u8, u16, u32
+    from cdclake.wal.primitives import bytes_of, contiguous, need, new_tuple, span, u8, u16, u32
 
 Bytes = bytes | memoryview
 
@@ -147,15 +148,10 @@ class HeapInplace:
     offnum: int
 
 
-def _view(src: Bytes) -> Bytes:
-    """``src`` as the field reads read it (a view that is not C-contiguous copied)."""
-    return src if readable(src) else bytes(src)
-
-
 def tuple_at(src: Bytes, at: int) -> WalTuple:
     """The tuple logged at ``at`` to the end of ``src`` (DecodeXLogTuple): its xl_heap_header,
     then its bytes from t_bits on; an IndexError where the header is cut off."""
-    src = _view(src)
+    src = contiguous(src)
     b = bytes_of(src)
     n = len(src)
     return new_tuple(u16(b, at, n), u16(b, at + 2, n), u8(b, at + 4, n),
@@ -167,23 +163,17 @@ def _malformed(rec: XLogRecord, op: int, exc: Exception) -> WalCorruptError:
                            lsn=rec.lsn)
 
 
-def _whole(n: int, at: int) -> None:
-    """The fixed part ends at ``at``: all of it must be in the ``n`` bytes."""
-    if at > n:
-        raise IndexError(f"needs {at} bytes, has {n}")
-
-
 def insert_fields(rec: XLogRecord, md: Bytes, data: Bytes | None) -> tuple[int, int]:
     """An INSERT's offnum and flags, its layout checked: the fixed part in the main data
     ``md``, a whole tuple header in the block ``data`` if any (a TOAST chunk's must be)."""
     try:
-        md = _view(md)
+        md = contiguous(md)
         b = bytes_of(md)
         n = len(md)
-        _whole(n, SIZE_OF_INSERT)
+        need(SIZE_OF_INSERT, n)
         flags = u8(b, 2, n)
         if data is not None and len(data):
-            _whole(len(data), SIZE_OF_HEADER)
+            need(SIZE_OF_HEADER, len(data))
         elif flags & XLH_INSERT_ON_TOAST_RELATION and flags & XLH_INSERT_CONTAINS_NEW_TUPLE:
             raise IndexError("a TOAST chunk's tuple is not logged")
         return u16(b, 0, n), flags
@@ -195,13 +185,13 @@ def delete_fields(rec: XLogRecord, md: Bytes) -> tuple[int, int, int, int]:
     """A DELETE's xmax, offnum, infobits and flags, its layout checked: the fixed part, then
     the old tuple's header where the flags say it is logged."""
     try:
-        md = _view(md)
+        md = contiguous(md)
         b = bytes_of(md)
         n = len(md)
-        _whole(n, SIZE_OF_DELETE)
+        need(SIZE_OF_DELETE, n)
         flags = u8(b, 7, n)
         if flags & XLH_DELETE_CONTAINS_OLD:
-            _whole(n, SIZE_OF_DELETE + SIZE_OF_HEADER)
+            need(SIZE_OF_DELETE + SIZE_OF_HEADER, n)
         return u32(b, 0, n), u16(b, 4, n), u8(b, 6, n), flags
     except IndexError as exc:
         raise _malformed(rec, XLOG_HEAP_DELETE, exc) from None
@@ -214,17 +204,17 @@ def update_fields(rec: XLogRecord, op: int, md: Bytes, data: Bytes | None
     ``data`` (-1: no data), its layout checked: the fixed part, the old tuple's header where the
     flags say it is logged, the new one's after the prefix and suffix lengths."""
     try:
-        md = _view(md)
+        md = contiguous(md)
         b = bytes_of(md)
         n = len(md)
-        _whole(n, SIZE_OF_UPDATE)
+        need(SIZE_OF_UPDATE, n)
         flags = u8(b, 7, n)
         if flags & XLH_UPDATE_CONTAINS_OLD:
-            _whole(n, SIZE_OF_UPDATE + SIZE_OF_HEADER)
+            need(SIZE_OF_UPDATE + SIZE_OF_HEADER, n)
         prefix = suffix = 0
         at = -1
         if data is not None and len(data):
-            data = _view(data)
+            data = contiguous(data)
             d = bytes_of(data)
             k = len(data)
             at = 0
@@ -234,7 +224,7 @@ def update_fields(rec: XLogRecord, op: int, md: Bytes, data: Bytes | None
             if flags & XLH_UPDATE_SUFFIX_FROM_OLD:
                 suffix = u16(d, at, k)
                 at += 2
-            _whole(k, at + SIZE_OF_HEADER)
+            need(at + SIZE_OF_HEADER, k)
         return (u32(b, 0, n), u16(b, 4, n), u8(b, 6, n), flags, u32(b, 8, n), u16(b, 12, n),
                 prefix, suffix, at)
     except IndexError as exc:
@@ -273,7 +263,7 @@ def parse(rec: XLogRecord) -> object | None:
             return HeapTruncate(db_id, flags, struct.unpack_from(f"<{n}I", md, 12))
         if op in (XLOG_HEAP_CONFIRM, XLOG_HEAP_INPLACE):
             b = first_block(rec, op)
-            offnum = u16(bytes_of(_view(md)), 0, len(md))
+            offnum = u16(bytes_of(contiguous(md)), 0, len(md))
             if op == XLOG_HEAP_CONFIRM:
                 return HeapConfirm(b.rlocator, b.blkno, offnum)
             return HeapInplace(b.rlocator, b.blkno, offnum)

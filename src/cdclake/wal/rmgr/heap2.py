@@ -25,14 +25,15 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 if cython.compiled:
     from cython.cimports.cdclake.wal._primitives import (
         bytes_of,
+        contiguous,
+        need,
         new_tuple,
-        readable,
         span,
         u8,
         u16,
     )
 else:
-    from cdclake.wal.primitives import bytes_of, new_tuple, readable, span, u8, u16
+    from cdclake.wal.primitives import bytes_of, contiguous, need, new_tuple, span, u8, u16
 
 Bytes = bytes | memoryview
 
@@ -73,17 +74,8 @@ class NewCid:
     ctid: tuple[int, int]
 
 
-def _view(src: Bytes) -> Bytes:
-    return src if readable(src) else bytes(src)
-
-
 def _malformed(rec: XLogRecord, exc: Exception) -> WalCorruptError:
     return WalCorruptError(f"malformed Heap2 record: {exc}", segment=rec.segment, lsn=rec.lsn)
-
-
-def _whole(n: int, at: int) -> None:
-    if at > n:
-        raise IndexError(f"needs {at} bytes, has {n}")
 
 
 def multi_fields(rec: XLogRecord, info: int, md: Bytes, data: Bytes | None
@@ -92,23 +84,23 @@ def multi_fields(rec: XLogRecord, info: int, md: Bytes, data: Bytes | None
     (ntuples, or 0 without data), its layout checked: the offsets in the main data ``md``
     unless the page is new (INIT_PAGE), every tuple's header and bytes inside ``data``."""
     try:
-        md = _view(md)
+        md = contiguous(md)
         b = bytes_of(md)
         n = len(md)
-        _whole(n, SIZE_OF_MULTI)
+        need(SIZE_OF_MULTI, n)
         flags = u8(b, 0, n)
         ntuples = u16(b, 2, n)
         if not info & XLOG_HEAP_INIT_PAGE:
-            _whole(n, SIZE_OF_MULTI + 2 * ntuples)
+            need(SIZE_OF_MULTI + 2 * ntuples, n)
         if data is None or not len(data):
             return flags, ntuples, 0
-        data = _view(data)
+        data = contiguous(data)
         d = bytes_of(data)
         k = len(data)
         p = 0
         for _i in range(ntuples):
             p = (p + 1) & ~1  # each xl_multi_insert_tuple is SHORTALIGNed
-            _whole(k, p + SIZE_OF_MULTI_TUPLE)
+            need(p + SIZE_OF_MULTI_TUPLE, k)
             p += SIZE_OF_MULTI_TUPLE + u16(d, p, k)
         if p > k:
             raise IndexError("multi-insert tuples run past the block data")
@@ -120,7 +112,7 @@ def multi_fields(rec: XLogRecord, info: int, md: Bytes, data: Bytes | None
 def multi_tuples(data: Bytes, count: int) -> list[WalTuple]:
     """The first ``count`` tuples of a MULTI_INSERT's block ``data``, whose layout
     :func:`multi_fields` has checked."""
-    data = _view(data)
+    data = contiguous(data)
     d = bytes_of(data)
     k = len(data)
     tuples = []

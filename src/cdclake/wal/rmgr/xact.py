@@ -24,14 +24,15 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 if cython.compiled:
     from cython.cimports.cdclake.wal._primitives import (
         bytes_of,
+        contiguous,
         i64,
         locator,
-        readable,
+        need,
         u32,
         u64,
     )
 else:
-    from cdclake.wal.primitives import bytes_of, i64, locator, readable, u32, u64
+    from cdclake.wal.primitives import bytes_of, contiguous, i64, locator, need, u32, u64
 
 XLOG_XACT_COMMIT = 0x00
 XLOG_XACT_PREPARE = 0x10
@@ -153,8 +154,7 @@ def _malformed(rec: XLogRecord, op: int, exc: Exception) -> WalCorruptError:
 
 def finish_fields(info: int, op: int, md: bytes | memoryview, version: int) -> FinishFields:
     """:func:`finish` of the main data ``md``: an IndexError where it ends too soon."""
-    if not readable(md):
-        md = bytes(md)
+    md = contiguous(md)
     b = bytes_of(md)
     n = len(md)
     xact_time = i64(b, 0, n)
@@ -201,8 +201,7 @@ def finish_fields(info: int, op: int, md: bytes | memoryview, version: int) -> F
         origin_lsn = u64(b, p, n)
         origin_ts = i64(b, p + 8, n)
         p += 16
-    if p > n:
-        raise IndexError(f"needs {p} bytes, has {n}")
+    need(p, n)
     return (xact_time, xinfo, db_id, ts_id, subxacts, relations, dropped, invals, twophase_xid,
             gid, origin_lsn, origin_ts)
 
