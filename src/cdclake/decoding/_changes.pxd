@@ -1,9 +1,8 @@
 # cython: language_level=3
 """C types for ``changes.py`` compiled as ``cdclake.decoding._changes`` (Cython's pure-Python
 mode: the compiled reorder buffer counts a change with its ``change_size``), and where a
-Change and its WalTuples hold their fields (inlined into each compiled module that builds or
-reads them: the spill and the Arrow plugin): read once at import from the
-classes' member descriptors (``wal/_slots.pxd``)."""
+Change and its WalTuples hold their fields (inlined into the Arrow plugin, which reads them):
+read once at import from the classes' member descriptors (``wal/_slots.pxd``)."""
 
 from cdclake.wal._slots cimport offset
 

@@ -17,12 +17,6 @@ cdef Py_ssize_t SIZE_OF_DELETE, SIZE_OF_UPDATE
 cdef int INSERT, UPDATE, DELETE, SPEC_INSERT, SPEC_ABORT, SPEC_CONFIRM, TOAST_CHUNK, TRUNCATE
 
 cdef Py_ssize_t R_LSN, R_XID, R_ORIGIN, R_INFO, R_MAIN_DATA, R_BLOCKS
-cdef Py_ssize_t C_ACTION, C_LSN, C_SEQ, C_LOCATOR, C_OLD, C_NEW, C_CLEAR_TOAST, C_ORIGIN
-cdef Py_ssize_t C_PAYLOAD
-
-
-cdef object _change(int action, lsn, Py_ssize_t seq, loc, old, new, bint clear_toast, origin,
-                    payload=*)
 
 
 cdef bint _origin_ok(filt, origin) except -1

@@ -41,5 +41,3 @@ cdef class Decodable(Sieve):
 
 cdef Py_ssize_t R_LSN, R_XID, R_RMID, R_TOPLEVEL_XID
 
-
-cdef object record_field(rec, Py_ssize_t at, str name)

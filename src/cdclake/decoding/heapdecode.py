@@ -15,7 +15,7 @@ Written once for both decoders: :func:`decode_heap` and :func:`decode_heap2` are
 :class:`~cdclake.decoding.decode.Decoder`'s handlers (``_heap``, ``_heap2``), compiled as
 themselves (Cython's pure-Python mode, ``_heapdecode.pxd``): there a record the reader built is
 read at its slots, the gates and the buffer are asked as C, and a change is built without
-running ``Change.__init__`` (a Python frame per change).
+running ``Change.__init__`` (a Python frame per change: ``spill.new_change``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from cdclake.decoding.changes import (
     TOAST_CHUNK,
     TRUNCATE,
     UPDATE,
-    Change,
     ToastChunk,
     Truncate,
 )
@@ -79,8 +78,8 @@ if cython.compiled:
         foreign,
         queue_change,
     )
-    from cython.cimports.cdclake.decoding._rmgrs import record_field
-    from cython.cimports.cdclake.wal._slots import blank, offset, put
+    from cython.cimports.cdclake.decoding._spill import new_change
+    from cython.cimports.cdclake.wal._slots import field_of, offset
     from cython.cimports.cdclake.wal.rmgr._heap import (
         delete_fields,
         insert_fields,
@@ -92,7 +91,8 @@ else:
     from cdclake.catalog.versions import is_pg_class
     from cdclake.decoding.filter import drop_locator, origin_ok
     from cdclake.decoding.queueing import buffer_change, elsewhere, foreign, queue_change
-    from cdclake.decoding.rmgrs import record_field
+    from cdclake.decoding.spill import new_change
+    from cdclake.wal.primitives import field_of
     from cdclake.wal.rmgr.heap import delete_fields, insert_fields, tuple_at, update_fields
     from cdclake.wal.rmgr.heap2 import multi_fields, multi_tuples
 
@@ -120,45 +120,15 @@ class Decoder(Protocol):
     def stats(self) -> Counts: ...
 
 
-if cython.compiled:  # where XLogRecord and Change hold their fields (wal/_slots.pxd), which
-    # this module reads (rmgrs.record_field) and fills
+if cython.compiled:  # where XLogRecord holds its fields (wal/_slots.pxd)
     R_LSN = offset(XLogRecord, "lsn")
     R_XID = offset(XLogRecord, "xid")
     R_ORIGIN = offset(XLogRecord, "origin")
     R_INFO = offset(XLogRecord, "info")
     R_MAIN_DATA = offset(XLogRecord, "main_data")
     R_BLOCKS = offset(XLogRecord, "blocks")
-    C_ACTION = offset(Change, "action")
-    C_LSN = offset(Change, "lsn")
-    C_SEQ = offset(Change, "seq")
-    C_LOCATOR = offset(Change, "locator")
-    C_OLD = offset(Change, "old")
-    C_NEW = offset(Change, "new")
-    C_CLEAR_TOAST = offset(Change, "clear_toast")
-    C_ORIGIN = offset(Change, "origin")
-    C_PAYLOAD = offset(Change, "payload")
 else:  # read by name
     R_LSN = R_XID = R_ORIGIN = R_INFO = R_MAIN_DATA = R_BLOCKS = 0
-
-
-def _change(action: int, lsn: int, seq: int, loc: RelFileLocator | None, old: object,
-            new: object, clear_toast: bool, origin: int, payload: object = None) -> Change:
-    """``Change(...)``; compiled, its slots filled without running the dataclass's
-    ``__init__``."""
-    if not cython.compiled:
-        return Change(action, lsn, seq, loc, old, new, clear_toast,  # type: ignore[arg-type]
-                      origin, payload)  # type: ignore[arg-type]
-    c = blank(Change)
-    put(c, C_ACTION, action)
-    put(c, C_LSN, lsn)
-    put(c, C_SEQ, seq)
-    put(c, C_LOCATOR, loc)
-    put(c, C_OLD, old)
-    put(c, C_NEW, new)
-    put(c, C_CLEAR_TOAST, clear_toast)
-    put(c, C_ORIGIN, origin)
-    put(c, C_PAYLOAD, payload)
-    return c
 
 
 def _origin_ok(filt: Filter, origin: int) -> bool:
@@ -185,14 +155,14 @@ def _is_pg_class(tracker: Any, loc: RelFileLocator) -> bool:
 
 def decode_heap(decoder: Decoder, rec: XLogRecord) -> None:
     """A record of the heap rmgr (see the module's docstring)."""
-    op = record_field(rec, R_INFO, "info") & XLOG_HEAP_OPMASK
+    op = field_of(rec, XLogRecord, R_INFO, "info") & XLOG_HEAP_OPMASK
     if op == XLOG_HEAP_TRUNCATE:
         _truncate(decoder, rec)
         return
     if op not in (XLOG_HEAP_INSERT, XLOG_HEAP_UPDATE, XLOG_HEAP_HOT_UPDATE, XLOG_HEAP_DELETE,
                   XLOG_HEAP_CONFIRM):
         return
-    blocks = record_field(rec, R_BLOCKS, "blocks")
+    blocks = field_of(rec, XLogRecord, R_BLOCKS, "blocks")
     blk = blocks[0] if blocks else heap.first_block(rec, op)
     loc = blk.rlocator
     if loc.db != decoder.db_oid:  # gate 1, before parsing
@@ -201,13 +171,13 @@ def decode_heap(decoder: Decoder, rec: XLogRecord) -> None:
     if tracker is not None and _is_pg_class(tracker, loc):
         _pg_class(decoder, rec, op)
         return
-    xid = record_field(rec, R_XID, "xid")
+    xid = field_of(rec, XLogRecord, R_XID, "xid")
     if foreign(decoder, xid):
         return
-    lsn = record_field(rec, R_LSN, "lsn")
-    origin = record_field(rec, R_ORIGIN, "origin")
+    lsn = field_of(rec, XLogRecord, R_LSN, "lsn")
+    origin = field_of(rec, XLogRecord, R_ORIGIN, "origin")
     filt = decoder.filter
-    md = record_field(rec, R_MAIN_DATA, "main_data")
+    md = field_of(rec, XLogRecord, R_MAIN_DATA, "main_data")
     if op == XLOG_HEAP_INSERT:
         data = blk.data
         _offnum, flags = insert_fields(rec, md, data)
@@ -224,8 +194,8 @@ def decode_heap(decoder: Decoder, rec: XLogRecord) -> None:
             return
         new = tuple_at(data, 0) if data is not None and len(data) else None
         queue_change(decoder, xid, lsn,
-                     _change(SPEC_INSERT if speculative else INSERT, lsn, 0, loc, None, new,
-                             True, origin),
+                     new_change(SPEC_INSERT if speculative else INSERT, lsn, 0, loc, None, new,
+                                True, origin),
                      -1 if speculative and share is not None else 1)
     elif op in (XLOG_HEAP_UPDATE, XLOG_HEAP_HOT_UPDATE):
         if (not _origin_ok(filt, origin) or _drop(filt, loc, lsn)
@@ -237,24 +207,25 @@ def decode_heap(decoder: Decoder, rec: XLogRecord) -> None:
         new = (tuple_at(data, at) if at >= 0 and flags & XLH_UPDATE_CONTAINS_NEW_TUPLE
                else None)
         old = tuple_at(md, SIZE_OF_UPDATE) if flags & XLH_UPDATE_CONTAINS_OLD else None
-        queue_change(decoder, xid, lsn, _change(UPDATE, lsn, 0, loc, old, new, True, origin), 1)
+        queue_change(decoder, xid, lsn, new_change(UPDATE, lsn, 0, loc, old, new, True, origin),
+                     1)
     elif op == XLOG_HEAP_DELETE:
         if not _origin_ok(filt, origin):
             return
         _xmax, _offnum, _bits, flags = delete_fields(rec, md)
         if flags & XLH_DELETE_IS_SUPER:  # a speculative insert's abort
             queue_change(decoder, xid, lsn,
-                         _change(SPEC_ABORT, lsn, 0, loc, None, None, True, origin))
+                         new_change(SPEC_ABORT, lsn, 0, loc, None, None, True, origin))
             return
         if _drop(filt, loc, lsn) or (decoder.share is not None
                                      and elsewhere(decoder, xid, lsn, origin, loc)):
             return
         old = tuple_at(md, SIZE_OF_DELETE) if flags & XLH_DELETE_CONTAINS_OLD else None
-        queue_change(decoder, xid, lsn, _change(DELETE, lsn, 0, loc, old, None, True, origin),
+        queue_change(decoder, xid, lsn, new_change(DELETE, lsn, 0, loc, old, None, True, origin),
                      1)
     elif _origin_ok(filt, origin):  # a speculative insert's confirmation
         queue_change(decoder, xid, lsn,
-                     _change(SPEC_CONFIRM, lsn, 0, loc, None, None, True, origin))
+                     new_change(SPEC_CONFIRM, lsn, 0, loc, None, None, True, origin))
 
 
 def _toast_chunk(decoder: Decoder, rec: XLogRecord, xid: int, lsn: int, origin: int,
@@ -263,8 +234,8 @@ def _toast_chunk(decoder: Decoder, rec: XLogRecord, xid: int, lsn: int, origin: 
     buffers it); its transaction now has chunks pending."""
     value_id, seq, data = toast_chunk(tup)  # type: ignore[arg-type]
     queue_change(decoder, xid, lsn,
-                 _change(TOAST_CHUNK, lsn, 0, loc, None, None, False, origin,
-                         ToastChunk(value_id, seq, data)))
+                 new_change(TOAST_CHUNK, lsn, 0, loc, None, None, False, origin,
+                            ToastChunk(value_id, seq, data)))
     if lsn >= decoder.skip_before:
         decoder.rb.by_txn[xid].toast_pending = True
 
@@ -273,16 +244,16 @@ def _truncate(decoder: Decoder, rec: XLogRecord) -> None:
     """A TRUNCATE: the relations it empties, by oid (decided at commit)."""
     t = heap.parse(rec)
     assert isinstance(t, heap.HeapTruncate)
-    xid = record_field(rec, R_XID, "xid")
-    origin = record_field(rec, R_ORIGIN, "origin")
+    xid = field_of(rec, XLogRecord, R_XID, "xid")
+    origin = field_of(rec, XLogRecord, R_ORIGIN, "origin")
     if (t.db_id != decoder.db_oid or not _origin_ok(decoder.filter, origin)
             or foreign(decoder, xid)):
         return
-    lsn = record_field(rec, R_LSN, "lsn")
+    lsn = field_of(rec, XLogRecord, R_LSN, "lsn")
     queue_change(decoder, xid, lsn,
-                 _change(TRUNCATE, lsn, 0, None, None, None, False, origin,
-                         Truncate(t.relids, bool(t.flags & XLH_TRUNCATE_CASCADE),
-                                  bool(t.flags & XLH_TRUNCATE_RESTART_SEQS))))
+                 new_change(TRUNCATE, lsn, 0, None, None, None, False, origin,
+                            Truncate(t.relids, bool(t.flags & XLH_TRUNCATE_CASCADE),
+                                     bool(t.flags & XLH_TRUNCATE_RESTART_SEQS))))
 
 
 def _pg_class(decoder: Decoder, rec: XLogRecord, op: int) -> None:
@@ -303,22 +274,22 @@ def decode_heap2(decoder: Decoder, rec: XLogRecord) -> None:
     """A record of the heap2 rmgr: of those, decoding reads COPY's MULTI_INSERT, whose rows
     are queued as INSERTs (the last one's ``clear_toast`` says whether it ends the
     multi-insert)."""
-    info = record_field(rec, R_INFO, "info")
+    info = field_of(rec, XLogRecord, R_INFO, "info")
     if info & XLOG_HEAP2_OPMASK != XLOG_HEAP2_MULTI_INSERT:
         return
-    blocks = record_field(rec, R_BLOCKS, "blocks")
+    blocks = field_of(rec, XLogRecord, R_BLOCKS, "blocks")
     blk = blocks[0] if blocks else heap2.first_block(rec)
     loc = blk.rlocator
-    xid = record_field(rec, R_XID, "xid")
+    xid = field_of(rec, XLogRecord, R_XID, "xid")
     if loc.db != decoder.db_oid or foreign(decoder, xid):
         return
     data = blk.data
-    flags, _ntuples, count = multi_fields(rec, info, record_field(rec, R_MAIN_DATA, "main_data"),
-                                          data)
+    md = field_of(rec, XLogRecord, R_MAIN_DATA, "main_data")
+    flags, _ntuples, count = multi_fields(rec, info, md, data)
     if not flags & XLH_INSERT_CONTAINS_NEW_TUPLE:
         return
-    lsn = record_field(rec, R_LSN, "lsn")
-    origin = record_field(rec, R_ORIGIN, "origin")
+    lsn = field_of(rec, XLogRecord, R_LSN, "lsn")
+    origin = field_of(rec, XLogRecord, R_ORIGIN, "origin")
     share = decoder.share
     if lsn < decoder.skip_before:
         if share is None or not elsewhere(decoder, xid, lsn, origin, loc):
@@ -335,6 +306,6 @@ def decode_heap2(decoder: Decoder, rec: XLogRecord) -> None:
     rb = decoder.rb
     tuples = multi_tuples(data, count)
     for i in range(count):
-        buffer_change(rb, xid, _change(INSERT, lsn, i, loc, None, tuples[i],
-                                       last_in_multi and i == count - 1, origin))
+        buffer_change(rb, xid, new_change(INSERT, lsn, i, loc, None, tuples[i],
+                                          last_in_multi and i == count - 1, origin))
     decoder.stats.changes += count

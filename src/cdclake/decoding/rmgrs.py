@@ -37,7 +37,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cdclake import native
 from cdclake.catalog.model import FIRST_NORMAL_OBJECT_ID
@@ -91,9 +91,10 @@ except ImportError:  # Cython builds cdclake; an install without it runs this fi
 if cython.compiled:
     from cython.cimports.cdclake.wal import _primitives as primitives
     from cython.cimports.cdclake.wal._reader import Sieve, Walk
-    from cython.cimports.cdclake.wal._slots import get, offset
+    from cython.cimports.cdclake.wal._slots import field_of, offset
 else:
     from cdclake.wal import primitives
+    from cdclake.wal.primitives import field_of
     from cdclake.wal.reader import Sieve, Walk
 
 # --- routing classes ---------------------------------------------------------------------
@@ -361,16 +362,6 @@ else:  # read by name
     R_LSN = R_XID = R_RMID = R_TOPLEVEL_XID = 0
 
 
-def record_field(rec: XLogRecord, at: int, name: str) -> Any:
-    """``rec.<name>``; compiled, a record the reader built is read at its slot (``at``, its
-    module's offset of the field): the lookup through the type costs more than the read, and
-    a record's fields are read a dozen times on its way through the decoder (here and in
-    :mod:`cdclake.decoding.heapdecode`)."""
-    if cython.compiled and type(rec) is XLogRecord:
-        return get(rec, at)
-    return getattr(rec, name)
-
-
 def process(decoder: Processor, rec: XLogRecord) -> None:
     """One record through a decoder (PostgreSQL's LogicalDecodingProcessRecord): counted; a
     subtransaction's first record, whatever its kind, joins it to its top-level transaction
@@ -378,12 +369,12 @@ def process(decoder: Processor, rec: XLogRecord) -> None:
     belongs to); then the handler the table names for its rmgr, if any."""
     st = decoder.stats
     st.records += 1
-    lsn = record_field(rec, R_LSN, "lsn")
+    lsn = field_of(rec, XLogRecord, R_LSN, "lsn")
     st.last_lsn = lsn
-    top = record_field(rec, R_TOPLEVEL_XID, "toplevel_xid")
+    top = field_of(rec, XLogRecord, R_TOPLEVEL_XID, "toplevel_xid")
     if top:
-        decoder.rb.assign_child(top, record_field(rec, R_XID, "xid"), lsn)
-    handler = decoder.handlers[record_field(rec, R_RMID, "rmid")]
+        decoder.rb.assign_child(top, field_of(rec, XLogRecord, R_XID, "xid"), lsn)
+    handler = decoder.handlers[field_of(rec, XLogRecord, R_RMID, "rmid")]
     if handler is not None:
         handler(rec)
 

@@ -2,11 +2,14 @@
 """The compiled reader's primitives (see :mod:`cdclake.wal.primitives`, the reference they
 equal): the field reads inline, over the C pointer to a record's bytes that ``bytes_of``
 gives (of ``bytes``, or of its segment's memoryview, whose buffer is read without acquiring
-it again), the rest in ``_primitives.pyx``. ``crc32c_of`` is the CRC the spill files' entries are checked with."""
+it again), the rest in ``_primitives.pyx``; and the writes a spill file's entries are made
+with (``decoding/spill.py``), into a ``bytes`` no one has seen yet. ``crc32c_of`` is the CRC
+those entries are checked with."""
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.string cimport memcpy
 
-from cdclake.wal._payload cimport payload, readable
+from cdclake.wal._payload cimport Bytes, payload, readable
 
 
 cdef inline const unsigned char *bytes_of(object src) noexcept:
@@ -71,6 +74,49 @@ cdef object locator(const unsigned char *b, Py_ssize_t at, Py_ssize_t end)
 cdef object new_block(int block_id, int flags, object rlocator, unsigned int blkno,
                       int bimg_info, int hole_offset, int hole_length)
 cdef int set_payloads(object blk, object image, object data) except -1
+cdef inline bytes new_buffer(Py_ssize_t n):
+    return PyBytes_FromStringAndSize(NULL, n)
+
+
+cdef inline unsigned char *writable(bytes buf) noexcept:
+    return <unsigned char *> PyBytes_AS_STRING(buf)
+
+
+cdef inline bytes finish_buffer(bytes buf):
+    return buf
+
+
+cdef inline void w8(unsigned char *b, Py_ssize_t at, unsigned long long v) noexcept:
+    b[at] = <unsigned char> v
+
+
+cdef inline void w16(unsigned char *b, Py_ssize_t at, unsigned long long v) noexcept:
+    b[at] = <unsigned char> v
+    b[at + 1] = <unsigned char> (v >> 8)
+
+
+cdef inline void w32(unsigned char *b, Py_ssize_t at, unsigned long long v) noexcept:
+    cdef int i
+    for i in range(4):
+        b[at + i] = <unsigned char> (v >> (8 * i))
+
+
+cdef inline void w64(unsigned char *b, Py_ssize_t at, unsigned long long v) noexcept:
+    cdef int i
+    for i in range(8):
+        b[at + i] = <unsigned char> (v >> (8 * i))
+
+
+cdef inline Py_ssize_t w_bytes(unsigned char *b, Py_ssize_t at, object src) except -1:
+    cdef Bytes s = payload(src)
+    memcpy(b + at, s.p, s.n)
+    return at + s.n
+
+
+cdef inline unsigned int crc_at(const unsigned char *b, Py_ssize_t at, Py_ssize_t n) except? 0:
+    return crc32c_of(b + at, n)
+
+
 cdef object new_tuple(unsigned int infomask2, unsigned int infomask, unsigned int t_hoff,
                       bytes data)
 cdef object new_record(unsigned long long lsn, unsigned long long end_lsn,

@@ -60,3 +60,11 @@ cdef inline object get(object obj, Py_ssize_t at):
     if value == NULL:
         raise AttributeError(f"slot at offset {at} of {type(obj).__name__} is not set")
     return <object> value
+
+
+cdef inline object field_of(object obj, type cls, Py_ssize_t at, str name):
+    """``obj.<name>``: an instance of ``cls`` itself read at its slot ``at`` (``offset(cls,
+    name)``), anything else by name (``wal/primitives.py``'s ``field_of``, the Python build's)."""
+    if type(obj) is cls:
+        return get(obj, at)
+    return getattr(obj, name)

@@ -17,6 +17,7 @@ record cut off.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import crc32c
 
@@ -94,6 +95,58 @@ def i64(b: Bytes, at: int, end: int) -> int:
 def span(b: Bytes, at: int, end: int) -> bytes:
     """A copy of the bytes from ``at`` to ``end`` (the caller has checked they are there)."""
     return bytes(b[at:end])
+
+
+def field_of(obj: object, cls: type, at: int, name: str) -> Any:
+    """``obj.<name>`` (compiled: an instance of ``cls`` itself is read at its slot ``at``,
+    ``wal/_slots.pxd``; the lookup through the type costs more than the read)."""
+    return getattr(obj, name)
+
+
+# -- writing: what the spill files' entries are written with (decoding/spill.py) ---------------
+
+
+def new_buffer(n: int) -> bytearray:
+    """A buffer of ``n`` bytes to write into (compiled: a ``bytes`` no one has seen yet)."""
+    return bytearray(n)
+
+
+def writable(buf: bytearray) -> bytearray:
+    """What the writes below write ``buf`` through: ``buf`` itself (compiled: a pointer)."""
+    return buf
+
+
+def finish_buffer(buf: bytearray) -> bytes:
+    """The bytes written."""
+    return bytes(buf)
+
+
+def w8(b: bytearray, at: int, v: int) -> None:
+    b[at] = v
+
+
+def w16(b: bytearray, at: int, v: int) -> None:
+    _U16.pack_into(b, at, v)
+
+
+def w32(b: bytearray, at: int, v: int) -> None:
+    _U32.pack_into(b, at, v)
+
+
+def w64(b: bytearray, at: int, v: int) -> None:
+    _U64.pack_into(b, at, v)
+
+
+def w_bytes(b: bytearray, at: int, src: Bytes) -> int:
+    """``src`` written at ``at``; where it ends."""
+    end = at + len(src)
+    b[at:end] = src
+    return end
+
+
+def crc_at(b: Bytes | bytearray, at: int, n: int) -> int:
+    """The CRC-32C of the ``n`` bytes at ``at``."""
+    return crc32c.crc32c(memoryview(b)[at:at + n])
 
 
 def record_header(src: Bytes, off: int) -> tuple[int, int, int, int, int, int]:

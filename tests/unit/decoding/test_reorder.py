@@ -81,8 +81,8 @@ def test_corrupt_spill_file_is_an_error_naming_file_and_offset(tmp_path: Path) -
 
 def test_entries_are_the_reference_encoding_in_runs_per_segment_read_back_in_blocks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whichever implementation runs, an entry is ``encode_change``'s bytes (the reference's,
-    which the carry writes too), a run per segment; read back in blocks smaller than an
+    """Whichever implementation runs, an entry is ``encode_change``'s bytes (which the carry
+    writes too), a run per segment; read back in blocks smaller than an
     entry, across block ends, and an entry longer than a block."""
     changes = [ins(10, seq=1), ins(SEG - 1, size=3000),
                Change(MESSAGE, SEG + 5, 0, None, None, None, False, 0,
