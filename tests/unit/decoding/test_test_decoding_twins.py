@@ -1,7 +1,7 @@
-"""The compiled test_decoding line (``TestDecoding.change``/``_tuple`` in
-``_test_decoding.pyx``) against its Python reference, on random and malformed datums of the
-types it formats without calling a codec (int2, int4, int8, UTF-8 text, bool, uuid, bytea,
-float8): the same lines, and the same error where the reference raises one. No server."""
+"""The compiled test_decoding line (``test_decoding.py`` compiled as itself) against the same
+module run by Python, on random and malformed datums of the types it formats without calling a
+codec (``_inline.pxd``: int2, int4, int8, UTF-8 text, bool, uuid, bytea, float8): the same
+lines, and the same error where Python raises one. No server."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""The per-layout plans both compiled output plugins keep (inlined into each): what each
-column of a relation version costs to format, worked out once per version."""
+"""The per-layout plans the compiled Arrow plugin keeps: what each column of a relation
+version costs to type, worked out once per version."""
 
 from cpython.long cimport PyLong_FromVoidPtr
 

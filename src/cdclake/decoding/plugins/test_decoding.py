@@ -7,55 +7,208 @@ rows print as ``table <schema>.<name>: INSERT: col[type]:value ...``
 with test_decoding's literal rules (numbers bare, bool true/false, bit strings ``B'..'``,
 everything else single-quoted with quotes doubled), ``old-key:``/``new-tuple:`` for updates that
 logged an old identity, ``(no-tuple-data)`` and ``unchanged-toast-datum``.
+
+The line and the transaction's framing run once per change (a workload of small transactions
+frames as often as it changes), so they are written once and compiled as themselves (Cython's
+pure-Python mode, ``_test_decoding.pxd``): :func:`begin`, :func:`commit`, :func:`change` are
+:class:`TestDecoding`'s methods in both builds (``cdclake.native``). Compiled, a column's
+plan also says whether ``_inline.pxd`` formats its well-formed datums in C (int2/4/8, UTF-8
+text, bool, uuid, bytea, float8: the commonest values, no call into the codec); anything
+else, and every datum in Python, goes to the codec, which says what is wrong with a bad one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from cdclake import native
 from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.decoding.changes import DELETE, INSERT, Change, Truncate, TxnInfo
-from cdclake.decoding.rows import (
-    UNCHANGED_TOAST,
-    LayoutCache,
-    LiveColumn,
-    RowLayout,
-    column_payload,
-)
+from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
 from cdclake.tuples.codecs import FORMAT_ERRORS
 from cdclake.tuples.heap import MissingValue
-from cdclake.wal.record import WalTuple
+
+try:
+    import cython
+except ImportError:  # Cython is a build tool: Python runs this module without it
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.decoding.plugins._inline import inline_kind, inline_text
+    from cython.cimports.cdclake.tuples._bytes import plain_payload
+else:
+    def inline_kind(text: object) -> int:
+        """Python formats every datum with its codec."""
+        return 0
+
+    def inline_text(kind: int, value: object) -> str | None:
+        return None
+
+    def plain_payload(value: object) -> object:
+        return None
 
 # pg_type oids whose output test_decoding prints without quotes
 _BARE = frozenset({21, 23, 20, 26, 700, 701, 1700})  # int2 int4 int8 oid float4 float8 numeric
 _BIT = frozenset({1560, 1562})  # bit varbit
 _BOOL = 16
 
+# print_literal()'s styles
+BARE, BIT, BOOL, QUOTED = 0, 1, 2, 3
+
+
+def style_of(type_oid: int) -> int:
+    return BARE if type_oid in _BARE else BIT if type_oid in _BIT else \
+        BOOL if type_oid == _BOOL else QUOTED
+
+
+def put_literal(out: list[str], style: int, text: str) -> None:
+    """print_literal(): append ``text`` as test_decoding quotes a value of ``style``, in
+    pieces joined once per line (a text without a quote is not copied)."""
+    if style == BARE:
+        out.append(text)
+    elif style == QUOTED:
+        out.append("'")
+        out.append(text.replace("'", "''") if "'" in text else text)
+        out.append("'")
+    elif style == BIT:
+        out.append("B'")
+        out.append(text)
+        out.append("'")
+    else:
+        out.append("true" if text == "t" else "false")
+
 
 def literal(type_oid: int, text: str) -> str:
     """print_literal(): how test_decoding quotes a value's text output."""
-    if type_oid in _BARE:
-        return text
-    if type_oid in _BIT:
-        return f"B'{text}'"
-    if type_oid == _BOOL:
-        return "true" if text == "t" else "false"
-    return "'" + text.replace("'", "''") + "'"
+    out: list[str] = []
+    put_literal(out, style_of(type_oid), text)
+    return "".join(out)
 
 
-_Step = tuple[int, str, Callable[[object], str], bool, LiveColumn]
+class Step:
+    """A live column's plan, made once per relation version: where it is in the deformed
+    tuple, its ``name[type]:`` prefix, its codec's text function, its literal style, whether
+    it is a varlena, what ``_inline.pxd`` formats of it (0: nothing) and the LiveColumn."""
+
+    __slots__ = ("column", "index", "kind", "prefix", "style", "text", "varlena")
+
+    def __init__(self, lc: Any) -> None:
+        self.index = lc.index
+        self.prefix = f" {lc.column.quoted}[{lc.codec.type_name}]:"
+        self.text = getattr(lc.codec.text, "__wrapped__", lc.codec.text)
+        self.style = style_of(lc.column.type_oid)
+        self.varlena = lc.codec.typisvarlena
+        self.kind = inline_kind(self.text)
+        self.column = lc
 
 
-def _literal_fn(type_oid: int, text: Callable[[object], object]) -> Callable[[object], str]:
-    """``literal(type_oid, text(v))`` as one call, the per-value work of every change line."""
-    if type_oid in _BARE:
-        return text  # type: ignore[return-value]
-    if type_oid in _BIT:
-        return lambda v: f"B'{text(v)}'"
-    if type_oid == _BOOL:
-        return lambda v: "true" if text(v) == "t" else "false"
-    return lambda v: "'" + text(v).replace("'", "''") + "'"  # type: ignore[attr-defined]
+class Plan:
+    """What a relation version's line costs, worked out once: its layout (the codecs) and a
+    step per live column."""
+
+    __slots__ = ("layout", "rel", "steps")
+
+    def __init__(self, rel: RelationVersion, layout: RowLayout) -> None:
+        self.rel = rel
+        self.layout = layout
+        self.steps = [Step(lc) for lc in layout.live]
+
+
+def plan(self: TestDecoding, rel: RelationVersion) -> Plan:
+    """``rel``'s plan, kept by the version's identity (a runaway number of versions empties
+    the cache; the version is kept with it, so its id is not another's)."""
+    p = self._plans.get(id(rel))
+    if p is None or p.rel is not rel:
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        p = self._plans[id(rel)] = Plan(rel, self.layouts.get(rel))
+    return p
+
+
+def put_tuple(out: list[str], p: Plan, tup: Any, skip_nulls: bool,
+              toast: Mapping[int, list[bytes]], lsn: int) -> None:
+    """Append the pieces of ``tup``'s columns to ``out``."""
+    datums = p.layout.datums(tup, lsn)
+    value: object = None
+    step: Any = None
+    try:
+        for step in p.steps:
+            value = datums[step.index]
+            if value is None:
+                if not skip_nulls:
+                    out.append(step.prefix)
+                    out.append("null")
+                continue
+            out.append(step.prefix)
+            if type(value) is MissingValue:
+                out.append(literal(step.column.column.type_oid,
+                                   value.text))  # type: ignore[attr-defined]
+                continue
+            if step.varlena:
+                plain = plain_payload(value)
+                value = column_payload(step.column, value, toast) if plain is None else plain
+                if value is UNCHANGED_TOAST:
+                    out.append("unchanged-toast-datum")
+                    continue
+            s = inline_text(step.kind, value) if step.kind else None
+            put_literal(out, step.style, step.text(value) if s is None else s)
+    except FORMAT_ERRORS:
+        step.column.codec.text(value)  # raises the codec's error naming type and column
+        raise
+
+
+def begin_line(self: TestDecoding, txn: TxnInfo) -> None:
+    self.write_begin(f"BEGIN {txn.xid}" if self.include_xids else "BEGIN")
+
+
+def touch(self: TestDecoding, txn: TxnInfo) -> None:
+    """The transaction has output: its BEGIN first, if that was put off."""
+    if self.skip_empty_xacts and not self._wrote:
+        begin_line(self, txn)
+    self._wrote = True
+
+
+def begin(self: TestDecoding, txn: TxnInfo) -> None:
+    self._wrote = False
+    if not self.skip_empty_xacts:
+        begin_line(self, txn)
+
+
+def commit(self: TestDecoding, txn: TxnInfo) -> None:
+    if self.skip_empty_xacts and not self._wrote:
+        return
+    self.write(f"COMMIT {txn.xid}" if self.include_xids else "COMMIT")
+
+
+def change(self: TestDecoding, txn: TxnInfo, rel: RelationVersion, action: int,
+           chg: Change, toast: Mapping[int, list[bytes]]) -> None:
+    touch(self, txn)
+    p = plan(self, rel)
+    line = ["table ", rel.qualified, ":"]
+    if action == INSERT:
+        line.append(" INSERT:")
+        if chg.new is None:
+            line.append(" (no-tuple-data)")
+        else:
+            put_tuple(line, p, chg.new, False, toast, chg.lsn)
+    elif action == DELETE:
+        line.append(" DELETE:")
+        if chg.old is None:
+            line.append(" (no-tuple-data)")
+        else:
+            put_tuple(line, p, chg.old, True, {}, chg.lsn)
+    else:
+        line.append(" UPDATE:")
+        if chg.old is not None:
+            line.append(" old-key:")
+            put_tuple(line, p, chg.old, True, {}, chg.lsn)
+            line.append(" new-tuple:")
+        if chg.new is None:
+            line.append(" (no-tuple-data)")
+        else:
+            put_tuple(line, p, chg.new, False, toast, chg.lsn)
+    self.write("".join(line))
 
 
 class TestDecoding:
@@ -77,95 +230,20 @@ class TestDecoding:
         #: empty transaction's BEGIN/COMMIT.
         self.messages_open_xact = version >= 17
         self.layouts = LayoutCache(types)
-        self._plans: dict[RowLayout, list[_Step]] = {}
+        self._plans: dict[int, Plan] = {}
         self._wrote = False
 
-    # -- transaction framing --------------------------------------------------------------
-
-    def begin(self, txn: TxnInfo) -> None:
-        self._wrote = False
-        if not self.skip_empty_xacts:
-            self._begin_line(txn)
-
-    def _begin_line(self, txn: TxnInfo) -> None:
-        self.write_begin(f"BEGIN {txn.xid}" if self.include_xids else "BEGIN")
-
-    def _touch(self, txn: TxnInfo) -> None:
-        if self.skip_empty_xacts and not self._wrote:
-            self._begin_line(txn)
-        self._wrote = True
-
-    def commit(self, txn: TxnInfo) -> None:
-        if self.skip_empty_xacts and not self._wrote:
-            return
-        self.write(f"COMMIT {txn.xid}" if self.include_xids else "COMMIT")
-
-    # -- changes --------------------------------------------------------------------------
-
-    def change(self, txn: TxnInfo, rel: RelationVersion, action: int, change: Change,
-               toast: Mapping[int, list[bytes]]) -> None:
-        self._touch(txn)
-        layout = self.layouts.get(rel)
-        head = f"table {rel.qualified}:"
-        if action == INSERT:
-            body = " INSERT:" + (" (no-tuple-data)" if change.new is None else
-                                 self._tuple(layout, change.new, False, toast, change.lsn))
-        elif action == DELETE:
-            body = " DELETE:" + (" (no-tuple-data)" if change.old is None else
-                                 self._tuple(layout, change.old, True, {}, change.lsn))
-        else:
-            body = " UPDATE:"
-            if change.old is not None:
-                body += (" old-key:" + self._tuple(layout, change.old, True, {}, change.lsn)
-                         + " new-tuple:")
-            body += (" (no-tuple-data)" if change.new is None else
-                     self._tuple(layout, change.new, False, toast, change.lsn))
-        self.write(head + body)
-
-    def _tuple(self, layout: RowLayout, tup: WalTuple, skip_nulls: bool,
-               toast: Mapping[int, list[bytes]], lsn: int) -> str:
-        datums = layout.datums(tup, lsn)
-        parts = []
-        try:
-            for index, prefix, fmt, varlena, lc in self._plan(layout):
-                value = datums[index]
-                if value is None:
-                    if not skip_nulls:
-                        parts.append(prefix + "null")
-                elif type(value) is MissingValue:
-                    parts.append(prefix + literal(lc.column.type_oid, value.text))
-                elif varlena:
-                    value = column_payload(lc, value, toast)
-                    if value is UNCHANGED_TOAST:
-                        parts.append(prefix + "unchanged-toast-datum")
-                    else:
-                        parts.append(prefix + fmt(value))
-                else:
-                    parts.append(prefix + fmt(value))
-        except FORMAT_ERRORS:
-            lc.codec.text(value)  # raises the codec's TupleDecodeError naming type and column
-            raise
-        return "".join(parts)
-
-    def _plan(self, layout: RowLayout) -> list[_Step]:
-        """Per relation version, once: where each live column is, its ``name[type]:``
-        prefix and one function from its bytes straight to the quoted literal."""
-        p = self._plans.get(layout)
-        if p is None:
-            p = self._plans[layout] = [
-                (lc.index, f" {lc.column.quoted}[{lc.codec.type_name}]:",
-                 _literal_fn(lc.column.type_oid, getattr(lc.codec.text, "__wrapped__",
-                                                         lc.codec.text)),
-                 lc.codec.typisvarlena, lc)
-                for lc in layout.live]
-        return p
+    # the module's functions (compiled, where built: bound below)
+    begin = begin
+    commit = commit
+    change = change
 
     def rewrite(self, txn: TxnInfo, rel: RelationVersion, change: Change,
                 toast: Mapping[int, list[bytes]], first: bool) -> None:
         """Rows of a table rewrite are no change: test_decoding never sees them."""
 
     def truncate(self, txn: TxnInfo, rels: list[RelationVersion], change: Change) -> None:
-        self._touch(txn)
+        touch(self, txn)
         t = change.payload
         assert isinstance(t, Truncate)
         flags = ""
@@ -179,17 +257,13 @@ class TestDecoding:
     def message(self, txn: TxnInfo | None, lsn: int, transactional: bool, prefix: str,
                 content: bytes) -> None:
         if transactional and txn is not None and self.messages_open_xact:
-            self._touch(txn)
+            touch(self, txn)
         text = content.decode("utf-8", errors="surrogateescape")
         self.write(f"message: transactional: {int(transactional)} prefix: {prefix}, "
                    f"sz: {len(content)} content:{text}")
 
 
-TestDecoding._tuple = native.twin(  # type: ignore[method-assign]
-    TestDecoding._tuple, "cdclake.decoding.plugins._test_decoding")
-TestDecoding.change = native.twin(  # type: ignore[method-assign]
-    TestDecoding.change, "cdclake.decoding.plugins._test_decoding")
-TestDecoding.begin = native.twin(  # type: ignore[method-assign]
-    TestDecoding.begin, "cdclake.decoding.plugins._test_decoding")
-TestDecoding.commit = native.twin(  # type: ignore[method-assign]
-    TestDecoding.commit, "cdclake.decoding.plugins._test_decoding")
+if not cython.compiled:  # the compiled copy of this module binds nothing
+    for _method in (begin, commit, change):
+        native.bind(TestDecoding, _method.__name__, _method,
+                    "cdclake.decoding.plugins._test_decoding")
