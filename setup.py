@@ -22,6 +22,7 @@ PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py"
                     "cdclake/decoding/reassembly.py", "cdclake/decoding/reorder.py",
                     "cdclake/decoding/rmgrs.py", "cdclake/decoding/spill.py",
                     "cdclake/decoding/stripes.py",
+                    "cdclake/decoding/plugins/arrow.py",
                     "cdclake/decoding/plugins/test_decoding.py",
                     "cdclake/spark/facts.py", "cdclake/tuples/julian.py",
                     "cdclake/wal/reader.py", "cdclake/wal/rmgr/heap.py",
