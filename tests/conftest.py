@@ -39,7 +39,6 @@ def _start(version: int) -> LocalPostgres:
 #: first: they are collected (and so handed to pytest-xdist's workers, a file at a time)
 #: before the rest, and the many short files fill the workers' gaps at the end
 FIRST = ("tests/e2e/pipeline/test_standalone_cluster.py", "tests/e2e/pipeline/test_ingest_dag.py",
-         "tests/e2e/pipeline/test_spark_merge_and_maintenance.py",
          "tests/e2e/pipeline/test_airflow_live.py",
          "tests/e2e/pipeline", "tests/oracle/pipeline", "tests/oracle/decoding", "tests/e2e")
 

@@ -228,8 +228,8 @@ def test_the_maintenance_dag_keeps_the_mirrors_exact_and_their_watermarks(
         airflow_home: Path, source: Source, cdclake_env: Config) -> None:
     """The maintenance DAG on the mirrors the runs above wrote: it compacts them, keeps each
     watermark and checks every mirror whole. (The DAG on the Spark merge is run through the
-    Spark provider to a standalone master in test_standalone_cluster.py; maintenance of the
-    Spark merge's position deletes in test_spark_merge_and_maintenance.py.)"""
+    Spark provider to a standalone master in test_standalone_cluster.py, and maintenance of
+    the Spark merge's position deletes after it.)"""
     from cdclake.lake.catalog import open_catalog
     from cdclake.lake.tables import mirror_identifier
     from cdclake.lake.watermark import committed_lsn

@@ -7,11 +7,20 @@ virtualenv that sees this one's site-packages as a plain path, so the editable i
 that imports cdclake on an executor can then only work with the zip cdclake ships.
 
 Both ways a job reaches the cluster take turns on one bank stream (tests/e2e/pipeline/
-test_faults.py), with the Spark merge, the mirrors compared with the source (DuckDB) after
-each: the ingest DAG whose Spark steps go through the Airflow Spark provider on a
+test_faults.py: keyed tables and a REPLICA IDENTITY FULL one, an initial snapshot, rounds of
+every kind of change), with the Spark merge, the mirrors compared with the source (DuckDB)
+after each: the ingest DAG whose Spark steps go through the Airflow Spark provider on a
 ``spark_default`` connection to the master (``spark-submit --py-files``), then ``cdclake run``
 with ``CDCLAKE_SPARK_MASTER=spark://…`` (an in-process driver that ships the zip with
-``addPyFile``; its executors decode with the compiled twins the zip carries).
+``addPyFile``; its executors decode with the compiled twins the zip carries). The DAG's first
+round overlaps the snapshot (the changes the snapshot saw are dropped on Spark by transaction
+visibility); the keyed tables are MERGE INTO commits; the FULL table, a multiset, goes to the
+pyiceberg merge with the reason in the run report, but for a batch holding only its INSERTs
+(an append on Spark); the mirror check runs on Spark DataFrames (GX's Spark engine).
+
+Those merges leave each mirror several small files, position-delete files and snapshots:
+``cdclake maintain`` then compacts them, expires snapshots, removes an orphan file and keeps
+the watermark — and a run on the pyiceberg merge afterwards neither loses nor repeats a change.
 """
 
 from __future__ import annotations
@@ -27,11 +36,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cdclake.lake.catalog import open_catalog
+from cdclake.lake.watermark import committed_lsn
 from cdclake.sparkenv.jars import pyspark_jars
-from tests.e2e.pipeline.test_faults import bank_stream
+from tests.e2e.pipeline.test_faults import Stream, bank_stream
 from tests.e2e.pipeline.test_snapshot_cli import cdclake, ok
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -118,12 +130,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         yield url, work, python
 
 
-def test_the_dag_then_cdclake_run_on_a_standalone_master(
+def test_the_dag_then_cdclake_run_on_a_standalone_master_then_maintenance(
         cluster: tuple[str, Path, Path], airflow_home: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One bank stream, both ways in turn: the DAG through the Spark provider takes the
     first round (its snapshot, decode and merge each an application sent the zip), then
-    ``cdclake run`` with the master as ``CDCLAKE_SPARK_MASTER`` the next."""
+    ``cdclake run`` with the master as ``CDCLAKE_SPARK_MASTER`` the next; then maintenance,
+    then a run on the pyiceberg merge."""
     from tests.e2e.pipeline.test_ingest_dag import run_dag
 
     url, work, python = cluster
@@ -149,9 +162,65 @@ def test_the_dag_then_cdclake_run_on_a_standalone_master(
         stream.changes()
         out = json.loads(ok(cdclake(stream.env, "run", "--run-id", "cluster", "--json")).stdout)
         stream.assert_mirrors_equal()
+        assert apps_sent_the_zip(work) - apps, "cdclake run's executors were sent no zip"
         # the executors loaded the compiled hot path from the zip (cdclake.native)
         assert out["steps"]["decode"]["stats"]["pure_python_partitions"] == 0, out
-        engines = {t["table"]: t["engine"] for b in out["steps"]["merge"]["batches"]
-                   for t in b["tables"]}
-        assert engines["public.accounts"] == engines["public.events"] == "spark"
-    assert apps_sent_the_zip(work) - apps, "cdclake run's executors were sent no zip"
+        merged_on_spark(out)
+
+        maintenance_compacts_expires_and_keeps_the_watermark(stream)
+        stream.env["CDCLAKE_MERGE_ENGINE"] = "pyiceberg"
+        stream.changes(rows=50)
+        ok(cdclake(stream.env, "run", "--run-id", "after"))
+        stream.assert_mirrors_equal()
+
+
+def merged_on_spark(report: dict[str, Any]) -> None:
+    """The keyed tables merged on Spark, the FULL one as it must be, checked on Spark."""
+    checked = report["steps"]["validate_tables"]
+    assert checked["success"] and checked["checked_on"] == "spark", checked
+    tables = [t for b in report["steps"]["merge"]["batches"] for t in b["tables"]]
+    for table in ("public.accounts", "public.events"):
+        assert {(t["engine"], t["fallback"]) for t in tables if t["table"] == table} \
+            == {("spark", "")}, tables
+    # FULL: its UPDATEs and DELETEs go to pyiceberg; a batch with only its INSERTs is an
+    # append on Spark
+    tags = [t for t in tables if t["table"] == "public.tags"]
+    assert any(t["engine"] == "pyiceberg" for t in tags), tags
+    for t in tags:
+        if t["engine"] == "pyiceberg":
+            assert "FULL or NOTHING with UPDATEs or DELETEs" in str(t["fallback"]), t
+        else:
+            assert t["strategy"] in ("append", "none"), t  # none: all in the snapshot
+            assert (t["updated"], t["deleted"]) == (0, 0), t
+
+
+def maintenance_compacts_expires_and_keeps_the_watermark(stream: Stream) -> None:
+    config = stream.config
+    catalog = open_catalog(config)
+    names = sorted(".".join(t) for t in catalog.list_tables(config.namespace))
+    tables = {n: catalog.load_table(n) for n in names}
+    watermarks = {n: committed_lsn(t, config.stream) for n, t in tables.items()}
+    assert any(len(t.metadata.snapshots) > 1 for t in tables.values())
+    # a file no snapshot references, old enough to go
+    data_dir = tables[names[0]].location().removeprefix("file://") + "/data"
+    orphan = os.path.join(data_dir, "orphan-left-by-a-dead-writer.parquet")
+    with open(orphan, "wb") as f:
+        f.write(b"PAR1 not referenced by any snapshot")
+    old = time.time() - 3 * 86400
+    os.utime(orphan, (old, old))
+
+    out = ok(cdclake(stream.env, "maintain", "--keep-snapshots", "1", "--keep-hours", "0",
+                     "--json"))
+    result = {t["table"]: t for t in json.loads(out.stdout)["tables"]}
+    assert sorted(result) == names
+    for name, t in result.items():
+        assert t["snapshots_after"] == 1, t
+        assert t["data_files_after"] <= t["data_files_before"], t
+        assert t["watermark"] == watermarks[name], t
+    assert sum(t["rewritten_data_files"] for t in result.values()) > 0, result
+    assert sum(t["orphan_files"] for t in result.values()) >= 1, result
+    assert not os.path.exists(orphan)
+    catalog = open_catalog(config)
+    for name in names:  # the watermark survives the expiry of every snapshot that held it
+        assert committed_lsn(catalog.load_table(name), config.stream) == watermarks[name]
+    stream.assert_mirrors_equal()
