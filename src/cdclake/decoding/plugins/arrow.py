@@ -24,8 +24,6 @@ place, into which a well-formed datum of the commonest codecs is copied without 
 value; anything else goes to the codec, which gives the value or says what is wrong.
 """
 
-
-
 from __future__ import annotations
 
 import json
@@ -101,7 +99,8 @@ else:
     def put_int(column: list[Any], v: int) -> None:
         column.append(v)
 
-    put_str = put_int
+    def put_str(column: list[Any], v: str) -> None:
+        column.append(v)
 
     def drop_rows(column: list[Any], n: int) -> None:
         del column[n:]
@@ -212,7 +211,8 @@ def buffer_of(self: ArrowRows, rel: RelationVersion) -> TableBuffer:
 
 
 def put_values(cols: list[Any], steps: list[Step], layout: RowLayout, tup: WalTuple, lsn: int,
-               toast: Mapping[int, list[bytes]], unchanged: list[str]) -> dict[str, str] | None:
+               toast: Mapping[int, list[bytes]], unchanged: list[str]
+               ) -> dict[str, str | None] | None:
     """Append the tuple's typed values to ``cols`` (a row's first columns); returns attnum ->
     text of those without a typed value (None when there are none, the usual case: no dict is
     built then)."""
@@ -248,7 +248,7 @@ def put_values(cols: list[Any], steps: list[Step], layout: RowLayout, tup: WalTu
                 texts = {}
             texts[step.attnum] = exact_text(step.column, v)
         c.append(x)
-    return texts  # type: ignore[return-value]
+    return texts
 
 
 def old_identity(buf: TableBuffer, old: WalTuple, lsn: int) -> dict[str, Any]:
