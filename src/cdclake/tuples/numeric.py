@@ -1,3 +1,4 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
 """numeric on disk (utils/adt/numeric.c) -> numeric_out text, Decimal.
 
 After the varlena header a numeric is either
@@ -14,15 +15,25 @@ printed after the point (digits beyond it are truncated, missing ones print as z
 A decimal column (``numeric(p,s)``) can hold ``NaN`` (infinities only fit unconstrained
 numeric, which maps to text); Arrow decimals have no NaN, so :func:`decimal` raises
 :class:`~cdclake.tuples.untypeable.NotTypeable` for specials and the row keeps the text.
+
+:func:`text` runs once per numeric value a decoder prints, so it writes the text as numeric.c's
+get_str_from_var does, digit by digit into a buffer, and is compiled as itself (Cython's
+pure-Python mode, ``_numeric.pxd``; the file's first line turns bounds checks off: every index
+is inside the sizes :func:`header` checked). A digit outside 0..9999 is no numeric PostgreSQL
+writes: a :class:`NumericFormatError`.
 """
 
 from __future__ import annotations
 
-import struct
 from decimal import Decimal
 
 from cdclake import native
 from cdclake.tuples.untypeable import NotTypeable
+
+try:
+    import cython
+except ImportError:  # Cython is a build tool: Python runs this module without it
+    from cdclake.native import NOT_COMPILED as cython
 
 NUMERIC_SIGN_MASK = 0xC000
 NUMERIC_NEG = 0x4000
@@ -32,10 +43,6 @@ NUMERIC_NAN = 0xC000
 NUMERIC_PINF = 0xD000
 NUMERIC_NINF = 0xF000
 
-_U16 = struct.Struct("<H")
-_I16 = struct.Struct("<h")
-_DIGIT_STRUCTS = [struct.Struct(f"<{n}h") for n in range(0, 65)]
-
 SPECIAL_TEXT = {NUMERIC_NAN: "NaN", NUMERIC_PINF: "Infinity", NUMERIC_NINF: "-Infinity"}
 
 
@@ -43,69 +50,123 @@ class NumericFormatError(ValueError):
     """The bytes are not a numeric datum."""
 
 
+def header(p: bytes) -> tuple[bool, int, int, int, int]:
+    """(negative, dscale, weight, where the digits start, how many); how many is -1 for a
+    special value (NaN, Infinity, -Infinity: :func:`special`)."""
+    size = len(p)
+    if size < 2:
+        raise NumericFormatError(f"numeric datum of {size} bytes has no header")
+    head = p[0] | (p[1] << 8)
+    flag = head & NUMERIC_SIGN_MASK
+    if flag == NUMERIC_SHORT:
+        neg = (head & 0x2000) != 0
+        dscale = (head & 0x1F80) >> 7
+        weight = (head & 0x3F) - 64 if head & 0x40 else head & 0x3F
+        start = 2
+    elif flag == NUMERIC_SPECIAL:
+        if head not in SPECIAL_TEXT:
+            raise NumericFormatError(f"numeric special header 0x{head:04X} is not NaN/Inf")
+        return False, 0, 0, 0, -1
+    else:
+        if size < 4:
+            raise NumericFormatError("numeric long header cut off")
+        neg = flag == NUMERIC_NEG
+        dscale = head & 0x3FFF
+        weight = p[2] | (p[3] << 8)
+        if weight & 0x8000:
+            weight -= 0x10000
+        start = 4
+    if (size - start) & 1:
+        raise NumericFormatError(f"numeric digits take an odd number of bytes ({size - start})")
+    return neg, dscale, weight, start, (size - start) >> 1
+
+
+def special(p: bytes) -> str:
+    """The text of a special value (its header said so)."""
+    return SPECIAL_TEXT[p[0] | (p[1] << 8)]
+
+
+def digit(p: bytes, start: int, i: int) -> int:
+    """Base-10000 digit ``i``; one outside 0..9999 is no numeric PostgreSQL writes."""
+    d = p[start + 2 * i] | (p[start + 2 * i + 1] << 8)
+    if d > 9999:
+        raise NumericFormatError(f"numeric digit {d if d < 0x8000 else d - 0x10000} is "
+                                 "outside 0..9999")
+    return d
+
+
 def unpack(p: bytes) -> tuple[bool, int, int, int] | str:
     """(negative, integer of all digits, exponent of 10 of its last digit, dscale), or the
     text of a special value (NaN, Infinity, -Infinity)."""
-    if len(p) < 2:
-        raise NumericFormatError(f"numeric datum of {len(p)} bytes has no header")
-    header = _U16.unpack_from(p)[0]
-    flag = header & NUMERIC_SIGN_MASK
-    if flag == NUMERIC_SHORT:
-        neg = bool(header & 0x2000)
-        dscale = (header & 0x1F80) >> 7
-        weight = (header & 0x3F) - 64 if header & 0x40 else header & 0x3F
-        start = 2
-    elif flag == NUMERIC_SPECIAL:
-        text = SPECIAL_TEXT.get(header)
-        if text is None:
-            raise NumericFormatError(f"numeric special header 0x{header:04X} is not NaN/Inf")
-        return text
-    else:
-        if len(p) < 4:
-            raise NumericFormatError("numeric long header cut off")
-        neg = flag == NUMERIC_NEG
-        dscale = header & 0x3FFF
-        weight = _I16.unpack_from(p, 2)[0]
-        start = 4
-    nbytes = len(p) - start
-    if nbytes & 1:
-        raise NumericFormatError(f"numeric digits take an odd number of bytes ({nbytes})")
-    ndigits = nbytes >> 1
-    if ndigits == 0:
-        return neg, 0, 0, dscale
-    if ndigits < len(_DIGIT_STRUCTS):
-        digits = _DIGIT_STRUCTS[ndigits].unpack_from(p, start)
-    else:
-        digits = struct.unpack_from(f"<{ndigits}h", p, start)
+    neg, dscale, weight, start, ndigits = header(p)
+    if ndigits < 0:
+        return special(p)
     n = 0
-    for d in digits:
-        n = n * 10000 + d
+    for i in range(ndigits):
+        n = n * 10000 + digit(p, start, i)
     return neg, n, 4 * (weight - ndigits + 1), dscale
 
 
+def put4(out: bytearray, at: int, dig: int, leading: bool) -> int:
+    """Write base-10000 digit ``dig`` at ``at`` as 4 decimal digits, or without its leading
+    zeros (keeping the last) when ``leading``; where the next character goes."""
+    put = not leading
+    div = 1000
+    while div > 1:
+        d1 = dig // div
+        dig -= d1 * div
+        put = put or d1 > 0
+        if put:
+            out[at] = 48 + d1
+            at += 1
+        div //= 10
+    out[at] = 48 + dig
+    return at + 1
+
+
 def text(p: bytes) -> str:
-    """numeric_out (get_str_from_var): integer part, then exactly dscale fraction digits."""
-    u = unpack(p)
-    if isinstance(u, str):
-        return u
-    neg, n, exp10, dscale = u
-    shift = exp10 + dscale
-    scaled = n * 10 ** shift if shift >= 0 else n // 10 ** (-shift)
-    s = str(scaled)
+    """numeric_out (get_str_from_var): the integer part, then exactly dscale fraction digits
+    (digits beyond it truncated, missing ones zeros), written from the base-10000 digits."""
+    if type(p) is not bytes:
+        p = bytes(p)
+    neg, dscale, weight, start, ndigits = header(p)
+    if ndigits < 0:
+        return special(p)
+    while ndigits and weight >= 0 and digit(p, start, 0) == 0:  # PostgreSQL strips them
+        start += 2
+        ndigits -= 1
+        weight -= 1
+    # sign, integer part, point, fraction (whole digits: cut to dscale at the end)
+    out = bytearray(2 + 4 * (weight + 1 if weight >= 0 else 1) + dscale + 4)
+    n = 0
+    if neg:
+        out[0] = 45  # -
+        n = 1
+    if ndigits == 0 or weight < 0:
+        out[n] = 48
+        n += 1
+        d = weight + 1 if ndigits else 0
+    else:
+        for d in range(weight + 1):
+            n = put4(out, n, digit(p, start, d) if d < ndigits else 0, d == 0)
+        d = weight + 1
     if dscale > 0:
-        if len(s) <= dscale:
-            s = "0" * (dscale - len(s) + 1) + s
-        s = f"{s[:-dscale]}.{s[-dscale:]}"
-    return "-" + s if neg else s
-
-
-#: the reference, which the compiled twin falls back to for what it does not take
-_python_text = text
-text = native.twin(text, "cdclake.tuples._numeric")
+        out[n] = 46  # .
+        n += 1
+        end = n + dscale
+        i = 0
+        while i < dscale:
+            n = put4(out, n, digit(p, start, d) if 0 <= d < ndigits else 0, False)
+            d += 1
+            i += 4
+        n = end
+    return out[:n].decode("ascii")
 
 
 def decimal(p: bytes) -> Decimal:
     """The value as a Decimal with exponent -dscale; NaN and infinities are not typeable."""
+    if type(p) is not bytes:
+        p = bytes(p)
     u = unpack(p)
     if isinstance(u, str):
         raise NotTypeable(f"numeric {u} has no decimal value")
@@ -119,3 +180,8 @@ def decimal_from_text(s: str) -> Decimal:
     if s in ("NaN", "Infinity", "-Infinity"):
         raise NotTypeable(f"numeric {s} has no decimal value")
     return Decimal(s)
+
+
+if not cython.compiled:  # compiled as itself: the compiled module's, where it was built
+    text = native.twin(text, "cdclake.tuples._numeric")
+    decimal = native.twin(decimal, "cdclake.tuples._numeric")
