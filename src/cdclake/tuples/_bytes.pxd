@@ -63,3 +63,9 @@ cdef inline Py_ssize_t decimal(char *out, long long v) noexcept:
         out[n] = digits[k]
         n += 1
     return n
+
+
+cdef extern from "Python.h":
+    # the shortest round-trip digits of a double ('r'), as repr prints them; PyMem_Free it
+    char *PyOS_double_to_string(double val, char format_code, int precision, int flags,
+                                int *ptype) except NULL

@@ -1,3 +1,4 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
 """float4/float8 text output as PostgreSQL prints it with extra_float_digits >= 1 (the default).
 
 PostgreSQL uses Ryu (common/d2s.c, f2s.c) built with STRICTLY_SHORTEST 0: the shortest decimal
@@ -7,6 +8,12 @@ printed in fixed notation when the decimal exponent is in [-4, 15) ([-4, 6) for 
 ``-0``. Python's ``repr`` of a double picks the same digits except when it lands exactly on a
 rounding bound (Python accepts bounds with an even significand); that case is detected exactly
 and recomputed. float4 has no Python repr, so its digits are searched with exact arithmetic.
+
+:func:`float8_datum_text` runs once per float8 value a decoder prints, so this file is compiled
+as itself (Cython's pure-Python mode, ``_floats.pxd``): there the digits come from
+``PyOS_double_to_string`` (the C function ``repr`` calls) and the text is written into a C
+buffer, with no float object, big integer or ``Fraction`` on the way but where a value sits
+on a bound.
 """
 
 from __future__ import annotations
@@ -17,26 +24,73 @@ from fractions import Fraction
 
 from cdclake import native
 
+try:
+    import cython
+except ImportError:  # Cython is a build tool: Python runs this module without it
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.tuples._bytes import PyOS_double_to_string
+    from cython.cimports.cpython.mem import PyMem_Free
+    from cython.cimports.libc.math import ldexp
+else:
+    from math import ldexp
+
 _F4 = struct.Struct("<f")
 _F8 = struct.Struct("<d")
-_U32 = struct.Struct("<I")
+
+HIDDEN_BIT = 1 << 52  # a normal double's significand is its 52 stored bits and this one
+FRACTION_MASK = HIDDEN_BIT - 1
 
 
-def _layout(negative: bool, digits: str, exp: int, fixed_below: int = 15) -> str:
-    """Ryu's to_chars: ``digits`` (no leading/trailing zeros) times 10**(exp - len + 1).
-
-    Fixed notation for -4 <= exp < fixed_below (15 for float8, 6 for float4, as printf's
-    %g would with the types' DBL_DIG/FLT_DIG), scientific otherwise."""
-    n = len(digits)
-    sign = "-" if negative else ""
+def layout(neg: bool, s: bytes | bytearray, n: int, exp: int, fixed_below: int) -> str:
+    """Ryu's to_chars: the digits ``s[:n]`` (no leading or trailing zeros), the first at
+    10**exp. Fixed notation for -4 <= exp < fixed_below (15 for float8, 6 for float4, as
+    printf's %g would with the types' DBL_DIG/FLT_DIG), ``d.ddde+XX`` otherwise (at least two
+    exponent digits)."""
+    if not cython.compiled:  # compiled, a C array (_floats.pxd)
+        out = bytearray(32)
+    o = 0
+    if neg:
+        out[0] = 45  # -
+        o = 1
     if -4 <= exp < fixed_below:
         if exp < 0:
-            return f"{sign}0.{'0' * (-exp - 1)}{digits}"
-        if exp + 1 >= n:
-            return sign + digits + "0" * (exp + 1 - n)
-        return f"{sign}{digits[:exp + 1]}.{digits[exp + 1:]}"
-    mant = digits if n == 1 else f"{digits[0]}.{digits[1:]}"
-    return f"{sign}{mant}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+            out[o] = 48  # 0
+            out[o + 1] = 46  # .
+            o += 2
+            for i in range(-exp - 1):
+                out[o + i] = 48
+            o += -exp - 1
+            for i in range(n):
+                out[o] = s[i]
+                o += 1
+        else:
+            for i in range(max(n, exp + 1)):
+                if i == exp + 1:
+                    out[o] = 46
+                    o += 1
+                out[o] = s[i] if i < n else 48
+                o += 1
+        return out[:o].decode("ascii")
+    out[o] = s[0]
+    o += 1
+    if n > 1:
+        out[o] = 46
+        o += 1
+        for i in range(1, n):
+            out[o] = s[i]
+            o += 1
+    out[o] = 101  # e
+    out[o + 1] = 45 if exp < 0 else 43  # - +
+    o += 2
+    ae = -exp if exp < 0 else exp
+    if ae >= 100:
+        out[o] = 48 + ae // 100
+        o += 1
+    out[o] = 48 + ae // 10 % 10
+    out[o + 1] = 48 + ae % 10
+    return out[:o + 2].decode("ascii")
 
 
 def _special(x: float) -> str | None:
@@ -52,62 +106,96 @@ def _special(x: float) -> str | None:
 
 
 def float8_text(x: float) -> str:
-    """float8out: shortest round-trip digits in PostgreSQL's layout."""
-    r = repr(x)
-    if "e" in r or r in ("nan", "inf", "-inf"):
-        special = _special(x)
-        if special is not None:
-            return special
-        neg = r[0] == "-"
-        mant, _, e = r.lstrip("-").partition("e")
-        ip, _, fp = mant.partition(".")
-        digits = (ip + fp).rstrip("0")
-        exp = int(e) + len(ip) - 1
+    """float8out of a Python float (the geometric types' coordinates)."""
+    return float8_datum_text(_F8.pack(x))
+
+
+def float8_datum_text(p: bytes) -> str:
+    """float8out of a float8 column's 8-byte datum: Python's shortest round-trip digits
+    (``PyOS_double_to_string``, which ``repr`` calls) in PostgreSQL's layout, unless they sit
+    exactly on a rounding bound (:func:`on_bound`), where Ryu's are searched exactly."""
+    data = p if type(p) is bytes else bytes(p)
+    if len(data) != 8:
+        raise ValueError(f"a float8 datum takes 8 bytes, not {len(data)}")
+    bits = 0
+    for i in range(7, -1, -1):
+        bits = bits << 8 | data[i]
+    neg = bits >> 63 != 0
+    biased = bits >> 52 & 0x7FF
+    frac = bits & FRACTION_MASK
+    if biased == 0x7FF:
+        return "NaN" if frac else "-Infinity" if neg else "Infinity"
+    if biased == 0 and frac == 0:
+        return "-0" if neg else "0"
+    m = frac if biased == 0 else frac | HIDDEN_BIT  # |x| = m * 2**q
+    q = -1074 if biased == 0 else biased - 1075
+    x = ldexp(m, q)
+    if cython.compiled:  # s is a C array (_floats.pxd)
+        r = PyOS_double_to_string(x, b"r", 0, 0, cython.NULL)
     else:
-        neg = r[0] == "-"
-        body = r[1:] if neg else r
-        ip, _, fp = body.partition(".")
-        if fp == "0":
-            if ip == "0":
-                return "-0" if neg else "0"
-            if len(ip) < 16:
-                # integral and below 1e15: exact, hence not on a rounding boundary
-                return r[:-2]
-            fp = ""
-        if ip == "0":
-            stripped = fp.lstrip("0")
-            exp = -(len(fp) - len(stripped)) - 1
-            digits = stripped.rstrip("0")
+        s = bytearray(24)
+        r = repr(x).encode() + b"\0"
+    # the significant digits into s[:n]; the first of them at 10**exp
+    n = lead = e10 = i = 0
+    point = -1
+    while r[i] != 0 and r[i] != 101:  # e
+        if r[i] == 46:  # .
+            point = n + lead
+        elif n == 0 and r[i] == 48:
+            lead += 1
         else:
-            exp = len(ip) - 1
-            digits = (ip + fp).rstrip("0")
-    if len(digits) < 17 and _on_double_boundary(abs(x), digits, exp):
-        digits, exp = _shortest_exclusive(abs(x), 53, -1074, 17)
-    return _layout(neg, digits, exp)
+            s[n] = r[i]
+            n += 1
+        i += 1
+    if r[i] == 101:
+        esign = r[i + 1] == 45
+        i += 2
+        while r[i] != 0:
+            e10 = e10 * 10 + (r[i] - 48)
+            i += 1
+        if esign:
+            e10 = -e10
+    if cython.compiled:
+        PyMem_Free(r)
+    exp = (n + lead if point < 0 else point) - lead - 1 + e10
+    while n > 1 and s[n - 1] == 48:
+        n -= 1
+    if n < 17:
+        digits = 0
+        for i in range(n):
+            digits = digits * 10 + (s[i] - 48)
+        if on_bound(m, q, frac == 0 and biased > 1, digits, exp - n + 1):
+            ryu, exp = _shortest_exclusive(x, 53, -1074, 17)
+            return layout(neg, ryu.encode(), len(ryu), exp, 15)
+    return layout(neg, s, n, exp, 15)
 
 
-def _on_double_boundary(x: float, digits: str, exp: int) -> bool:
-    """Whether Python's repr chose a decimal exactly half an ulp from ``x``.
+def on_bound(m: int, q: int, narrow_below: bool, digits: int, k: int) -> bool:
+    """Whether ``digits * 10**k`` lies exactly half an ulp from ``m * 2**q`` (a quarter below,
+    where ``narrow_below``: at a power of two, the gap below is half as wide).
 
-    Python accepts such a bound (it reads back as ``x`` under round-half-even) but
-    PostgreSQL's Ryu is built with STRICTLY_SHORTEST 0 and never does, so it prints a
-    longer (or different) digit string there.
-    """
-    n, d = x.as_integer_ratio()
-    e = math.frexp(x)[1]
-    ulp_exp = max(e - 53, -1074)
-    k = exp - len(digits) + 1
-    a = max(0, 2 - ulp_exp)  # scale so that a quarter ulp is an integer
-    b = max(0, -k)
-    big_x = (n << a) // d * 10**b
-    big_c = int(digits) * 10 ** (k + b) << a
-    if big_c == big_x:
-        return False
-    half = (1 << (ulp_exp - 1 + a)) * 10**b
-    if big_c in (big_x + half, big_x - half):
-        return True
-    # at a power of two the gap below is half as wide
-    return n & (n - 1) == 0 and d & (d - 1) == 0 and big_c == big_x - (half >> 1)
+    Python's repr accepts such a bound (it reads back as the value under round-half-even);
+    PostgreSQL's Ryu is built with STRICTLY_SHORTEST 0 and never does, so it prints longer (or
+    other) digits there. The bounds are ``(2m +- 1) * 2**(q-1)`` and ``(4m - 1) * 2**(q-2)``,
+    and :func:`same` compares them without big integers."""
+    return (same(digits, k, 2 * m + 1, q - 1) or same(digits, k, 2 * m - 1, q - 1)
+            or (narrow_below and same(digits, k, 4 * m - 1, q - 2)))
+
+
+def same(d: int, k: int, b: int, t: int) -> bool:
+    """Whether ``d * 10**k == b * 2**t`` (``d`` > 0, ``b`` odd): then their parts prime to 10,
+    their powers of 2 and their powers of 5 are equal."""
+    i = j = j2 = 0
+    while d % 2 == 0:
+        d //= 2
+        i += 1
+    while d % 5 == 0:
+        d //= 5
+        j += 1
+    while b % 5 == 0:
+        b //= 5
+        j2 += 1
+    return d == b and i + k == t and j + k == j2
 
 
 def float4_text(x: float) -> str:
@@ -116,7 +204,7 @@ def float4_text(x: float) -> str:
     if s is not None:
         return s
     digits, exp = _shortest_exclusive(abs(x), 24, -149, 9)
-    return _layout(x < 0, digits, exp, 6)
+    return layout(x < 0, digits.encode(), len(digits), exp, 6)
 
 
 def _shortest_exclusive(x: float, mant_bits: int, min_exp: int,
@@ -171,11 +259,5 @@ def unpack_float8(b: bytes) -> float:
     return _F8.unpack(b)[0]
 
 
-def float8_datum_text(p: bytes) -> str:
-    """float8out of a float8 column's 8-byte datum."""
-    return float8_text(unpack_float8(p))
-
-
-#: the reference, which the compiled twin falls back to for what it does not take
-_python_float8_datum_text = float8_datum_text
-float8_datum_text = native.twin(float8_datum_text, "cdclake.tuples._floats")
+if not cython.compiled:  # compiled as itself: the compiled module's, where it was built
+    float8_datum_text = native.twin(float8_datum_text, "cdclake.tuples._floats")
