@@ -1,3 +1,4 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
 """Arrays on disk (utils/array.h) -> element payloads, and array_out / array_in text rules.
 
 After the varlena header: int32 ndim, int32 dataoffset (0 when there is no null bitmap), oid
@@ -10,23 +11,38 @@ elements included; they are never compressed or external.
 An Arrow list is one-dimensional and starts at 1, so an array with more dimensions or another
 lower bound has no typed value (:class:`~cdclake.tuples.untypeable.NotTypeable`, checked by
 :func:`check_listable` and :func:`parse_literal`); its text keeps every bound.
+
+:func:`text` runs once per array value a decoder prints, so this file is compiled as itself
+(Cython's pure-Python mode, ``_arrays.pxd``): the commonest arrays, one-dimensional int2[],
+int4[] and int8[] starting at 1, are written digit by digit into one buffer
+(:func:`int_list_text`), with no per-element text or quoting.
 """
 
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Callable
 
 from cdclake import native
+from cdclake.tuples import scalars
 from cdclake.tuples.untypeable import NotTypeable
 
-_I32 = struct.Struct("<i")
-_U32 = struct.Struct("<I")
+try:
+    import cython
+except ImportError:  # Cython is a build tool: Python runs this module without it
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+
 _ALIGN = {"c": 0, "s": 1, "i": 3, "d": 7}
 _SPACE = frozenset(" \t\n\r\v\f")
 VARHDRSZ = 4
 MAXDIM = 6
+SIGN32 = 1 << 31
+WRAP32 = 1 << 32
+MAX_ARRAY_SIZE = 0x3FFFFFFF // 8  # utils/array.h MaxArraySize: MaxAllocSize / sizeof(Datum)
 
 
 class ArrayFormatError(ValueError):
@@ -36,12 +52,25 @@ class ArrayFormatError(ValueError):
 def parse(p: bytes, elem_len: int, elem_align: str,
           elem_oid: int | None = None) -> tuple[list[int], list[int], list[bytes | None]]:
     """(dims, lower bounds, element payloads in row-major order, None for NULL)."""
-    n = len(p)
+    b = p if type(p) is bytes else bytes(p)
+    dims, lbs, nitems, bitmap_at, off = header(b, elem_oid)
+    items: list[bytes | None] = []
+    walk(b, nitems, bitmap_at, off, elem_len, _ALIGN.get(elem_align, 0), items,
+         cython.NULL if cython.compiled else bytearray(), 0)
+    return dims, lbs, items
+
+
+def header(b: bytes, elem_oid: int | None) -> tuple[list[int], list[int], int, int, int]:
+    """(dims, lower bounds, how many elements, where the null bitmap is (0: none), where the
+    data starts, before its alignment)."""
+    n = len(b)
     if n < 12:
         raise ArrayFormatError(f"array of {n} bytes is shorter than its header")
-    ndim, dataoffset, elemtype = struct.unpack_from("<iiI", p)
+    ndim = int32_at(b, 0)
+    dataoffset = int32_at(b, 4)
+    elemtype = uint32_at(b, 8)
     if ndim == 0:
-        return [], [], []
+        return [], [], 0, 0, 0
     if ndim < 0 or ndim > MAXDIM:
         raise ArrayFormatError(f"array has {ndim} dimensions")
     if elem_oid is not None and elemtype != elem_oid:
@@ -50,51 +79,69 @@ def parse(p: bytes, elem_len: int, elem_align: str,
             f"{elem_oid}")
     if 12 + 8 * ndim > n:
         raise ArrayFormatError("array dimensions are cut off")
-    dims = list(struct.unpack_from(f"<{ndim}i", p, 12))
-    lbs = list(struct.unpack_from(f"<{ndim}i", p, 12 + 4 * ndim))
+    dims = [int32_at(b, 12 + 4 * i) for i in range(ndim)]
+    lbs = [int32_at(b, 12 + 4 * (ndim + i)) for i in range(ndim)]
     nitems = 1
     for d in dims:
         if d < 0:
             raise ArrayFormatError(f"array dimension {d} is negative")
         nitems *= d
+        if nitems > MAX_ARRAY_SIZE:
+            raise ArrayFormatError(f"array of {nitems} elements exceeds the maximum allowed")
     bitmap_at = 12 + 8 * ndim
     if dataoffset:
         off = dataoffset - VARHDRSZ
         if bitmap_at + (nitems + 7) // 8 > off or off > n:
             raise ArrayFormatError(f"array data offset {dataoffset} is impossible")
-        bitmap = p[bitmap_at:bitmap_at + (nitems + 7) // 8]
-    else:
-        off = ((bitmap_at + VARHDRSZ + 7) & ~7) - VARHDRSZ
-        bitmap = b""
-    items: list[bytes | None] = []
-    append = items.append
-    m = _ALIGN.get(elem_align, 0)
+        return dims, lbs, nitems, bitmap_at if nitems else 0, off
+    return dims, lbs, nitems, 0, ((bitmap_at + VARHDRSZ + 7) & ~7) - VARHDRSZ
+
+
+def walk(b: bytes, nitems: int, bitmap_at: int, off: int, elem_len: int, m: int,
+         items: list[bytes | None], buf: bytearray, width: int) -> int:
+    """The elements from ``off`` in row-major order (``m``: the alignment mask): each payload,
+    None for NULL, appended to ``items``; or, given a ``width`` (an integer element's bytes),
+    each element written in decimal (or NULL), comma-separated, into ``buf`` from index 1.
+    Returns where that text ends."""
+    n = len(b)
+    bp = cython.cast(cython.p_uchar, PyBytes_AS_STRING(b)) if cython.compiled else b
+    o = 1
     if elem_len > 0:
         stride = (elem_len + m) & ~m
         off = ((off + VARHDRSZ + m) & ~m) - VARHDRSZ
-        if not bitmap:
-            if off + stride * (nitems - 1) + elem_len > n:
-                raise ArrayFormatError(f"array of {nitems} elements is cut off")
-            return dims, lbs, [p[o:o + elem_len] for o in range(off, off + stride * nitems,
-                                                                  stride)]
+        if not bitmap_at and off + stride * (nitems - 1) + elem_len > n:
+            raise ArrayFormatError(f"array of {nitems} elements is cut off")
         for i in range(nitems):
-            if not bitmap[i >> 3] >> (i & 7) & 1:
-                append(None)
+            if width and i:
+                buf[o] = 44  # ,
+                o += 1
+            if bitmap_at and not b[bitmap_at + (i >> 3)] >> (i & 7) & 1:
+                if width:
+                    buf[o] = 78  # N
+                    buf[o + 1] = 85  # U
+                    buf[o + 2] = 76  # L
+                    buf[o + 3] = 76  # L
+                    o += 4
+                else:
+                    items.append(None)
                 continue
             if off + elem_len > n:
                 raise ArrayFormatError(f"array element {i + 1} is cut off")
-            append(p[off:off + elem_len])
+            if width:
+                o = put_int(buf, o, bp, off, width)
+            else:
+                items.append(b[off:off + elem_len])
             off += stride
-        return dims, lbs, items
+        return o
     for i in range(nitems):
-        if bitmap and not bitmap[i >> 3] >> (i & 7) & 1:
-            append(None)
+        if bitmap_at and not b[bitmap_at + (i >> 3)] >> (i & 7) & 1:
+            items.append(None)
             continue
         off = ((off + VARHDRSZ + m) & ~m) - VARHDRSZ
         if off >= n:
             raise ArrayFormatError(f"array element {i + 1} is cut off")
         if elem_len == -1:
-            b0 = p[off]
+            b0 = b[off]
             if b0 & 1:
                 if b0 == 1:
                     raise ArrayFormatError(f"array element {i + 1} is an external TOAST pointer")
@@ -102,29 +149,89 @@ def parse(p: bytes, elem_len: int, elem_align: str,
             else:
                 if off + 4 > n:
                     raise ArrayFormatError(f"array element {i + 1} header is cut off")
-                word = _U32.unpack_from(p, off)[0]
+                word = uint32_at(b, off)
                 if word & 3:
                     raise ArrayFormatError(f"array element {i + 1} is compressed")
                 size, hdr = word >> 2, 4
             if size < hdr or off + size > n:
                 raise ArrayFormatError(f"array element {i + 1} is cut off")
-            append(p[off + hdr:off + size])
+            items.append(b[off + hdr:off + size])
             off += size
         else:  # cstring
-            nul = p.find(b"\x00", off)
+            nul = b.find(b"\x00", off)
             if nul < 0:
                 raise ArrayFormatError(f"array element {i + 1} is cut off")
-            append(p[off:nul])
+            items.append(b[off:nul])
             off = nul + 1
-    return dims, lbs, items
+    return o
+
+
+def uint32_at(b: bytes, at: int) -> int:
+    """The little-endian uint32 at ``b[at]`` (the caller checked that it is there)."""
+    v = b[at + 3]
+    for k in range(at + 2, at - 1, -1):
+        v = v << 8 | b[k]
+    return v
+
+
+def int32_at(b: bytes, at: int) -> int:
+    """The little-endian int32 at ``b[at]``."""
+    v = uint32_at(b, at)
+    return v - WRAP32 if v & SIGN32 else v
 
 
 def text(p: bytes, elem_len: int, elem_align: str, elem_oid: int | None,
          etext: Callable[[bytes], str], delim: str, quote: Callable[[str], str]) -> str:
-    """array_out: the array's text, each present element's by ``etext``."""
-    dims, lbs, items = parse(p, elem_len, elem_align, elem_oid)
+    """array_out: the array's text, each present element's by ``etext``; a one-dimensional
+    int2[], int4[] or int8[] starting at 1 (no element is quoted) is written digit by digit
+    into one buffer."""
+    b = p if type(p) is bytes else bytes(p)
+    width = 2 if etext is scalars.int2_text else 4 if etext is scalars.int4_text \
+        else 8 if etext is scalars.int8_text else 0
+    if width and width == elem_len and delim == ",":
+        dims, lbs, nitems, bitmap_at, off = header(b, elem_oid)
+        if len(dims) == 1 and lbs[0] == 1:
+            out = bytearray(nitems * 21 + 2)
+            # compiled, the bytearray's storage, written through a C pointer
+            buf = PyByteArray_AS_STRING(out) if cython.compiled else out
+            buf[0] = 123  # {
+            o = walk(b, nitems, bitmap_at, off, elem_len, _ALIGN.get(elem_align, 0), [], buf,
+                     width)
+            buf[o] = 125  # }
+            return buf[:o + 1].decode("ascii")
+    dims, lbs, items = parse(b, elem_len, elem_align, elem_oid)
     return format_text(dims, lbs, [None if x is None else etext(x) for x in items], delim,
                        quote)
+
+
+def put_int(buf: bytearray, o: int, b: bytes, at: int, width: int) -> int:
+    """Write the little-endian signed integer of ``width`` bytes at ``b[at]`` at ``buf[o]`` in
+    decimal, as int2out/int4out/int8out print it; return where it ends."""
+    u = 0
+    for k in range(at + width - 1, at - 1, -1):
+        u = u << 8 | b[k]
+    top = 1
+    top <<= 8 * width - 1  # the sign bit (a C unsigned shift where compiled)
+    if u & top:
+        u = (u ^ (top + top - 1)) + 1  # the magnitude: two's complement, modulo 2**(8*width)
+        buf[o] = 45  # -
+        o += 1
+    start = o
+    while True:
+        buf[o] = 48 + u % 10
+        o += 1
+        u //= 10
+        if u == 0:
+            break
+    i = start
+    j = o - 1
+    while i < j:
+        c = buf[i]
+        buf[i] = buf[j]
+        buf[j] = c
+        i += 1
+        j -= 1
+    return o
 
 
 def check_listable(dims: list[int], lbs: list[int]) -> None:
@@ -238,6 +345,6 @@ def parse_literal(s: str, delim: str = ",") -> list[str | None]:
         i += 1
 
 
-#: the reference, which the compiled twin falls back to for what it does not take
-_python_text = text
-text = native.twin(text, "cdclake.tuples._arrays")
+if not cython.compiled:  # compiled as itself: the compiled module's, where it was built
+    parse = native.twin(parse, "cdclake.tuples._arrays")
+    text = native.twin(text, "cdclake.tuples._arrays")

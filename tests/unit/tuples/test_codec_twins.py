@@ -177,11 +177,15 @@ _ELEMENTS = {21: (16, "<h", 2, "s", 2, "int2_text"), 23: (32, "<i", 4, "i", 4, "
        twod=st.booleans(), cut=st.integers(0, 9), junk=st.binary(max_size=3))
 def test_array_text_twins_agree(oid: int, data: st.DataObject, lb: int, twod: bool, cut: int,
                                 junk: bytes) -> None:
-    """The compiled array_out of int2[], int4[] and int8[] is the reference's, NULLs (a
-    bitmap) included; other arrays (text[], two dimensions, a lower bound other than 1,
-    cut-off or garbled datums) it hands to the reference, so texts and errors agree."""
+    """The compiled array_out and parse (``arrays.py`` compiled as itself) are the module run by
+    Python's, for int2[], int4[], int8[] and text[], NULLs (a bitmap) included, two
+    dimensions, lower bounds other than 1, cut-off or garbled datums; and the integer arrays'
+    own writer prints what the general layout prints."""
+    from cdclake import native
     from cdclake.tuples import _arrays, arrays, scalars
 
+    with native.use_python():
+        python_text, python_parse = arrays.text, arrays.parse
     bits, fmt, elen, typalign, align, text = _ELEMENTS[oid]
     values = data.draw(st.lists(st.none() | st.integers(-(2**(bits - 1)), 2**(bits - 1) - 1),
                                 min_size=1, max_size=70))
@@ -189,9 +193,14 @@ def test_array_text_twins_agree(oid: int, data: st.DataObject, lb: int, twod: bo
              bytes([(len(str(v)) + 1) << 1 | 1]) + str(v).encode() for v in values]
     dims = [2, len(items) // 2] if twod and len(items) % 2 == 0 else [len(items)]
     p = _array(oid, dims, [lb] * len(dims), items, elen, align)
-    args = (elen, typalign, oid, getattr(scalars, text), ",", arrays.quoter(","))
+    etext, quote = getattr(scalars, text), arrays.quoter(",")
+    args = (elen, typalign, oid, etext, ",", quote)
     for raw in (p, p[:max(0, len(p) - cut)], p + junk, p[:16] + junk + p[16:]):
-        assert_twins_agree(_arrays.text, arrays._python_text, raw, *args)
+        assert_twins_agree(_arrays.text, python_text, raw, *args)
+        assert_twins_agree(_arrays.parse, python_parse, raw, elen, typalign, oid)
+    dims, lbs, payloads = python_parse(p, elen, typalign, oid)
+    assert _arrays.text(p, *args) == python_text(p, *args) == arrays.format_text(
+        dims, lbs, [None if x is None else etext(x) for x in payloads], ",", quote)
 
 
 #: doubles whose Python repr lands exactly on a rounding bound (PostgreSQL prints more digits),
