@@ -5,20 +5,18 @@ one buffer (``cdclake.native``)."""
 
 import cython
 
-cdef long long SIGN32, WRAP32
-
 
 @cython.locals(b=bytes)
 cpdef tuple parse(p, int elem_len, elem_align, elem_oid=*)
 
 
-@cython.locals(n=Py_ssize_t, ndim=int, dataoffset=int, nitems=Py_ssize_t, i=int,
-               bitmap_at=Py_ssize_t, off=Py_ssize_t)
+@cython.locals(n=Py_ssize_t, bp=cython.p_const_uchar, ndim=int, dataoffset=int,
+               nitems=Py_ssize_t, i=int, bitmap_at=Py_ssize_t, off=Py_ssize_t)
 cdef tuple header(bytes b, elem_oid)
 
 
-@cython.locals(n=Py_ssize_t, bp=cython.p_uchar, o=Py_ssize_t, stride=Py_ssize_t, i=Py_ssize_t,
-               b0=int, size=Py_ssize_t, hdr=int, nul=Py_ssize_t, word=cython.uint)
+@cython.locals(n=Py_ssize_t, bp=cython.p_const_uchar, o=Py_ssize_t, stride=Py_ssize_t,
+               i=Py_ssize_t, b0=int, size=Py_ssize_t, hdr=int, nul=Py_ssize_t, word=cython.uint)
 cdef Py_ssize_t walk(bytes b, Py_ssize_t nitems, Py_ssize_t bitmap_at, Py_ssize_t off,
                      int elem_len, int m, list items, char *buf, int width) except -1
 
@@ -26,17 +24,3 @@ cdef Py_ssize_t walk(bytes b, Py_ssize_t nitems, Py_ssize_t bitmap_at, Py_ssize_
 @cython.locals(b=bytes, width=int, nitems=Py_ssize_t, bitmap_at=Py_ssize_t, off=Py_ssize_t,
                out=bytearray, buf=cython.p_char, o=Py_ssize_t)
 cpdef str text(p, int elem_len, elem_align, elem_oid, etext, delim, quote)
-
-
-@cython.locals(u=cython.ulonglong, top=cython.ulonglong, k=Py_ssize_t, start=Py_ssize_t,
-               i=Py_ssize_t, j=Py_ssize_t, c=int)
-cdef Py_ssize_t put_int(char *buf, Py_ssize_t o, const unsigned char *b, Py_ssize_t at,
-                        int width) noexcept
-
-
-@cython.locals(v=cython.uint, k=Py_ssize_t)
-cdef unsigned int uint32_at(bytes b, Py_ssize_t at)
-
-
-@cython.locals(v=cython.longlong)
-cdef long long int32_at(bytes b, Py_ssize_t at)

@@ -17,10 +17,6 @@ cdef (bint, int, int, Py_ssize_t, Py_ssize_t) header(bytes p) except *
 cdef int digit(bytes p, Py_ssize_t start, Py_ssize_t i) except -1
 
 
-@cython.locals(put=bint, div=int, d1=int)
-cdef Py_ssize_t put4(bytearray out, Py_ssize_t at, int dig, bint leading) except -1
-
-
 @cython.locals(neg=bint, dscale=int, weight=int, start=Py_ssize_t, ndigits=Py_ssize_t,
                n=Py_ssize_t, d=Py_ssize_t, i=int, end=Py_ssize_t, out=bytearray)
 cpdef str text(p)

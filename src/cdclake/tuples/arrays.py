@@ -33,15 +33,15 @@ except ImportError:  # Cython is a build tool: Python runs this module without i
     from cdclake.native import NOT_COMPILED as cython
 
 if cython.compiled:
+    from cython.cimports.cdclake.tuples._ints import chars, le_int, le_uint, put_int
     from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
-    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+else:
+    from cdclake.tuples.ints import chars, le_int, le_uint, put_int
 
 _ALIGN = {"c": 0, "s": 1, "i": 3, "d": 7}
 _SPACE = frozenset(" \t\n\r\v\f")
 VARHDRSZ = 4
 MAXDIM = 6
-SIGN32 = 1 << 31
-WRAP32 = 1 << 32
 MAX_ARRAY_SIZE = 0x3FFFFFFF // 8  # utils/array.h MaxArraySize: MaxAllocSize / sizeof(Datum)
 
 
@@ -66,9 +66,10 @@ def header(b: bytes, elem_oid: int | None) -> tuple[list[int], list[int], int, i
     n = len(b)
     if n < 12:
         raise ArrayFormatError(f"array of {n} bytes is shorter than its header")
-    ndim = int32_at(b, 0)
-    dataoffset = int32_at(b, 4)
-    elemtype = uint32_at(b, 8)
+    bp = chars(b)
+    ndim = le_int(bp, 0, 4)
+    dataoffset = le_int(bp, 4, 4)
+    elemtype = le_uint(bp, 8, 4)
     if ndim == 0:
         return [], [], 0, 0, 0
     if ndim < 0 or ndim > MAXDIM:
@@ -79,8 +80,8 @@ def header(b: bytes, elem_oid: int | None) -> tuple[list[int], list[int], int, i
             f"{elem_oid}")
     if 12 + 8 * ndim > n:
         raise ArrayFormatError("array dimensions are cut off")
-    dims = [int32_at(b, 12 + 4 * i) for i in range(ndim)]
-    lbs = [int32_at(b, 12 + 4 * (ndim + i)) for i in range(ndim)]
+    dims = [le_int(bp, 12 + 4 * i, 4) for i in range(ndim)]
+    lbs = [le_int(bp, 12 + 4 * (ndim + i), 4) for i in range(ndim)]
     nitems = 1
     for d in dims:
         if d < 0:
@@ -104,7 +105,7 @@ def walk(b: bytes, nitems: int, bitmap_at: int, off: int, elem_len: int, m: int,
     each element written in decimal (or NULL), comma-separated, into ``buf`` from index 1.
     Returns where that text ends."""
     n = len(b)
-    bp = cython.cast(cython.p_uchar, PyBytes_AS_STRING(b)) if cython.compiled else b
+    bp = chars(b)
     o = 1
     if elem_len > 0:
         stride = (elem_len + m) & ~m
@@ -128,7 +129,7 @@ def walk(b: bytes, nitems: int, bitmap_at: int, off: int, elem_len: int, m: int,
             if off + elem_len > n:
                 raise ArrayFormatError(f"array element {i + 1} is cut off")
             if width:
-                o = put_int(buf, o, bp, off, width)
+                o = put_int(buf, o, le_int(bp, off, width))
             else:
                 items.append(b[off:off + elem_len])
             off += stride
@@ -149,7 +150,7 @@ def walk(b: bytes, nitems: int, bitmap_at: int, off: int, elem_len: int, m: int,
             else:
                 if off + 4 > n:
                     raise ArrayFormatError(f"array element {i + 1} header is cut off")
-                word = uint32_at(b, off)
+                word = le_uint(bp, off, 4)
                 if word & 3:
                     raise ArrayFormatError(f"array element {i + 1} is compressed")
                 size, hdr = word >> 2, 4
@@ -164,20 +165,6 @@ def walk(b: bytes, nitems: int, bitmap_at: int, off: int, elem_len: int, m: int,
             items.append(b[off:nul])
             off = nul + 1
     return o
-
-
-def uint32_at(b: bytes, at: int) -> int:
-    """The little-endian uint32 at ``b[at]`` (the caller checked that it is there)."""
-    v = b[at + 3]
-    for k in range(at + 2, at - 1, -1):
-        v = v << 8 | b[k]
-    return v
-
-
-def int32_at(b: bytes, at: int) -> int:
-    """The little-endian int32 at ``b[at]``."""
-    v = uint32_at(b, at)
-    return v - WRAP32 if v & SIGN32 else v
 
 
 def text(p: bytes, elem_len: int, elem_align: str, elem_oid: int | None,
@@ -202,36 +189,6 @@ def text(p: bytes, elem_len: int, elem_align: str, elem_oid: int | None,
     dims, lbs, items = parse(b, elem_len, elem_align, elem_oid)
     return format_text(dims, lbs, [None if x is None else etext(x) for x in items], delim,
                        quote)
-
-
-def put_int(buf: bytearray, o: int, b: bytes, at: int, width: int) -> int:
-    """Write the little-endian signed integer of ``width`` bytes at ``b[at]`` at ``buf[o]`` in
-    decimal, as int2out/int4out/int8out print it; return where it ends."""
-    u = 0
-    for k in range(at + width - 1, at - 1, -1):
-        u = u << 8 | b[k]
-    top = 1
-    top <<= 8 * width - 1  # the sign bit (a C unsigned shift where compiled)
-    if u & top:
-        u = (u ^ (top + top - 1)) + 1  # the magnitude: two's complement, modulo 2**(8*width)
-        buf[o] = 45  # -
-        o += 1
-    start = o
-    while True:
-        buf[o] = 48 + u % 10
-        o += 1
-        u //= 10
-        if u == 0:
-            break
-    i = start
-    j = o - 1
-    while i < j:
-        c = buf[i]
-        buf[i] = buf[j]
-        buf[j] = c
-        i += 1
-        j -= 1
-    return o
 
 
 def check_listable(dims: list[int], lbs: list[int]) -> None:

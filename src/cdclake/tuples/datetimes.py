@@ -1,3 +1,4 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True
 """date/time types on disk -> PostgreSQL's ISO text output and Arrow storage values.
 
 Layouts (utils/date.h, datatype/timestamp.h): date int32 days since 2000-01-01; time int64 µs
@@ -18,18 +19,37 @@ Output follows datetime.c EncodeDateOnly/EncodeTimeOnly/EncodeDateTime/EncodeInt
 DateStyle ISO, IntervalStyle postgres and TimeZone UTC: 4-digit (or wider) years, " BC" after
 everything for years <= 0, fractional seconds without trailing zeros, timestamptz "+00".
 Calendar arithmetic is PostgreSQL's own Julian-day routine (:mod:`cdclake.tuples.julian`),
-valid from 4714-11-24 BC on, not Python's datetime (which stops at years 1..9999).
+valid from 4714-11-24 BC on, not Python's datetime (which stops at years 1..9999); a date or
+timestamp before it, or a time outside 00:00..24:00, is no value PostgreSQL writes: a
+:class:`DateTimeRangeError`.
+
+The date, timestamp and interval texts run once per value a decoder prints, so they write
+into a buffer, and this file is compiled as itself (Cython's pure-Python mode,
+``_datetimes.pxd``): the buffer is then a C array, and :mod:`cdclake.tuples.ints` and
+:func:`~cdclake.tuples.julian.j2date` are called as C. Every division has non-negative
+operands (:func:`floor_divmod`, :func:`trunc_divmod`), where C's and Python's agree.
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from datetime import date
 
 from cdclake import native
-from cdclake.tuples.julian import date2j, j2date
+from cdclake.tuples.julian import date2j
 from cdclake.tuples.untypeable import NotTypeable
+
+try:
+    import cython
+except ImportError:  # Cython is a build tool: Python runs this module without it
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.tuples._ints import chars, le_int, magnitude, put_int, put_uint
+    from cython.cimports.cdclake.tuples._julian import j2date
+else:
+    from cdclake.tuples.ints import chars, le_int, magnitude, put_int, put_uint
+    from cdclake.tuples.julian import j2date
 
 POSTGRES_EPOCH_JDATE = 2451545  #: 2000-01-01
 UNIX_EPOCH_JDATE = 2440588  #: 1970-01-01
@@ -42,12 +62,12 @@ EPOCH_SHIFT_USECS = (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY
 EPOCH_SHIFT_DAYS = POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT64_MAX = 2**63 - 1
+INT64_MIN = -INT64_MAX - 1
 
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
 _TIMETZ = struct.Struct("<qi")
-_INTERVAL = struct.Struct("<qii")
 
 
 class DateTimeRangeError(ValueError):
@@ -55,44 +75,76 @@ class DateTimeRangeError(ValueError):
     NotTypeable instead)."""
 
 
-#: date.toordinal() of 2000-01-01, and the ordinals Python's date can represent
-_ORDINAL_2000 = 730120
-_MAX_ORDINAL = 3652059  # 9999-12-31
-_fromordinal = date.fromordinal
-#: "HH:MM:" for every minute of a day (and of hour 24, for time '24:00:00'), "SS" for seconds
-_HHMM = tuple(f"{h:02d}:{m:02d}:" for h in range(25) for m in range(60))
-_SS = tuple(f"{s:02d}" for s in range(60))
+def floor_divmod(a: int, b: int) -> tuple[int, int]:
+    """Python's divmod for ``b`` > 0, with non-negative operands only (C's ``/`` truncates)."""
+    q = a // b if a >= 0 else -(-(a + 1) // b) - 1
+    return q, a - q * b
 
 
-def _ymd(jd: int) -> tuple[str, bool]:
-    """ISO date text of a Julian day, and whether it is BC (shown as ' BC' by the caller)."""
-    o = jd - POSTGRES_EPOCH_JDATE + _ORDINAL_2000
-    if 0 < o <= _MAX_ORDINAL:  # the same proleptic Gregorian calendar, in C
-        return _fromordinal(o).isoformat(), False
+def trunc_divmod(a: int, b: int) -> tuple[int, int]:
+    """C's division for ``b`` > 0 (the remainder has the sign of ``a``), with non-negative
+    operands only: as datetime.c's EncodeInterval divides."""
+    if a >= 0:
+        q = a // b
+    else:
+        c = -(a + 1)
+        q = -(c // b + (c % b + 1) // b)
+    return q, a - q * b
+
+
+def put_ymd(buf: bytearray, o: int, jd: int) -> tuple[int, bool]:
+    """Write YYYY-MM-DD (a wider year past 9999) of Julian day ``jd`` at ``buf[o]``; where it
+    ends, and whether it is BC (the caller appends " BC" after everything)."""
+    if jd < 0:
+        raise DateTimeRangeError(f"Julian day {jd} is before 4714-11-24 BC")
     y, m, d = j2date(jd)
     bc = y <= 0
-    return f"{y if not bc else 1 - y:04d}-{m:02d}-{d:02d}", bc
+    o = put_uint(buf, o, 1 - y if bc else y, 4)
+    buf[o] = 45  # -
+    o = put_uint(buf, o + 1, m, 2)
+    buf[o] = 45
+    return put_uint(buf, o + 1, d, 2), bc
 
 
-def _fraction(usec: int) -> str:
-    """AppendSeconds' fractional part: '.ffffff' without trailing zeros, '' for zero."""
+def put_hms(buf: bytearray, o: int, t: int) -> int:
+    """Write HH:MM:SS[.ffffff] (no trailing zeros) of ``t`` µs (0 <= t, hours past 23 for
+    time '24:00:00') at ``buf[o]``; where it ends."""
+    secs = t // USECS_PER_SEC
+    usec = t - secs * USECS_PER_SEC
+    mins = secs // 60
+    hours = mins // 60
+    o = put_uint(buf, o, hours, 2)
+    buf[o] = 58  # :
+    o = put_uint(buf, o + 1, mins - hours * 60, 2)
+    buf[o] = 58
+    o = put_uint(buf, o + 1, secs - mins * 60, 2)
+    return put_fraction(buf, o, usec)
+
+
+def put_fraction(buf: bytearray, o: int, usec: int) -> int:
+    """AppendSeconds' fractional part: '.ffffff' without trailing zeros, nothing for zero."""
     if usec == 0:
-        return ""
-    return "." + f"{usec:06d}".rstrip("0")
+        return o
+    buf[o] = 46  # .
+    o = put_uint(buf, o + 1, usec, 6)
+    while buf[o - 1] == 48:
+        o -= 1
+    return o
 
 
-def _hms(t: int) -> str:
-    """HH:MM:SS[.f] for 0 <= t (µs); hours may exceed 23 (time '24:00:00')."""
-    secs, usec = divmod(t, USECS_PER_SEC)
-    mins, sec = divmod(secs, 60)
-    if mins < 1500:
-        s = _HHMM[mins] + _SS[sec]
-    else:
-        hour, minute = divmod(mins, 60)
-        s = f"{hour:02d}:{minute:02d}:{sec:02d}"
-    if usec:
-        return s + "." + f"{usec:06d}".rstrip("0")
-    return s
+def put_bc(buf: bytearray, o: int) -> int:
+    buf[o] = 32
+    buf[o + 1] = 66  # B
+    buf[o + 2] = 67  # C
+    return o + 3
+
+
+def datum(b: bytes, size: int, what: str) -> bytes:
+    """The datum as ``bytes`` of the type's ``size``."""
+    data = b if type(b) is bytes else bytes(b)
+    if len(data) != size:
+        raise DateTimeRangeError(f"a {what} datum takes {size} bytes, not {len(data)}")
+    return data
 
 
 def tz_text(tz: int) -> str:
@@ -112,17 +164,18 @@ def tz_text(tz: int) -> str:
 
 
 def date_text(b: bytes) -> str:
-    d = _I32.unpack(b)[0]
+    data = datum(b, 4, "date")
+    d = le_int(chars(data), 0, 4)
     if d == INT32_MAX:
         return "infinity"
     if d == INT32_MIN:
         return "-infinity"
-    s, bc = _ymd(d + POSTGRES_EPOCH_JDATE)
-    return s + " BC" if bc else s
-
-
-_python_date_text = date_text  # the reference, which the compiled twin falls back to
-date_text = native.twin(date_text, "cdclake.tuples._datetimes")
+    if not cython.compiled:  # compiled, a C array (_datetimes.pxd)
+        out = bytearray(24)
+    o, bc = put_ymd(out, 0, d + POSTGRES_EPOCH_JDATE)
+    if bc:
+        o = put_bc(out, o)
+    return out[:o].decode("ascii")
 
 
 def date_value(b: bytes) -> int:
@@ -156,7 +209,14 @@ def date_value_from_text(s: str) -> int:
 
 
 def time_text(b: bytes) -> str:
-    return _hms(_I64.unpack(b)[0])
+    return _time(_I64.unpack(b)[0])
+
+
+def _time(t: int) -> str:
+    if not 0 <= t <= USECS_PER_DAY:
+        raise DateTimeRangeError(f"time of {t} µs is outside 00:00:00..24:00:00")
+    out = bytearray(20)
+    return out[:put_hms(out, 0, t)].decode("ascii")
 
 
 def time_value(b: bytes) -> int:
@@ -188,37 +248,49 @@ def time_value_from_text(s: str) -> int:
 
 def timetz_text(b: bytes) -> str:
     t, zone = _TIMETZ.unpack(b)
-    return _hms(t) + tz_text(zone)
+    return _time(t) + tz_text(zone)
 
 
 # -- timestamp / timestamptz ------------------------------------------------------------------
 
 
-def _timestamp_text(t: int, suffix: str) -> str:
+def stamp_text(t: int, tz: bool) -> str:
+    """EncodeDateTime of ``t`` µs since 2000-01-01, and "+00" with ``tz``."""
     if t == INT64_MAX:
         return "infinity"
     if t == INT64_MIN:
         return "-infinity"
-    days, usec_of_day = divmod(t, USECS_PER_DAY)
-    ymd, bc = _ymd(days + POSTGRES_EPOCH_JDATE)
-    s = f"{ymd} {_hms(usec_of_day)}{suffix}"
-    return s + " BC" if bc else s
+    days, usec = floor_divmod(t, USECS_PER_DAY)
+    if not cython.compiled:  # compiled, a C array (_datetimes.pxd)
+        out = bytearray(40)
+    o, bc = put_ymd(out, 0, days + POSTGRES_EPOCH_JDATE)
+    out[o] = 32
+    o = put_hms(out, o + 1, usec)
+    if tz:
+        out[o] = 43  # +
+        out[o + 1] = 48
+        out[o + 2] = 48
+        o += 3
+    if bc:
+        o = put_bc(out, o)
+    return out[:o].decode("ascii")
 
 
 def timestamp_text(b: bytes) -> str:
-    return _timestamp_text(_I64.unpack(b)[0], "")
+    data = datum(b, 8, "timestamp")
+    return stamp_text(le_int(chars(data), 0, 8), False)
 
 
 def timestamptz_text(b: bytes) -> str:
     """With TimeZone UTC the zone always prints as +00."""
-    return _timestamp_text(_I64.unpack(b)[0], "+00")
+    data = datum(b, 8, "timestamptz")
+    return stamp_text(le_int(chars(data), 0, 8), True)
 
 
-# the references, which the compiled twins fall back to
-_python_timestamp_text = timestamp_text
-_python_timestamptz_text = timestamptz_text
-timestamp_text = native.twin(timestamp_text, "cdclake.tuples._datetimes")
-timestamptz_text = native.twin(timestamptz_text, "cdclake.tuples._datetimes")
+if not cython.compiled:  # compiled as itself: the compiled module's, where it was built
+    date_text = native.twin(date_text, "cdclake.tuples._datetimes")
+    timestamp_text = native.twin(timestamp_text, "cdclake.tuples._datetimes")
+    timestamptz_text = native.twin(timestamptz_text, "cdclake.tuples._datetimes")
 
 
 def _ts_value(t: int) -> int:
@@ -229,7 +301,7 @@ def _ts_value(t: int) -> int:
     v = t + EPOCH_SHIFT_USECS
     if v >= INT64_MAX:  # INT64_MAX itself means +infinity
         raise NotTypeable(
-            f"timestamp {_timestamp_text(t, '')} is beyond the range of a microsecond "
+            f"timestamp {stamp_text(t, False)} is beyond the range of a microsecond "
             "timestamp counted from 1970 (Arrow timestamp[us])")
     return v
 
@@ -269,40 +341,65 @@ def timestamp_value_from_text(s: str) -> int:
 # -- interval ---------------------------------------------------------------------------------
 
 
-def _ctrunc_divmod(a: int, b: int) -> tuple[int, int]:
-    """C's truncating division and remainder (the sign of the remainder follows ``a``)."""
-    q = abs(a) // b
-    if a < 0:
-        q = -q
-    return q, a - q * b
-
-
 def interval_text(b: bytes) -> str:
     """EncodeInterval, IntervalStyle postgres: '1 year 2 mons -3 days +04:05:06.5'."""
-    time, day, month = _INTERVAL.unpack(b)
+    data = datum(b, 16, "interval")
+    p = chars(data)
+    time = le_int(p, 0, 8)
+    day = le_int(p, 8, 4)
+    month = le_int(p, 12, 4)
     if month == INT32_MAX and day == INT32_MAX and time == INT64_MAX:
         return "infinity"
     if month == INT32_MIN and day == INT32_MIN and time == INT64_MIN:
         return "-infinity"
-    year, mon = _ctrunc_divmod(month, 12)
-    hour, rest = _ctrunc_divmod(time, USECS_PER_HOUR)
-    minute, rest = _ctrunc_divmod(rest, USECS_PER_MINUTE)
-    sec, fsec = _ctrunc_divmod(rest, USECS_PER_SEC)
-    parts: list[str] = []
+    year, mon = trunc_divmod(month, 12)
+    hour, rest = trunc_divmod(time, USECS_PER_HOUR)
+    minute, rest = trunc_divmod(rest, USECS_PER_MINUTE)
+    sec, fsec = trunc_divmod(rest, USECS_PER_SEC)
+    if not cython.compiled:  # compiled, a C array (_datetimes.pxd)
+        out = bytearray(96)
+    o = 0
     is_before = False
-    for value, unit in ((year, "year"), (mon, "mon"), (day, "day")):
+    for k in range(3):
+        value = year if k == 0 else mon if k == 1 else day
         if value == 0:
             continue
-        plus = "+" if is_before and value > 0 else ""
-        parts.append(f"{plus}{value} {unit}{'' if value == 1 else 's'}")
+        if o:
+            out[o] = 32
+            o += 1
+        if is_before and value > 0:
+            out[o] = 43  # +
+            o += 1
+        o = put_int(out, o, value)
+        unit = _UNITS[k]
+        out[o] = 32
+        for i in range(len(unit)):
+            out[o + 1 + i] = unit[i]
+        o += 1 + len(unit)
+        if value != 1:
+            out[o] = 115  # s
+            o += 1
         is_before = value < 0
-    if not parts or hour or minute or sec or fsec:
-        minus = hour < 0 or minute < 0 or sec < 0 or fsec < 0
-        sign = "-" if minus else ("+" if is_before else "")
-        parts.append(f"{sign}{abs(hour):02d}:{abs(minute):02d}:{abs(sec):02d}"
-                     f"{_fraction(abs(fsec))}")
-    return " ".join(parts)
+    if o == 0 or hour or minute or sec or fsec:
+        if o:
+            out[o] = 32
+            o += 1
+        if hour < 0 or minute < 0 or sec < 0 or fsec < 0:
+            out[o] = 45  # -
+            o += 1
+        elif is_before:
+            out[o] = 43  # +
+            o += 1
+        o = put_uint(out, o, magnitude(hour), 2)
+        out[o] = 58  # :
+        o = put_uint(out, o + 1, magnitude(minute), 2)
+        out[o] = 58
+        o = put_uint(out, o + 1, magnitude(sec), 2)
+        o = put_fraction(out, o, magnitude(fsec))
+    return out[:o].decode("ascii")
 
 
-_python_interval_text = interval_text
-interval_text = native.twin(interval_text, "cdclake.tuples._datetimes")
+_UNITS = (b"year", b"mon", b"day")
+
+if not cython.compiled:
+    interval_text = native.twin(interval_text, "cdclake.tuples._datetimes")

@@ -35,6 +35,11 @@ try:
 except ImportError:  # Cython is a build tool: Python runs this module without it
     from cdclake.native import NOT_COMPILED as cython
 
+if cython.compiled:
+    from cython.cimports.cdclake.tuples._ints import put_uint
+else:
+    from cdclake.tuples.ints import put_uint
+
 NUMERIC_SIGN_MASK = 0xC000
 NUMERIC_NEG = 0x4000
 NUMERIC_SHORT = 0x8000
@@ -107,23 +112,6 @@ def unpack(p: bytes) -> tuple[bool, int, int, int] | str:
     return neg, n, 4 * (weight - ndigits + 1), dscale
 
 
-def put4(out: bytearray, at: int, dig: int, leading: bool) -> int:
-    """Write base-10000 digit ``dig`` at ``at`` as 4 decimal digits, or without its leading
-    zeros (keeping the last) when ``leading``; where the next character goes."""
-    put = not leading
-    div = 1000
-    while div > 1:
-        d1 = dig // div
-        dig -= d1 * div
-        put = put or d1 > 0
-        if put:
-            out[at] = 48 + d1
-            at += 1
-        div //= 10
-    out[at] = 48 + dig
-    return at + 1
-
-
 def text(p: bytes) -> str:
     """numeric_out (get_str_from_var): the integer part, then exactly dscale fraction digits
     (digits beyond it truncated, missing ones zeros), written from the base-10000 digits."""
@@ -148,7 +136,7 @@ def text(p: bytes) -> str:
         d = weight + 1 if ndigits else 0
     else:
         for d in range(weight + 1):
-            n = put4(out, n, digit(p, start, d) if d < ndigits else 0, d == 0)
+            n = put_uint(out, n, digit(p, start, d) if d < ndigits else 0, 1 if d == 0 else 4)
         d = weight + 1
     if dscale > 0:
         out[n] = 46  # .
@@ -156,7 +144,7 @@ def text(p: bytes) -> str:
         end = n + dscale
         i = 0
         while i < dscale:
-            n = put4(out, n, digit(p, start, d) if 0 <= d < ndigits else 0, False)
+            n = put_uint(out, n, digit(p, start, d) if 0 <= d < ndigits else 0, 4)
             d += 1
             i += 4
         n = end

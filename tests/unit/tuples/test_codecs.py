@@ -31,7 +31,7 @@ def numeric_disk(d: Decimal) -> bytes:
     dscale = max(0, -exp)
     n = int("".join(map(str, digits)) or "0")
     # align the decimal exponent to a multiple of 4 (base 10000)
-    shift = (-exp) % 4
+    shift = exp % 4
     n *= 10**shift
     e4 = (exp - shift) // 4
     groups = []
