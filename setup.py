@@ -27,7 +27,7 @@ PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py"
                     "cdclake/spark/facts.py", "cdclake/tuples/julian.py",
                     "cdclake/tuples/arrays.py", "cdclake/tuples/datetimes.py",
                     "cdclake/tuples/floats.py", "cdclake/tuples/ints.py",
-                    "cdclake/tuples/numeric.py",
+                    "cdclake/tuples/jsonb.py", "cdclake/tuples/numeric.py",
                     "cdclake/wal/reader.py", "cdclake/wal/rmgr/heap.py",
                     "cdclake/wal/rmgr/heap2.py", "cdclake/wal/rmgr/xact.py")
 
