@@ -26,6 +26,7 @@ PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py"
                     "cdclake/decoding/plugins/test_decoding.py",
                     "cdclake/spark/facts.py", "cdclake/tuples/julian.py",
                     "cdclake/tuples/arrays.py", "cdclake/tuples/datetimes.py",
+                    "cdclake/tuples/heap.py",
                     "cdclake/tuples/floats.py", "cdclake/tuples/ints.py",
                     "cdclake/tuples/jsonb.py", "cdclake/tuples/numeric.py",
                     "cdclake/wal/reader.py", "cdclake/wal/rmgr/heap.py",

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from cdclake.catalog.model import Column, TypeInfo
 from cdclake.tuples.codecs import codec_for
-from cdclake.tuples.heap import MissingValue, deform
+from cdclake.tuples.desc import MissingValue
+from cdclake.tuples.heap import deform
 from cdclake.tuples.varlena import payload
 from cdclake.wal.record import WalTuple
 

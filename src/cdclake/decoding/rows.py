@@ -15,7 +15,7 @@ from cdclake.errors import TupleDecodeError
 from cdclake.lsn import format_lsn
 from cdclake.tuples import heap
 from cdclake.tuples.codecs import Codec, codec_for
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 from cdclake.tuples.untypeable import NoTextOutput
 from cdclake.tuples.varlena import is_external, parse_toast_pointer, payload, reassemble
 from cdclake.wal.record import WalTuple

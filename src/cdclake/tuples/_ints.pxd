@@ -23,5 +23,3 @@ cdef Py_ssize_t put_int(char *buf, Py_ssize_t o, long long v) noexcept
 @cython.locals(u=cython.ulonglong)
 cdef unsigned long long magnitude(long long v) noexcept
 
-
-cdef const unsigned char *chars(bytes b) noexcept

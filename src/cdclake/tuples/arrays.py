@@ -33,10 +33,12 @@ except ImportError:  # Cython is a build tool: Python runs this module without i
     from cdclake.native import NOT_COMPILED as cython
 
 if cython.compiled:
-    from cython.cimports.cdclake.tuples._ints import chars, le_int, le_uint, put_int
+    from cython.cimports.cdclake.tuples._ints import le_int, le_uint, put_int
+    from cython.cimports.cdclake.wal._primitives import bytes_of
     from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
 else:
-    from cdclake.tuples.ints import chars, le_int, le_uint, put_int
+    from cdclake.tuples.ints import le_int, le_uint, put_int
+    from cdclake.wal.primitives import bytes_of
 
 _ALIGN = {"c": 0, "s": 1, "i": 3, "d": 7}
 _SPACE = frozenset(" \t\n\r\v\f")
@@ -66,7 +68,7 @@ def header(b: bytes, elem_oid: int | None) -> tuple[list[int], list[int], int, i
     n = len(b)
     if n < 12:
         raise ArrayFormatError(f"array of {n} bytes is shorter than its header")
-    bp = chars(b)
+    bp = bytes_of(b)
     ndim = le_int(bp, 0, 4)
     dataoffset = le_int(bp, 4, 4)
     elemtype = le_uint(bp, 8, 4)
@@ -105,7 +107,7 @@ def walk(b: bytes, nitems: int, bitmap_at: int, off: int, elem_len: int, m: int,
     each element written in decimal (or NULL), comma-separated, into ``buf`` from index 1.
     Returns where that text ends."""
     n = len(b)
-    bp = chars(b)
+    bp = bytes_of(b)
     o = 1
     if elem_len > 0:
         stride = (elem_len + m) & ~m

@@ -45,11 +45,13 @@ except ImportError:  # Cython is a build tool: Python runs this module without i
     from cdclake.native import NOT_COMPILED as cython
 
 if cython.compiled:
-    from cython.cimports.cdclake.tuples._ints import chars, le_int, magnitude, put_int, put_uint
+    from cython.cimports.cdclake.tuples._ints import le_int, magnitude, put_int, put_uint
     from cython.cimports.cdclake.tuples._julian import j2date
+    from cython.cimports.cdclake.wal._primitives import bytes_of
 else:
-    from cdclake.tuples.ints import chars, le_int, magnitude, put_int, put_uint
+    from cdclake.tuples.ints import le_int, magnitude, put_int, put_uint
     from cdclake.tuples.julian import j2date
+    from cdclake.wal.primitives import bytes_of
 
 POSTGRES_EPOCH_JDATE = 2451545  #: 2000-01-01
 UNIX_EPOCH_JDATE = 2440588  #: 1970-01-01
@@ -165,7 +167,7 @@ def tz_text(tz: int) -> str:
 
 def date_text(b: bytes) -> str:
     data = datum(b, 4, "date")
-    d = le_int(chars(data), 0, 4)
+    d = le_int(bytes_of(data), 0, 4)
     if d == INT32_MAX:
         return "infinity"
     if d == INT32_MIN:
@@ -278,13 +280,13 @@ def stamp_text(t: int, tz: bool) -> str:
 
 def timestamp_text(b: bytes) -> str:
     data = datum(b, 8, "timestamp")
-    return stamp_text(le_int(chars(data), 0, 8), False)
+    return stamp_text(le_int(bytes_of(data), 0, 8), False)
 
 
 def timestamptz_text(b: bytes) -> str:
     """With TimeZone UTC the zone always prints as +00."""
     data = datum(b, 8, "timestamptz")
-    return stamp_text(le_int(chars(data), 0, 8), True)
+    return stamp_text(le_int(bytes_of(data), 0, 8), True)
 
 
 if not cython.compiled:  # compiled as itself: the compiled module's, where it was built
@@ -344,7 +346,7 @@ def timestamp_value_from_text(s: str) -> int:
 def interval_text(b: bytes) -> str:
     """EncodeInterval, IntervalStyle postgres: '1 year 2 mons -3 days +04:05:06.5'."""
     data = datum(b, 16, "interval")
-    p = chars(data)
+    p = bytes_of(data)
     time = le_int(p, 0, 8)
     day = le_int(p, 8, 4)
     month = le_int(p, 12, 4)

@@ -60,3 +60,13 @@ class Column:
     #: attmissingval as the type's text output, for rows written before ADD COLUMN ... DEFAULT
     missing_text: str | None = None
     has_missing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MissingValue:
+    """A column added (ADD COLUMN ... DEFAULT) after the tuple was written: the tuple is
+    shorter than the relation, and PostgreSQL supplies ``attmissingval`` instead of NULL.
+    ``text`` is that value's text output, as captured with the dictionary (the column's
+    ``missing_text``)."""
+
+    text: str

@@ -67,8 +67,3 @@ def magnitude(v: int) -> int:
     u = -(v + 1)
     return u + 1  # unsigned where compiled
 
-
-def chars(b: bytes) -> bytes:
-    """What the readers above read: compiled, the C pointer to ``b``'s bytes (the caller keeps
-    ``b``); in Python, ``b`` itself."""
-    return b

@@ -31,10 +31,12 @@ except ImportError:  # Cython is a build tool: Python runs this module without i
     from cdclake.native import NOT_COMPILED as cython
 
 if cython.compiled:
-    from cython.cimports.cdclake.tuples._ints import chars, le_uint
+    from cython.cimports.cdclake.tuples._ints import le_uint
+    from cython.cimports.cdclake.wal._primitives import bytes_of
     from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
 else:
-    from cdclake.tuples.ints import chars, le_uint
+    from cdclake.tuples.ints import le_uint
+    from cdclake.wal.primitives import bytes_of
 
 JB_CMASK = 0x0FFFFFFF
 JB_FSCALAR = 0x10000000
@@ -65,7 +67,7 @@ class JsonbFormatError(ValueError):
 def text(p: bytes) -> str:
     """jsonb_out of a jsonb payload (the bytes after the varlena header)."""
     b = p if type(p) is bytes else bytes(p)
-    bp = chars(b)
+    bp = bytes_of(b)
     n = len(b)
     header = u32(bp, n, 0)
     if header & JB_FSCALAR and (header & JB_CMASK != 1 or not header & JB_FARRAY):

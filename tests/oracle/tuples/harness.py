@@ -16,7 +16,7 @@ from psycopg import sql
 from cdclake.catalog.model import Column, TypeInfo
 from cdclake.tuples import heap
 from cdclake.tuples.codecs import Codec, codec_for
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 from cdclake.tuples.varlena import (
     is_external,
     parse_toast_pointer,

@@ -11,7 +11,7 @@ from psycopg import sql
 
 from cdclake.tuples import heap
 from cdclake.tuples.codecs import codec_for
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 from cdclake.tuples.varlena import payload
 from tests.oracle.tuples.harness import decode_table
 from tests.oracle.tuples.pagetuples import capture_types, read_relation

@@ -17,7 +17,7 @@ from cdclake import native
 from cdclake.catalog.model import Column, RelationVersion
 from cdclake.decoding.changes import DELETE, INSERT, UPDATE, Change, TxnInfo
 from cdclake.decoding.plugins.arrow import ArrowRows
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 from tests.unit.decoding.test_test_decoding_twins import TYPES, Given, _datum
 from tests.unit.tuples.builtin_types import BUILTIN
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cdclake.catalog.model import Column
 from cdclake.errors import TupleDecodeError
 from cdclake.tuples import heap
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 from cdclake.wal.record import WalTuple
 
 ALIGN = {"c": 1, "s": 2, "i": 4, "d": 8}

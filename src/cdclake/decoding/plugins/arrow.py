@@ -52,7 +52,7 @@ from cdclake.decoding.rows import (
     column_payload,
     exact_text,
 )
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 from cdclake.tuples.untypeable import NotTypeable
 from cdclake.wal.record import WalTuple
 

@@ -27,7 +27,7 @@ from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.decoding.changes import DELETE, INSERT, Change, Truncate, TxnInfo
 from cdclake.decoding.rows import UNCHANGED_TOAST, LayoutCache, RowLayout, column_payload
 from cdclake.tuples.codecs import FORMAT_ERRORS
-from cdclake.tuples.heap import MissingValue
+from cdclake.tuples.desc import MissingValue
 
 try:
     import cython
