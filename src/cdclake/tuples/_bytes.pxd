@@ -1,6 +1,7 @@
 # cython: language_level=3
-"""C helpers the compiled twins of :mod:`cdclake.tuples` share, the decoder's, which reads a
-commit record's fields, and the output plugins', which read datums (inlined into each)."""
+"""C helpers the compiled output plugins inline where they read datums and write lines
+(``decoding/plugins``: ``_inline.pxd``, ``_columns.pyx``, ``arrow.py``, ``test_decoding.py``),
+and the C function float8out takes its digits from (``tuples/floats.py``)."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 

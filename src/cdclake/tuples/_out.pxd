@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""A growing C output buffer, which the compiled twins that write text share (inlined into
-each): a value's or a line's bytes are written into it, then decoded to ``str`` once."""
+"""A growing C output buffer (inlined where it is used: ``cdclake waldump``'s compiled lines,
+``_waldump.pyx``): a line's bytes are written into it, then decoded to ``str`` once."""
 
 from cpython.mem cimport PyMem_Realloc
 from libc.string cimport memcpy

@@ -31,10 +31,15 @@ except ImportError:  # Cython is a build tool: Python runs this module without i
 
 if cython.compiled:
     from cython.cimports.cdclake.tuples._bytes import PyOS_double_to_string
+    from cython.cimports.cdclake.tuples._ints import le_uint
+    from cython.cimports.cdclake.wal._primitives import bytes_of
     from cython.cimports.cpython.mem import PyMem_Free
     from cython.cimports.libc.math import ldexp
 else:
     from math import ldexp
+
+    from cdclake.tuples.ints import le_uint
+    from cdclake.wal.primitives import bytes_of
 
 _F4 = struct.Struct("<f")
 _F8 = struct.Struct("<d")
@@ -117,9 +122,7 @@ def float8_datum_text(p: bytes) -> str:
     data = p if type(p) is bytes else bytes(p)
     if len(data) != 8:
         raise ValueError(f"a float8 datum takes 8 bytes, not {len(data)}")
-    bits = 0
-    for i in range(7, -1, -1):
-        bits = bits << 8 | data[i]
+    bits = le_uint(bytes_of(data), 0, 8)
     neg = bits >> 63 != 0
     biased = bits >> 52 & 0x7FF
     frac = bits & FRACTION_MASK
