@@ -29,6 +29,7 @@ PURE_PYTHON_MODE = ("cdclake/catalog/versions.py", "cdclake/decoding/changes.py"
                     "cdclake/tuples/heap.py",
                     "cdclake/tuples/floats.py", "cdclake/tuples/ints.py",
                     "cdclake/tuples/jsonb.py", "cdclake/tuples/numeric.py",
+                    "cdclake/waldump.py",
                     "cdclake/wal/reader.py", "cdclake/wal/rmgr/heap.py",
                     "cdclake/wal/rmgr/heap2.py", "cdclake/wal/rmgr/xact.py")
 

@@ -9,6 +9,13 @@ standby, logical messages, storage, relmap, checkpoints and other XLOG records) 
 record type for the rest; they are not guaranteed to be byte-identical to pg_waldump's.
 Rmgr and record-type names come from the rmgr table (:mod:`cdclake.decoding.rmgrs`); this
 command sits above the ``wal`` and ``decoding`` layers for that reason.
+
+``--json`` spent four fifths of its time formatting, so this file is compiled as itself
+(Cython's pure-Python mode, ``_waldump.pxd``): the fields of the records a WAL is mostly made
+of (heap INSERT, UPDATE, HOT_UPDATE and DELETE, plain COMMITs) are read by the field readers
+``heap.parse`` and ``xact.parse`` read them with, as C integers, and their f-strings become
+C formatting; a record's type comes from a cache of the rmgr table's names (``identify``
+depends only on the rmgr, the info byte and the server version).
 """
 
 from __future__ import annotations
@@ -18,13 +25,13 @@ import json
 import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from cdclake import native
 from cdclake.decoding.rmgrs import RMGRS, identify, rmgr_by_name, rmgr_name
 from cdclake.errors import CdclakeError
 from cdclake.lsn import format_lsn, parse_lsn
+from cdclake.tuples.datetimes import POSTGRES_EPOCH_JDATE, USECS_PER_DAY
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import (
     FORK_NAMES,
@@ -41,24 +48,65 @@ from cdclake.wal.record import (
 from cdclake.wal.rmgr import heap, heap2, logicalmsg, relmap, smgr, standby, xact
 from cdclake.wal.source import DirectorySource
 
+try:
+    import cython
+except ImportError:  # Cython is a build tool: Python runs this module without it
+    from cdclake.native import NOT_COMPILED as cython
+
+if cython.compiled:
+    from cython.cimports.cdclake.tuples._datetimes import floor_divmod
+    from cython.cimports.cdclake.tuples._julian import j2date
+    from cython.cimports.cdclake.wal.rmgr._heap import delete_fields, insert_fields, update_fields
+    from cython.cimports.cdclake.wal.rmgr._xact import finish_fields
+else:
+    from cdclake.tuples.datetimes import floor_divmod
+    from cdclake.tuples.julian import j2date
+    from cdclake.wal.rmgr.heap import delete_fields, insert_fields, update_fields
+    from cdclake.wal.rmgr.xact import finish_fields
+
 # CheckPoint (catalog/pg_control.h); wal_level at 20 is padding before 17, so offsets agree.
 _CHECKPOINT = struct.Struct("<QII?3xiQIIIIIIIxxxxqIII")
-_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _PAYLOAD_SHOWN = 32  #: logical-message payload bytes printed before "..."
+#: the first and the last µs of 0001-01-01 .. 9999-12-31 from PostgreSQL's epoch: the years
+#: a timestamp prints in plainly (the others as ``<timestamp µs>``)
+FIRST_PLAIN_US = -63_082_281_600_000_000
+LAST_PLAIN_US = 252_455_615_999_999_999
+
+#: the record kinds whose fields are formatted here as C integers where compiled
+HEAP_OPMASK = heap.XLOG_HEAP_OPMASK
+HEAP_INSERT = heap.XLOG_HEAP_INSERT
+HEAP_UPDATE = heap.XLOG_HEAP_UPDATE
+HEAP_HOT_UPDATE = heap.XLOG_HEAP_HOT_UPDATE
+HEAP_DELETE = heap.XLOG_HEAP_DELETE
+XACT_OPMASK = xact.XLOG_XACT_OPMASK
+XACT_COMMIT = xact.XLOG_XACT_COMMIT
+XINFO_HAS_DBINFO = xact.XACT_XINFO_HAS_DBINFO
+
+#: ``identify``'s names by (version, rmgr id, info byte)
+_kinds: dict[int, str] = {}
+#: each rmgr's name, and each fork's, as a JSON string
+_rmgr_json: dict[int, str] = {}
 
 
 def record_type(rec: XLogRecord, version: int) -> str:
     """pg_waldump's record type name (``rm_identify``), or ``UNKNOWN (0xNN)``."""
-    return identify(rec, version)
+    key = version << 16 | rec.rmid << 8 | rec.info
+    kind = _kinds.get(key)
+    if kind is None:
+        kind = _kinds[key] = identify(rec, version)
+    return kind
 
 
 def _timestamp(us: int) -> str:
-    """A TimestampTz (µs since 2000-01-01 UTC) as PostgreSQL prints it, in UTC."""
-    try:
-        ts = _PG_EPOCH + timedelta(microseconds=us)
-    except OverflowError:
+    """A TimestampTz (µs since 2000-01-01 UTC) as PostgreSQL prints it, in UTC, six digits of
+    µs (the calendar: :func:`~cdclake.tuples.julian.j2date`)."""
+    if not FIRST_PLAIN_US <= us <= LAST_PLAIN_US:
         return f"<timestamp {us}>"
-    return ts.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    days, t = floor_divmod(us, USECS_PER_DAY)
+    y, m, d = j2date(days + POSTGRES_EPOCH_JDATE)
+    secs = t // 1_000_000
+    return (f"{y:04d}-{m:02d}-{d:02d} {secs // 3600:02d}:{secs // 60 % 60:02d}:"
+            f"{secs % 60:02d}.{t - secs * 1_000_000:06d} UTC")
 
 
 def _xids(xids: Iterable[int]) -> str:
@@ -94,13 +142,20 @@ def _desc_xlog(rec: XLogRecord, version: int) -> str:
 
 
 def _desc_xact(rec: XLogRecord, version: int) -> str:
+    if rec.info & XACT_OPMASK == XACT_COMMIT:
+        try:
+            fields = finish_fields(rec.info, XACT_COMMIT, rec.main_data, version)
+        except (IndexError, ValueError):  # xact.parse says what is wrong
+            fields = None
+        if fields is not None and not fields[1] & ~XINFO_HAS_DBINFO:
+            return _timestamp(fields[0])  # a plain COMMIT: its time alone
     parsed = xact.parse(rec, version)
     if isinstance(parsed, xact.XactFinish):
         parts = [_timestamp(parsed.xact_time)]
         if parsed.twophase_xid:
             parts[0] = f"{parsed.twophase_xid}: {parts[0]}"
         if parsed.relations:
-            parts.append("rels: " + " ".join(str(r) for r in parsed.relations))
+            parts.append("rels: " + " ".join([str(r) for r in parsed.relations]))
         if parsed.dropped_stats:
             parts.append(f"dropped stats: {parsed.dropped_stats}")
         if parsed.subxacts:
@@ -168,23 +223,27 @@ def _desc_standby(rec: XLogRecord, _version: int) -> str:
 
 
 def _desc_heap(rec: XLogRecord, _version: int) -> str:
-    parsed = heap.parse(rec)
-    if isinstance(parsed, heap.HeapInsert):
-        return f"off: {parsed.offnum}, flags: 0x{parsed.flags:02X}"
-    if isinstance(parsed, heap.HeapUpdate):
-        return (f"old_xmax: {parsed.old_xmax}, old_off: {parsed.old_offnum}, old_infobits: "
-                f"0x{parsed.old_infobits:02X}, flags: 0x{parsed.flags:02X}, new_xmax: "
-                f"{parsed.new_xmax}, new_off: {parsed.new_offnum}")
-    if isinstance(parsed, heap.HeapDelete):
-        return (f"xmax: {parsed.xmax}, off: {parsed.offnum}, infobits: "
-                f"0x{parsed.infobits:02X}, flags: 0x{parsed.flags:02X}")
+    op = rec.info & HEAP_OPMASK
+    blocks = rec.blocks
+    if blocks and op == HEAP_INSERT:
+        off, flags = insert_fields(rec, rec.main_data, blocks[0].data)
+        return f"off: {off}, flags: 0x{flags:02X}"
+    if blocks and op in (HEAP_UPDATE, HEAP_HOT_UPDATE):
+        xmax, off, bits, flags, new_xmax, new_off, _prefix, _suffix, _at = update_fields(
+            rec, op, rec.main_data, blocks[0].data)
+        return (f"old_xmax: {xmax}, old_off: {off}, old_infobits: 0x{bits:02X}, flags: "
+                f"0x{flags:02X}, new_xmax: {new_xmax}, new_off: {new_off}")
+    if blocks and op == HEAP_DELETE:
+        xmax, off, bits, flags = delete_fields(rec, rec.main_data)
+        return f"xmax: {xmax}, off: {off}, infobits: 0x{bits:02X}, flags: 0x{flags:02X}"
+    parsed = heap.parse(rec)  # the rest, and the records without a block, which it refuses
     if isinstance(parsed, heap.HeapTruncate):
-        flags = [n for bit, n in ((heap.XLH_TRUNCATE_CASCADE, "CASCADE"),
+        names = [n for bit, n in ((heap.XLH_TRUNCATE_CASCADE, "CASCADE"),
                                   (heap.XLH_TRUNCATE_RESTART_SEQS, "RESTART_SEQS"))
                  if parsed.flags & bit]
-        return (("flags: " + " ".join(flags) + ", " if flags else "")
+        return (("flags: " + " ".join(names) + ", " if names else "")
                 + f"nrelids: {len(parsed.relids)}, relids: "
-                + " ".join(str(r) for r in parsed.relids))
+                + " ".join([str(r) for r in parsed.relids]))
     if isinstance(parsed, (heap.HeapConfirm, heap.HeapInplace)):
         return f"off: {parsed.offnum}"
     return ""
@@ -248,21 +307,37 @@ def record_json_line(rec: XLogRecord, version: int) -> str:
     """One record as a JSON object on one line (the ``--json`` output), written as
     ``json.dumps`` writes it but without building a dict first: keys lsn, prev, xid, rmgr,
     tot_len, rec_len, blocks (id, rel, fork, blk, image) and desc."""
-    blocks = ", ".join(
-        f'{{"id": {b.id}, "rel": "{b.rlocator}", "fork": {_json_str(_fork_name(b.fork))}, '
-        f'"blk": {b.blkno}, "image": {"false" if b.image is None else "true"}}}'
-        for b in rec.blocks)
-    return (f'{{"lsn": "{format_lsn(rec.lsn)}", "prev": "{format_lsn(rec.prev)}", '
-            f'"xid": {rec.xid}, "rmgr": {_json_str(rmgr_name(rec.rmid))}, '
-            f'"tot_len": {rec.tot_len}, "rec_len": {rec.rec_len}, "blocks": [{blocks}], '
+    lsn = rec.lsn
+    prev = rec.prev
+    rmid = rec.rmid
+    rmgr = _rmgr_json.get(rmid)
+    if rmgr is None:
+        rmgr = _rmgr_json[rmid] = _json_str(rmgr_name(rmid))
+    rec_len = rec.tot_len  # less the block images
+    parts = []
+    for b in rec.blocks:
+        loc = b.rlocator
+        fork = b.fork
+        image = b.image
+        if image is not None:
+            rec_len -= len(image)
+        parts.append(
+            f'{{"id": {b.id}, "rel": "{loc.spc}/{loc.db}/{loc.rel}", "fork": '
+            f'{_FORK_JSON[fork] if 0 <= fork < len(_FORK_JSON) else _json_str(f"fork{fork}")}, '
+            f'"blk": {b.blkno}, "image": {"false" if image is None else "true"}}}')
+    return (f'{{"lsn": "{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}", '
+            f'"prev": "{prev >> 32:X}/{prev & 0xFFFFFFFF:X}", '
+            f'"xid": {rec.xid}, "rmgr": {rmgr}, "tot_len": {rec.tot_len}, '
+            f'"rec_len": {rec_len}, "blocks": [{", ".join(parts)}], '
             f'"desc": {_json_str(describe(rec, version))}}}')
 
 
-#: the references, which the compiled twins (``cdclake._waldump``) fall back to and must equal
-_python_describe = describe
-_python_record_json_line = record_json_line
-describe = native.twin(describe, "cdclake._waldump")  # type: ignore[assignment]
-record_json_line = native.twin(record_json_line, "cdclake._waldump")  # type: ignore[assignment]
+_FORK_JSON = tuple(_json_str(f) for f in FORK_NAMES)
+
+
+if not cython.compiled:  # compiled as itself: the compiled module's, where it was built
+    describe = native.twin(describe, "cdclake._waldump")  # type: ignore[assignment]
+    record_json_line = native.twin(record_json_line, "cdclake._waldump")  # type: ignore[assignment]
 
 
 def record_text(rec: XLogRecord, version: int) -> str:

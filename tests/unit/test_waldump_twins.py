@@ -1,5 +1,5 @@
-"""The compiled ``cdclake waldump`` line (``describe`` and ``record_json_line`` in
-``cdclake/_waldump.pyx``) against its Python reference: on every record of the committed WAL
+"""The compiled ``cdclake waldump`` line (``describe`` and ``record_json_line``: ``waldump.py``
+compiled as itself) against the module run by Python: on every record of the committed WAL
 fixtures of PostgreSQL 15 and 18, and on records made malformed or unusual from them (cut
 short, other flags, every commit shape, timestamps at the edges of four-digit years, unknown
 rmgrs and forks, non-ASCII descriptions). The same text, or the same error. No server."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import _waldump, waldump  # type: ignore[attr-defined]
+from cdclake import _waldump, native, waldump  # type: ignore[attr-defined]
 from cdclake.wal.reader import XLogReader
 from cdclake.wal.record import RM_HEAP_ID, RM_LOGICALMSG_ID, RM_XACT_ID, XLogRecord
 from cdclake.wal.rmgr import heap, xact
@@ -21,10 +21,12 @@ from cdclake.wal.source import DirectorySource
 from tests.unit.wal.conftest import VERSIONS, load_fixture
 
 Format = Callable[[XLogRecord, int], str]
-PAIRS: tuple[tuple[Format, Format], ...] = (
-    (_waldump.describe, waldump._python_describe),
-    (_waldump.record_json_line, waldump._python_record_json_line),
-)
+with native.use_python():
+    PYTHON_DESCRIBE: Format = waldump.describe
+    PAIRS: tuple[tuple[Format, Format], ...] = (
+        (_waldump.describe, waldump.describe),
+        (_waldump.record_json_line, waldump.record_json_line),
+    )
 #: µs from PostgreSQL's epoch to 10000-01-01: the first time strftime's %Y prints five digits
 YEAR_10000 = 252455616000000000
 
@@ -41,7 +43,7 @@ def _assert_agree(rec: XLogRecord, version: int) -> str:
     for fast, reference in PAIRS:
         want = _outcome(reference, rec, version)
         assert _outcome(fast, rec, version) == want, (rec, want)
-    return str(_outcome(waldump._python_describe, rec, version))
+    return str(_outcome(PYTHON_DESCRIBE, rec, version))
 
 
 @pytest.fixture(scope="module", params=VERSIONS, ids=[f"pg{v}" for v in VERSIONS])
@@ -160,3 +162,16 @@ def test_the_waldump_command_writes_the_same_lines(tmp_path: Path,
                 outputs.append(capsys.readouterr().out)
     assert outputs[:2] == outputs[2:]
     assert len(outputs[0].splitlines()) == len(fix.rows)
+
+
+def test_truncates_with_their_flags(records: tuple[int, list[XLogRecord]]) -> None:
+    """A TRUNCATE's flags are named as pg_waldump names them (the compiled describe once took
+    them for the C integer its heap records keep)."""
+    version, recs = records
+    rec = _first(recs, RM_HEAP_ID, heap.XLOG_HEAP_INSERT)
+    texts = [_assert_agree(dataclasses.replace(
+        rec, info=heap.XLOG_HEAP_TRUNCATE, blocks=[],
+        main_data=struct.pack("<IIB3x2I", 5, 2, flags, 16384, 16390)), version)
+        for flags in range(4)]
+    assert texts[0] == "TRUNCATE nrelids: 2, relids: 16384 16390"
+    assert texts[3] == "TRUNCATE flags: CASCADE RESTART_SEQS, nrelids: 2, relids: 16384 16390"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cdclake import _waldump, waldump  # type: ignore[attr-defined]
+from cdclake import _waldump, native, waldump  # type: ignore[attr-defined]
 from cdclake.cli import main as cli_main
 from cdclake.local.postgres import LocalPostgres
 from cdclake.lsn import parse_lsn
@@ -149,11 +149,11 @@ def test_compiled_lines_equal_the_reference(compared: Compared) -> None:
     """Every record of the live WAL, large messages and TOAST included: the compiled
     ``waldump`` line and description are the Python reference's, character for character."""
     c = compared
+    with native.use_python():
+        python_line, python_describe = waldump.record_json_line, waldump.describe
     for rec in c.records:
-        assert (_waldump.record_json_line(rec, c.pg.version)
-                == waldump._python_record_json_line(rec, c.pg.version))
-        assert _waldump.describe(rec, c.pg.version) == waldump._python_describe(rec,
-                                                                               c.pg.version)
+        assert _waldump.record_json_line(rec, c.pg.version) == python_line(rec, c.pg.version)
+        assert _waldump.describe(rec, c.pg.version) == python_describe(rec, c.pg.version)
 
 
 def test_cli_text_matches_pg_waldump_line_heads(compared: Compared,
