@@ -35,7 +35,7 @@ if cython.compiled:
     from cython.cimports.libc.stdlib import free, malloc
 else:
     from cdclake.tuples.ints import le_uint
-    from cdclake.wal.primitives import bytes_of, span
+    from cdclake.wal.primitives import bytes_of
 
 
 HEAP_HASNULL = 0x0001
@@ -189,15 +189,17 @@ def deform(tup: WalTuple, columns: Sequence[Column]) -> list[object]:
             if nxt >= end:
                 ran_out(columns[i], base + off, end - off + 1, base + end)
             if not w.dropped[i]:
-                out[i] = span(bp, start + off, start + nxt)
+                out[i] = (span(bp, start + off, start + nxt) if cython.compiled
+                          else raw[start + off:start + nxt])
             off = nxt + 1
             continue
         else:
             col = columns[i]
             raise TupleDecodeError(
                 f"column {col.name!r} (attnum {col.attnum}) has impossible attlen {attlen}")
-        if not w.dropped[i]:
-            out[i] = span(bp, start + off, start + nxt)
+        if not w.dropped[i]:  # compiled, the reader's span (no slice object); Python slices
+            out[i] = (span(bp, start + off, start + nxt) if cython.compiled
+                      else raw[start + off:start + nxt])
         off = nxt
     return out
 
