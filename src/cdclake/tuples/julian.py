@@ -4,10 +4,10 @@ date2j), valid from 4714-11-24 BC on, where Python's ``datetime`` stops at years
 
 This file is compiled as itself too, as ``cdclake.tuples._julian`` (Cython's pure-Python
 mode; ``_julian.pxd`` adds the C types): the compiled date and timestamp texts
-(``_datetimes.pyx``) call its :func:`j2date` as C, once per value, so the calendar is written
-here only. Compiled, it divides as C does, as datetime.c does (the comment above): for a
-Julian day (0 is 4714-11-24 BC) every operand is positive, where C's and Python's division
-agree.
+(``datetimes.py``) and ``cdclake waldump``'s commit times call its :func:`j2date` as C, once
+per value, so the calendar is written here only. Compiled, it divides as C does, as
+datetime.c does (the comment above): for a Julian day (0 is 4714-11-24 BC) every operand is
+positive, where C's and Python's division agree.
 """
 
 from __future__ import annotations
