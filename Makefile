@@ -33,9 +33,12 @@ demo: $(STAMP)
 # module fixtures (a captured workload, a Spark session) are made once; files are handed out
 # in collection order (tests/conftest.py puts the slow suites first), not by test count
 PYTEST_WORKERS ?= 3
+# Python's bytecode cache stays on for the suite's processes even where the environment turns
+# it off (PYTHONDONTWRITEBYTECODE): each worker, `cdclake` subprocess, Airflow task and Spark
+# Python worker would otherwise compile cdclake's sources and the test modules again
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests dags bench setup.py
-	$(VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests dags bench setup.py

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from cdclake.quality import deferred
+
 if TYPE_CHECKING:
     import pandas as pd
     from great_expectations.core import ExpectationSuiteValidationResult
@@ -81,8 +83,7 @@ class QualityContext:
     """
 
     def __init__(self, reports_dir: Path, keep_results: int = 100) -> None:
-        import great_expectations as gx
-
+        gx = deferred.great_expectations()
         self.keep_results = keep_results
         self.reports_dir = Path(reports_dir).resolve()
         self.reports_dir.mkdir(parents=True, exist_ok=True)
@@ -272,8 +273,7 @@ class QualityContext:
     def _definition(self, suite: ExpectationSuite, asset: str, spark: bool) -> Any:
         """The suite's validation definition, its suite and asset stored in the context —
         written again only when what they are made from changed."""
-        import great_expectations as gx
-
+        gx = deferred.great_expectations()
         made_of = json.dumps([suite.to_json_dict(), asset, spark], sort_keys=True, default=str)
         known = self._definitions.get(suite.name)
         if known is not None and known[0] == made_of:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdclake.errors import ConfigError
+from cdclake.quality import deferred
 
 if TYPE_CHECKING:
     from great_expectations.core.expectation_suite import ExpectationSuite
@@ -152,7 +153,7 @@ def build_suite(suite: Mapping[str, Any]) -> ExpectationSuite:
     carries on without it, which would silently drop a check; building each one first makes
     that an error.
     """
-    import great_expectations as gx
+    gx = deferred.great_expectations()
     from great_expectations.expectations.expectation_configuration import (
         ExpectationConfiguration,
     )

@@ -1,4 +1,9 @@
-"""One GX Data Context per test session: opening one costs seconds (the import)."""
+"""One GX Data Context per test session: opening one costs seconds (the import).
+
+GX is imported here, before any test module of this directory imports parts of it, the way
+cdclake imports it (:mod:`cdclake.quality.deferred`): collecting the suite, every worker
+imports it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from cdclake.config import Config
+from cdclake.quality import deferred
 from cdclake.quality.context import QualityContext
+
+deferred.great_expectations()
 
 
 @pytest.fixture(scope="session")
