@@ -314,6 +314,8 @@ def record_json_line(rec: XLogRecord, version: int) -> str:
     if rmgr is None:
         rmgr = _rmgr_json[rmid] = _json_str(rmgr_name(rmid))
     rec_len = rec.tot_len  # less the block images
+    # the LSNs and relation locators are spelled out as format_lsn and RelFileLocator print
+    # them, so that the compiled module formats their integers in C
     parts = []
     for b in rec.blocks:
         loc = b.rlocator
@@ -323,7 +325,7 @@ def record_json_line(rec: XLogRecord, version: int) -> str:
             rec_len -= len(image)
         parts.append(
             f'{{"id": {b.id}, "rel": "{loc.spc}/{loc.db}/{loc.rel}", "fork": '
-            f'{_FORK_JSON[fork] if 0 <= fork < len(_FORK_JSON) else _json_str(f"fork{fork}")}, '
+            f'{_FORK_JSON[fork] if 0 <= fork < len(_FORK_JSON) else _json_str(_fork_name(fork))}, '
             f'"blk": {b.blkno}, "image": {"false" if image is None else "true"}}}')
     return (f'{{"lsn": "{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}", '
             f'"prev": "{prev >> 32:X}/{prev & 0xFFFFFFFF:X}", '
