@@ -1,8 +1,13 @@
-"""cdclake's own GX expectations: the two change-stream rules GX has no built-in for.
+"""cdclake's own GX expectations: the change-stream rules GX has no built-in for.
 
 Importing this module registers them with GX (its metaclasses register on class creation), so
 it imports GX at module level and is only ever imported lazily, by the suite builder.
 
+* :class:`ExpectMulticolumnValuesToNotBeNull` — none of several columns is null, as one
+  expectation. GX checks one column per ``expect_column_values_to_not_be_null``, and its
+  price is per expectation, not per row: building each one's metric graph is most of what
+  checking a small batch costs. The change stream's six system columns in one took a table's
+  check from 123 to 88 ms of CPU (warm, a few rows).
 * :class:`ExpectCompoundColumnsToBeIncreasingWithinGroups` — LSN order inside a transaction.
   GX's ``expect_column_values_to_be_increasing`` compares each row with the previous row of
   the whole batch; a transaction's order key is ``(_lsn, _seq)`` and only rows of the same
@@ -117,6 +122,38 @@ class ExpectCompoundColumnsToBeIncreasingWithinGroups(MulticolumnMapExpectation)
         if len(columns) - len(set(group)) < 1:
             raise ValueError("column_list needs at least one column outside group_by to order")
         return values
+
+
+# --- several columns never null --------------------------------------------------------------
+
+
+class MulticolumnValuesNotNull(MulticolumnMapMetricProvider):
+    condition_metric_name = "cdclake.multicolumn_values.not_null"
+    condition_domain_keys = _MULTICOLUMN_DOMAIN_KEYS
+
+    @multicolumn_condition_partial(engine=PandasExecutionEngine)
+    def _pandas(cls, column_list: pd.DataFrame, **kwargs: Any) -> pd.Series:
+        return column_list.notna().all(axis=1)
+
+
+class ExpectMulticolumnValuesToNotBeNull(MulticolumnMapExpectation):
+    """No value of the columns in ``column_list`` is null; a row reported shows them all, so
+    its sample names the null one(s).
+
+    ``ignore_row_if`` is ``never`` (GX's multi-column default skips the rows whose values are
+    all missing, the very rows to report).
+    """
+
+    ignore_row_if: Literal["all_values_are_missing", "any_value_is_missing", "never"] = "never"
+
+    map_metric = "cdclake.multicolumn_values.not_null"
+    success_keys: ClassVar[tuple[str, ...]] = ("mostly",)
+    args_keys = ("column_list",)
+    library_metadata: ClassVar[dict[str, Any]] = {
+        "maturity": "production",
+        "tags": ["cdclake", "multi-column expectation", "completeness"],
+        "contributors": ["cdclake"],
+    }
 
 
 # --- replica identity of updates and deletes -----------------------------------------------

@@ -56,7 +56,10 @@ def test_good_streams_pass_and_tables_without_identity_are_reported(
     assert report.success, report.summary()
     assert report.failures() == []
     assert [t.table for t in report.tables] == sorted(tables)
-    assert all(t.evaluated >= 12 for t in report.tables)
+    # the suite's checks, the identity one (or the two unkeyed counts of a table without one)
+    assert {t.table: t.evaluated for t in report.tables} == {
+        "public.orders": 8, "public.items": 8, "public.audit": 8, "public.log": 9,
+        "public.nopk": 9}
     by_table = {n.table: n for n in report.identity_nothing}
     assert set(by_table) == {"public.log", "public.nopk"}
     assert (by_table["public.log"].unkeyed_updates, by_table["public.log"].unkeyed_deletes) == (
@@ -144,6 +147,27 @@ def test_each_broken_stream_rule_fails_alone_and_precisely(
         in message
     assert f"{count} of {len(changes)} row(s) unexpected" in message
     assert f"_lsn={format_lsn(sample['_lsn'])}" in message
+
+
+@pytest.mark.parametrize("column", ["_commit_ts", "_xid"])
+def test_a_null_system_column_fails_one_check_whose_sample_shows_it(
+        quality_config: Config, gx_context: QualityContext, column: str) -> None:
+    rel = builders.relation()
+    stream = builders.stream(rel, builders.good_changes())
+    values = stream.column(column).to_pylist()
+    values[3] = None
+    field = stream.schema.field(column)
+    stream = stream.set_column(stream.schema.get_field_index(column), field,
+                               pa.array(values, field.type))
+    report = validate_stream(quality_config, {ORDERS: stream}, {ORDERS: rel}, context=gx_context)
+    failures = _only_failures(report)
+    assert set(failures) == {"system_not_null"}, report.summary()
+    failure = failures["system_not_null"]
+    assert failure.expectation == "expect_multicolumn_values_to_not_be_null"
+    assert (failure.unexpected_count, failure.element_count) == (1, len(values))
+    # the row's columns, the null one null (GX writes a null timestamp as NaT)
+    assert [s[column] for s in failure.samples] in ([None], ["NaT"]), failure.samples
+    assert "_commit_lsn, _commit_ts, _xid, _lsn, _seq, _op" in report.summary()
 
 
 def test_a_duplicate_change_breaks_uniqueness_and_strict_order(
