@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -72,6 +73,24 @@ def pg(request: pytest.FixtureRequest, clusters: dict[int, LocalPostgres]) -> Lo
     if version not in clusters:
         clusters[version] = _start(version)
     return clusters[version]
+
+
+@pytest.fixture(scope="session")
+def _shared_spark() -> Iterator[None]:
+    """Stops the worker's shared Spark session at the end (tests/support/spark.py)."""
+    yield
+    from tests.support.spark import stop_shared_session
+
+    stop_shared_session()
+
+
+@pytest.fixture
+def spark(_shared_spark: None) -> Any:
+    """The worker's plain Spark session (local[2], 2 partitions, the decode job's workers),
+    shared by the files that decode on Spark (tests/support/spark.py)."""
+    from tests.support.spark import shared_session
+
+    return shared_session()
 
 
 @pytest.fixture

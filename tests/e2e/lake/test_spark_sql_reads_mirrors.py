@@ -137,11 +137,14 @@ def _decode(pg: LocalPostgres, options: DecodeOptions, root: Path, name: str) ->
 
 @pytest.fixture(scope="module")
 def spark(lake: Lake) -> Iterator[Any]:
-    """A plain session first (a JVM without Iceberg), then the mirrors' session."""
+    """A plain session first (a JVM without Iceberg: the worker's JVM, which an earlier file
+    may have started, is ended first), then the mirrors' session."""
     from pyspark.sql import SparkSession
 
+    from cdclake.sparkenv.session import end
     from cdclake.sparkenv.session import session as spark_session
 
+    end()
     plain = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     plain.getOrCreate()
     session = spark_session(lake.config, "test")

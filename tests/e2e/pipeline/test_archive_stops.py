@@ -26,24 +26,13 @@ import pytest
 
 from cdclake.archive import Layout, open_store
 from cdclake.archive.manifest import Manifest
-from cdclake.config import Config
 from cdclake.pipeline import steps
-from cdclake.spark import job
-from cdclake.sparkenv.session import session as spark_session
 from cdclake.stream.progress import load_progress
 from tests.e2e.pipeline.test_faults import TABLES, Stream, bank_stream
 from tests.e2e.pipeline.test_snapshot_cli import cdclake, mirror_rows, ok
 from tests.support.walfiles import padding_offset
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = spark_session(Config(spark_master="local[2]", spark_partitions=2), "test",
-                            tasks=(job.__name__,))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
