@@ -25,30 +25,31 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CONFIG = Config(spark_master="local[2]", spark_partitions=2)
-#: the app name (``cdclake-<app>-<stream>``) that tells this session from a file's own
-APP = "suite"
+
+#: the session :func:`shared_session` made last
+_shared: SparkSession | None = None
 
 
 def shared_session() -> SparkSession:
     """This process's shared session: the live one if it is the shared one, else a new one
     (a file's own session still running is stopped first: a test asking for this one is
     done with it)."""
+    global _shared
     from pyspark.sql import SparkSession
 
     live = SparkSession._instantiatedSession
+    if live is not None and live is _shared:
+        return live
     if live is not None:
-        if live.sparkContext.appName == f"cdclake-{APP}-{CONFIG.stream}":
-            return live
         live.stop()
-    return session(CONFIG, APP, tasks=(job.__name__,))
+    _shared = session(CONFIG, "suite", tasks=(job.__name__,))
+    return _shared
 
 
 def stop_shared_session() -> None:
-    """Stop the shared session, if it is the live one (at the end of a worker's session,
-    not at interpreter exit, when logging is already torn down)."""
-    import sys
-
-    pyspark_sql = sys.modules.get("pyspark.sql")
-    live = pyspark_sql.SparkSession._instantiatedSession if pyspark_sql else None
-    if live is not None and live.sparkContext.appName == f"cdclake-{APP}-{CONFIG.stream}":
-        live.stop()
+    """Stop the shared session if it is still the live one (at the end of a worker's
+    session, not at interpreter exit, when logging is already torn down)."""
+    global _shared
+    if _shared is not None and type(_shared)._instantiatedSession is _shared:
+        _shared.stop()
+    _shared = None
