@@ -75,22 +75,14 @@ def pg(request: pytest.FixtureRequest, clusters: dict[int, LocalPostgres]) -> Lo
     return clusters[version]
 
 
-@pytest.fixture(scope="session")
-def _shared_spark() -> Iterator[None]:
-    """Stops the worker's shared Spark session at the end (tests/support/spark.py)."""
-    yield
-    from tests.support.spark import stop_shared_session
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A plain Spark session for the file, stopped at its end (tests/support/spark.py)."""
+    from tests.support.spark import plain_session
 
-    stop_shared_session()
-
-
-@pytest.fixture
-def spark(_shared_spark: None) -> Any:
-    """The worker's plain Spark session (local[2], 2 partitions, the decode job's workers),
-    shared by the files that decode on Spark (tests/support/spark.py)."""
-    from tests.support.spark import shared_session
-
-    return shared_session()
+    session = plain_session()
+    yield session
+    session.stop()
 
 
 @pytest.fixture

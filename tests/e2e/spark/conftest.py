@@ -1,4 +1,4 @@
-"""Fixtures for the Spark decode tests: the worker's shared session (``spark``, tests/conftest.py)
+"""Fixtures for the Spark decode tests: the file's plain session (``spark``, tests/conftest.py)
 decodes; the session's S3 endpoint (tests/e2e/conftest.py) and the archive tests' prefix per
 test serve the one test over HTTP S3.
 """
