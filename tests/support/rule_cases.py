@@ -4,6 +4,7 @@ each engine must decide every case as the Python dialect does."""
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 from cdclake.decoding import stream
@@ -37,3 +38,52 @@ def decide(d: rules.Dialect, case: list[Any]) -> dict[str, Any]:
 def python_decisions() -> list[dict[str, Any]]:
     """What the Python dialect decides of every case."""
     return [decide(rules.PY, list(c)) for c in CASES]
+
+
+#: an event of a batch, as the merges' frames hold them: its key (two columns), its place in
+#: the stream's order, whether it sets the key's row or takes it, a column's value and
+#: whether the change left that column unchanged (TOAST)
+EVENT_COLUMNS = ("k1", "k2", *rules.ORDER, "sets", "v", "unchanged")
+
+
+def events(seed: int = 7, keys: int = 12, per_key: int = 9) -> list[tuple[Any, ...]]:
+    """Per key, a history a table can have — a row inserted (or already in the mirror),
+    updated (some updates leaving the column unchanged, some setting it null), deleted and
+    inserted again — the keys' events interleaved in the stream's order, where several
+    changes share a commit and a multi-insert's rows share an LSN; in no particular order."""
+    rng = random.Random(seed)
+    places = sorted(rng.sample(list(itertools.product(
+        range(100, 100 + keys * per_key // 2), (0, 16, 32), (0, 1))), keys * per_key))
+    turns = [k for k in range(keys) for _ in range(per_key)]
+    rng.shuffle(turns)  # whose event takes each place, in order
+    exists = [rng.random() < 0.5 for _ in range(keys)]
+    out = []
+    for k, place in zip(turns, places, strict=True):
+        sets = not exists[k] or rng.random() < 0.8
+        unchanged = sets and exists[k] and rng.random() < 0.5
+        out.append((k % 4, "abc"[k // 4], *place, sets, rng.choice(["x", "y", None]),
+                    unchanged))
+        exists[k] = sets
+    rng.shuffle(out)
+    return out
+
+
+def replayed(batch: list[tuple[Any, ...]]) -> tuple[dict[tuple[Any, ...], tuple[Any, bool]],
+                                                    dict[tuple[Any, Any], tuple[Any, ...]]]:
+    """The two frame rules' sequential form, as the replay applies changes: walking the
+    events in the stream's order, each event's column value once carried and whether it is
+    still unchanged (the mirror's row then has it), by event; and each key's last event."""
+    carried: dict[tuple[Any, ...], tuple[Any, bool]] = {}
+    row: dict[tuple[Any, Any], Any] = {}  # a key's row in the batch: its value
+    last: dict[tuple[Any, Any], tuple[Any, ...]] = {}
+    for event in sorted(batch, key=lambda e: e[2:5]):
+        key, sets, value, unchanged = event[:2], *event[5:]
+        if sets and unchanged and key in row:
+            value, unchanged = row[key], False
+        if sets and not unchanged:
+            row[key] = value
+        elif not sets:
+            row.pop(key, None)
+        carried[event] = (value, unchanged)
+        last[key] = event
+    return carried, last

@@ -376,7 +376,8 @@ def merge(table: Table, source: Changes, *, name: str, stored: int | None,
 
         def decide(b: int) -> tuple[pa.Table, np.ndarray]:
             """Bucket ``b``'s touched keys, and the ranks of the changes that set rows."""
-            last = _last_events(deal.read("events", b, events_schema), keys)
+            last = rules.last_per_key(rules.ARROW, deal.read("events", b, events_schema), keys,
+                                      ("_ev",))
             ev = last.column("_ev")
             return last.select(keys), pc.shift_right(
                 ev.filter(pc.equal(pc.bit_wise_and(ev, 1), 1)), 1).to_numpy()
@@ -522,12 +523,6 @@ def _per_bucket(fn: Callable[[int], _T], buckets: int) -> list[_T]:
         return [fn(0)]
     with ThreadPoolExecutor(min(THREADS, buckets), thread_name_prefix="cdclake-bucket") as pool:
         return list(pool.map(fn, range(buckets)))
-
-
-def _last_events(events: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Per key, its last event."""
-    out = events.group_by(list(keys), use_threads=False).aggregate([("_ev", "max")])
-    return out.select(list(keys)).append_column("_ev", out.column("_ev_max"))
 
 
 def _semi_join(rows: pa.Table, keys_of: pa.Table, keys: Sequence[str]) -> pa.Table:

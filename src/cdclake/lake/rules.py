@@ -23,6 +23,18 @@ The rules:
 - **Look-ups**: an UPDATE or a DELETE looks up the row it changes (:func:`looks_up`) by its
   old key when that was logged, else by its new one (:func:`looked_up`); ``not_found`` counts
   those whose row is not there.
+- **Last per key**: of a key's events, the last in the stream's order decides its row
+  (:func:`last_per_key`).
+- **TOAST carry**: a value an UPDATE left unchanged (TOAST, not logged) is the value of the
+  key's last earlier event that carried one, else the mirror row's (:func:`carry`).
+
+The last two are rules over a batch's events, not over one change's values: they take a
+frame (a table of events) and one operation of it each, :meth:`Dialect.last_in_group` and
+:meth:`Dialect.previous_in_group`. The Spark dialect has both; the Arrow dialect the first
+(the columnar merge hands unchanged TOAST to the replay). The replay applies one change at a
+time to the mirror's rows, so its rows are these rules' sequential form — a key's row is its
+last change's, an unchanged value comes from the row the change replaces — and that form is
+what ``tests/support/rule_cases.py`` holds each dialect's frames to.
 """
 
 from __future__ import annotations
@@ -87,6 +99,19 @@ class Dialect:
         """``a IS DISTINCT FROM b``: null is a value here."""
         return a != b
 
+    def last_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str]) -> Any:
+        """Of ``frame``'s rows, the last by ``order`` of each group of equal ``keys``."""
+        raise NotImplementedError(_SEQUENTIAL)
+
+    def previous_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str],
+                          when: Any, value: Any) -> tuple[Any, Any]:
+        """For each row of ``frame``: whether a row before it by ``order`` in its group of
+        equal ``keys`` has ``when``, and the last such row's ``value`` (a null is a value)."""
+        raise NotImplementedError(_SEQUENTIAL)
+
+
+_SEQUENTIAL = "a frame's rule: the replay applies its sequential form (see the module's doc)"
+
 
 class ArrowDialect(Dialect):
     """Arrow arrays (and Python scalars beside them): a rule is a kernel over a batch."""
@@ -127,6 +152,18 @@ class ArrowDialect(Dialect):
     def distinct(self, a: Any, b: Any) -> Any:
         both = pc.and_(pc.is_valid(a), pc.is_valid(b))
         return pc.if_else(both, pc.not_equal(a, b), pc.xor(pc.is_valid(a), pc.is_valid(b)))
+
+    def last_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str]) -> Any:
+        """``order`` is one integer column, unique within a group (a rank in the stream's
+        order): the last row is the one with its largest, which Arrow's hash aggregation finds
+        without sorting (a bulk load's batch holds millions of events)."""
+        (rank,) = order
+        out = frame.group_by(list(keys), use_threads=False).aggregate([(rank, "max")])
+        last = pa.table([*(out.column(k) for k in keys), out.column(f"{rank}_max")],
+                        names=[*keys, rank])
+        if set(frame.column_names) == {*keys, rank}:
+            return last.select(frame.column_names)
+        return frame.join(last, [*keys, rank], join_type="left semi", use_threads=False)
 
 
 PY = Dialect()
@@ -171,3 +208,22 @@ def looked_up(d: Dialect, logged: Any, old: Any, new: Any) -> Any:
     """The key a look-up uses: the old key ``old`` when it was logged (``logged``), else the
     new one (a key, or one of its columns)."""
     return d.where(logged, old, new)
+
+
+def last_per_key(d: Dialect, events: Any, keys: Sequence[str],
+                 order: Sequence[str] = ORDER) -> Any:
+    """Per key, the event the stream puts last: it alone decides the key's row (an INSERT or
+    UPDATE writes it, a DELETE removes it). ``order``: the :data:`ORDER` columns, or one rank
+    in that order."""
+    return d.last_in_group(events, keys, order)
+
+
+def carry(d: Dialect, events: Any, keys: Sequence[str], value: Any, unchanged: Any,
+          setting: Any, order: Sequence[str] = ORDER) -> tuple[Any, Any]:
+    """A column's ``value`` in each event once unchanged TOAST values are carried: where the
+    event left it ``unchanged``, the value of the key's last earlier event that set the row
+    (``setting``) with a value of its own. Also whether it is still unchanged — no earlier
+    event carried one: the mirror's row has it (or nothing has: the value is lost)."""
+    carries = d.and_(setting, d.not_(unchanged))
+    found, previous = d.previous_in_group(events, keys, order, carries, value)
+    return d.where(d.and_(unchanged, found), previous, value), d.and_(unchanged, d.not_(found))

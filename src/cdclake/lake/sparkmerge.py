@@ -57,7 +57,7 @@ from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
-from cdclake.lake import labels
+from cdclake.lake import labels, rules
 from cdclake.lake.batch import Batch, TableChanges, TableEntry, VersionEntry
 from cdclake.lake.changes import FULL, KEY, VersionInfo
 from cdclake.lake.engine import MergeEngine
@@ -90,6 +90,7 @@ from cdclake.sparkenv.tasks import error_line, task
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.window import WindowSpec
 
 #: the table properties that make Spark's row-level writes merge-on-read
 MERGE_ON_READ = {"write.merge.mode": "merge-on-read", "write.update.mode": "merge-on-read",
@@ -180,6 +181,30 @@ class SparkDialect(Dialect):
 
     def distinct(self, a: Any, b: Any) -> Any:
         return ~a.eqNullSafe(b)
+
+    def last_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str]) -> Any:
+        from pyspark.sql import functions as F
+
+        last = _per_key(keys).orderBy(*(F.col(c).desc() for c in order))
+        return (frame.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
+                .drop("_rank"))
+
+    def previous_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str],
+                          when: Any, value: Any) -> tuple[Any, Any]:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        before = _per_key(keys).orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+        # a struct, so that a null the row carried is found as one
+        previous = F.last(F.when(when, F.struct(value.alias("v"))), ignorenulls=True).over(before)
+        return previous.isNotNull(), previous.getField("v")
+
+
+def _per_key(keys: Sequence[str]) -> WindowSpec:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    return Window.partitionBy(*(F.col(_q(k)) for k in keys))
 
 
 SPARK = SparkDialect()
@@ -548,26 +573,16 @@ def _events(changes: DataFrame, key: Sequence[int], fields: Mapping[int, NestedF
 
 
 def last_per_key(events: DataFrame, keys: Sequence[str], toast: Sequence[str]) -> DataFrame:
-    """The last event per key; an unchanged TOAST column takes the value of the key's previous
-    event that carried one (its flag stays set when none did: the MERGE keeps the mirror's)."""
-    from pyspark.sql import Window
+    """The last event per key (:func:`rules.last_per_key`), its unchanged TOAST columns
+    carried (:func:`rules.carry`: a flag left set means the MERGE keeps the mirror's)."""
     from pyspark.sql import functions as F
 
-    part = [F.col(_q(k)) for k in keys]
-    before = Window.partitionBy(*part).orderBy(*ORDER).rowsBetween(Window.unboundedPreceding, -1)
     out = events
     for name in toast:
-        flag = F.col(_flag(name))
-        carried = (F.col("_kind") == _SET) & ~flag
-        prev = F.last(F.when(carried, F.struct(F.col(_q(name)).alias("v"))), ignorenulls=True)
-        out = out.withColumn("_prev", prev.over(before))
-        out = (out.withColumn(name, F.when(flag & F.col("_prev").isNotNull(),
-                                           F.col("_prev.v")).otherwise(F.col(_q(name))))
-               .withColumn(_flag(name), flag & F.col("_prev").isNull())
-               .drop("_prev"))
-    last = Window.partitionBy(*part).orderBy(*(F.col(c).desc() for c in ORDER))
-    return (out.withColumn("_rank", F.row_number().over(last)).where(F.col("_rank") == 1)
-            .drop("_rank"))
+        value, unchanged = rules.carry(SPARK, out, keys, F.col(_q(name)), F.col(_flag(name)),
+                                       F.col("_kind") == _SET)
+        out = out.withColumns({name: value, _flag(name): unchanged})  # both from the old
+    return rules.last_per_key(SPARK, out, keys)
 
 
 def after_last_truncate(changes: DataFrame) -> DataFrame:

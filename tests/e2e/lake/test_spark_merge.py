@@ -433,6 +433,42 @@ def test_the_rules_on_spark_decide_as_in_python(lake: Lake) -> None:
             (lsn, xid): not facts.in_snapshot(lsn, xid) for lsn, xid in rows}
 
 
+def test_the_frame_rules_on_spark_carry_and_pick_as_the_replay(lake: Lake) -> None:
+    """The batch rules (cdclake.lake.rules.carry, last_per_key) in the Spark dialect, as the
+    Spark merge applies them (sparkmerge.last_per_key: one column left unchanged), against
+    the replay's sequential walk (tests/support/rule_cases.py): every event's carried value
+    and whether it is still the mirror's, then each key's last event."""
+    from pyspark.sql import functions as F
+
+    from cdclake.lake import rules
+    from cdclake.lake.sparkmerge import SPARK, last_per_key
+    from tests.support.rule_cases import EVENT_COLUMNS, events, replayed
+
+    schema = ("k1 long, k2 string, _commit_lsn long, _lsn long, _seq long, sets boolean, "
+              "v string, unchanged boolean")
+    for seed in (7, 8):
+        batch = events(seed)
+        carried, last = replayed(batch)
+        frame = lake.spark.createDataFrame(batch, schema)
+        value, still = rules.carry(SPARK, frame, ["k1", "k2"], F.col("v"), F.col("unchanged"),
+                                   F.col("sets"))
+        got = {tuple(r[c] for c in EVENT_COLUMNS): (r["carried"], r["still"]) for r in
+               frame.select(*EVENT_COLUMNS, value.alias("carried"), still.alias("still"))
+               .collect()}
+        assert got == carried
+        assert {c for _v, c in got.values()} == {True, False}
+        # as the merge names them: its kinds, and the flag of an unchanged column
+        named = frame.select(
+            "k1", "k2", *rules.ORDER, F.when(F.col("sets"), "set").otherwise("del")
+            .alias("_kind"), "v", F.col("unchanged").alias("_unchanged_v"))
+        picked = {(r.k1, r.k2): r for r in last_per_key(named, ["k1", "k2"], ["v"]).collect()}
+        assert picked.keys() == last.keys()
+        for key, event in last.items():
+            row = picked[key]
+            assert tuple(row[c] for c in rules.ORDER) == event[2:5]
+            assert (row["v"], row["_unchanged_v"]) == carried[event]
+
+
 def test_the_mirror_check_on_spark_finds_what_a_run_broke(lake: Lake, tmp_path: Path) -> None:
     """The mirror suite on Spark DataFrames (GX's Spark engine), scoped as a run scopes it:
     the rows written after the mirror's previous LSN plus the stored rows sharing their keys.

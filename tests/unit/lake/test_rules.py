@@ -1,7 +1,7 @@
 """The merge's rules (cdclake.lake.rules), each written once: what they decide, and that the
-Arrow dialect (the columnar merge's) decides every case as the Python one (the replay's). The
-Spark dialect is held to the same cases beside a Spark session
-(tests/e2e/lake/test_spark_merge.py)."""
+Arrow dialect (the columnar merge's) decides every case as the Python one (the replay's), and
+a batch's last event per key as the replay's sequential walk does. The Spark dialect is held
+to the same cases beside a Spark session (tests/e2e/lake/test_spark_merge.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from cdclake.decoding import stream
 from cdclake.lake import rules
-from tests.support.rule_cases import CASES, COLUMNS, decide, python_decisions
+from tests.support.rule_cases import CASES, COLUMNS, decide, events, python_decisions, replayed
 
 
 def test_the_rules_decide_as_the_merge_promises() -> None:
@@ -40,3 +40,27 @@ def test_arrow_decides_every_case_as_python() -> None:
     for rule, column in got.items():
         assert column.to_pylist() == [w[rule] for w in want], rule
     assert all(len({w[r] for w in want}) > 1 for r in got)  # no rule decides one way only
+
+
+def test_arrow_finds_each_keys_last_event_as_the_replay_does() -> None:
+    """On a rank in the stream's order (the columnar merge's ``_ev``: 2 × rank, + 1 for an
+    event that sets the row), with no other column and with one beside it."""
+    ends = set()
+    for seed in (7, 8):
+        batch = events(seed)
+        _carried, last = replayed(batch)
+        ranked = sorted(batch, key=lambda e: e[2:5])
+        ev = {e: 2 * i + e[5] for i, e in enumerate(ranked)}
+        frame = pa.table({"k1": [e[0] for e in batch], "k2": [e[1] for e in batch],
+                          "_ev": [ev[e] for e in batch], "v": [e[6] for e in batch]})
+        want = {key: ev[e] for key, e in last.items()}
+        for columns in (["k1", "k2", "_ev"], ["k1", "v", "k2", "_ev"]):
+            got = rules.last_per_key(rules.ARROW, frame.select(columns), ["k1", "k2"], ("_ev",))
+            assert got.column_names == columns
+            rows = got.to_pylist()
+            assert {(r["k1"], r["k2"]): r["_ev"] for r in rows} == want
+            assert len(rows) == len(want)
+            if "v" in columns:
+                assert all(r["v"] == ranked[r["_ev"] // 2][6] for r in rows)
+        ends |= {e[5] for e in last.values()}
+    assert ends == {True, False}  # some keys end set, some taken
