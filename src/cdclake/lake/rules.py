@@ -154,16 +154,14 @@ class ArrowDialect(Dialect):
         return pc.if_else(both, pc.not_equal(a, b), pc.xor(pc.is_valid(a), pc.is_valid(b)))
 
     def last_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str]) -> Any:
-        """``order`` is one integer column, unique within a group (a rank in the stream's
-        order): the last row is the one with its largest, which Arrow's hash aggregation finds
-        without sorting (a bulk load's batch holds millions of events)."""
+        """``frame`` holds the keys and ``order``, one integer column unique within a group (a
+        rank in the stream's order, as the columnar merge's events do): the last row is the
+        one with its largest, which Arrow's hash aggregation finds without sorting (a bulk
+        load's batch holds millions of events)."""
         (rank,) = order
         out = frame.group_by(list(keys), use_threads=False).aggregate([(rank, "max")])
-        last = pa.table([*(out.column(k) for k in keys), out.column(f"{rank}_max")],
-                        names=[*keys, rank])
-        if set(frame.column_names) == {*keys, rank}:
-            return last.select(frame.column_names)
-        return frame.join(last, [*keys, rank], join_type="left semi", use_threads=False)
+        return pa.table([*(out.column(k) for k in keys), out.column(f"{rank}_max")],
+                        names=[*keys, rank]).select(frame.column_names)
 
 
 PY = Dialect()
