@@ -35,6 +35,8 @@ COMMANDS: dict[str, Command] = {
                        "print WAL records like pg_waldump"),
     "decode": Command("cdclake.decoding.command", "add_arguments", "run",
                       "decode WAL into a change stream (test_decoding, ...)"),
+    "init": Command("cdclake.pipeline.init", "add_arguments", "run",
+                    "write a configuration file and print the source's archive_command"),
     "source": Command("cdclake.catalog.install", "add_arguments", "run",
                       "set up the source database (source install)"),
     "wal-push": Command("cdclake.archive.push", "add_wal_push_arguments", "run_wal_push",
