@@ -45,14 +45,14 @@ def _args(params: dict[str, Any] | None) -> tuple[Config, pipeline.RunParams]:
         "until_segment": Param(None, type=["null", "string"],
                                description="decode no further than this WAL segment "
                                            "(inclusive, e.g. 000000010000000000000005)"),
-        "tables": Param([], type="array", items={"type": "string"},
+        "tables": Param([], type=["null", "array"], items={"type": "string"},
                         description="schema.table to merge now; empty: all (the others "
                                     "catch up on the next run)"),
-        "snapshot_tables": Param([], type="array", items={"type": "string"},
+        "snapshot_tables": Param([], type=["null", "array"], items={"type": "string"},
                                  description="schema.table to snapshot again (their mirrors "
                                              "are replaced by the source's current rows); "
                                              "tables without a mirror are snapshotted anyway"),
-        "dry_run": Param(False, type="boolean",
+        "dry_run": Param(False, type=["null", "boolean"],
                          description="plan and check only: upload, write and commit nothing"),
     },
 )

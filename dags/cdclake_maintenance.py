@@ -29,7 +29,7 @@ from cdclake.pipeline.steps import validate_tables
     default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
     tags=["cdclake"],
     params={
-        "tables": Param([], type="array", items={"type": "string"},
+        "tables": Param([], type=["null", "array"], items={"type": "string"},
                         description="namespace.table to maintain; empty: all"),
         "keep_snapshots": Param(None, type=["null", "integer"], minimum=1,
                                 description="snapshots kept per table (default: the "
