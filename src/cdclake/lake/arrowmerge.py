@@ -31,13 +31,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from pyiceberg.types import NestedField
 
 from cdclake.config import Config
 from cdclake.decoding import stream
 from cdclake.errors import LakeError
-from cdclake.lake import columnar, labels, quarantine
+from cdclake.lake import columnar, inexact, labels, quarantine
 from cdclake.lake.apply import Counts, MirrorState, Row, apply_changes, canonical, column_value
 from cdclake.lake.batch import Batch, TableChanges, TableEntry
 from cdclake.lake.changes import CLEARING_OPS, NOTHING, Change, Prepared, prepare, versions_of
@@ -231,6 +231,7 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     apply_evolution(tx, evolution)
     if enums != stored_enums:
         tx.set_properties({labels.PROPERTY: labels.property_value(enums)})
+    _mark_inexact(tx, table, batch, to_apply, cleared=last_t is not None)
     rows = state.rows()
     data = rows_to_arrow(rows, tx.table_metadata.schema(), last.defaults, name)
     guard_metrics(tx, data)
@@ -245,6 +246,21 @@ def _merge_once(table: Table, config: Config, batch: str, prepared: Prepared,
     cur = committed.current_snapshot()
     report.snapshot_id = cur.snapshot_id if cur else None
     return report
+
+
+def _mark_inexact(tx: Transaction, table: Table, batch: str, applied: Sequence[Change], *,
+                  cleared: bool) -> None:
+    """Mark the mirror inexact in the merge's own commit when it skips an UPDATE or DELETE
+    for want of a replica identity (:mod:`cdclake.lake.inexact`); ``cleared``: the batch's
+    TRUNCATE or rewrite replaced every stored row first."""
+    skipped = [c for c in applied if c.op in (stream.OP_UPDATE, stream.OP_DELETE)
+               and c.version.identity.kind == NOTHING]
+    value = inexact.marked(table.properties, len(skipped),
+                           skipped[0].commit_lsn if skipped else 0, batch, cleared=cleared)
+    if value is not None and value != table.properties.get(inexact.PROPERTY):
+        tx.set_properties({inexact.PROPERTY: value})
+    elif value is None and inexact.PROPERTY in table.properties:
+        tx.remove_properties(inexact.PROPERTY)
 
 
 def _reset(report: TableReport) -> None:

@@ -39,8 +39,10 @@ from pyiceberg.types import IntegerType, LongType, StringType
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
+from cdclake.lake import inexact
 from cdclake.lake.changes import KEY, Identity
 from cdclake.lake.datafiles import DataFiles
+from cdclake.lake.inexact import inexact_of
 from cdclake.lake.pending import chunked
 from cdclake.lake.quarantine import quarantine_of
 from cdclake.lake.schema import CDC_COMMIT_LSN
@@ -208,7 +210,9 @@ def mirror_status(config: Config, catalog: Catalog,
                   tables: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Where every mirror of this stream (or of ``tables``) stands, keyed by source table:
     commit LSN, Iceberg snapshot, row count, initial snapshot LSN and, for a quarantined
-    table (:mod:`cdclake.lake.quarantine`), why (for reports and ``cdclake status``)."""
+    table (:mod:`cdclake.lake.quarantine`), why, and for an inexact one
+    (:mod:`cdclake.lake.inexact`) how it differs and the way out (for reports and ``cdclake
+    status``)."""
     out: dict[str, dict[str, Any]] = {}
     if not catalog.namespace_exists(config.namespace):
         return out
@@ -224,13 +228,29 @@ def mirror_status(config: Config, catalog: Catalog,
         summary = snap.summary.additional_properties if snap and snap.summary else {}
         facts = facts_of(props, source)
         held = quarantine_of(props)
+        differs = inexact_of(props)
         out[source] = {
             "mirror": ".".join(ident),
             "commit_lsn": format_lsn_or_none(committed_lsn(table, config.stream)),
             "snapshot_id": snap.snapshot_id if snap else None,
             "rows": int(summary.get("total-records", 0)),
             "initial_snapshot_lsn": format_lsn_or_none(facts.lsn) if facts else None,
-            "quarantined": held.get("reason", "") if held else None}
+            "quarantined": held.get("reason", "") if held else None,
+            "inexact": inexact.warning(source, differs) if differs else None}
+    return out
+
+
+def inexact_marks(config: Config, catalog: Catalog,
+                  relations: Mapping[str, RelationVersion]) -> dict[str, dict[str, Any]]:
+    """The inexact marks (:mod:`cdclake.lake.inexact`) of the mirrors of ``relations`` that
+    have one, by source table."""
+    out = {}
+    for table, rel in relations.items():
+        ident = mirror_identifier(config, rel.schema, rel.name)
+        if catalog.table_exists(ident):
+            mark = inexact_of(catalog.load_table(ident).properties)
+            if mark is not None:
+                out[table] = mark
     return out
 
 

@@ -60,6 +60,8 @@ def run_run(args: argparse.Namespace, config: Config) -> int:
             held = f"; QUARANTINED: {m['quarantined']}" if m.get("quarantined") else ""
             print(f"{source} -> {m['mirror']}: {m['rows']} row(s), commit LSN "
                   f"{m['commit_lsn']}{held}")
+        for warning in result.get("inexact", {}).values():
+            print(f"WARNING: {warning}")
         if result.get("data_docs_index"):
             print(f"Data Docs: {result['data_docs_index']}")
         if result.get("report_file"):

@@ -164,4 +164,6 @@ def format_status(data: dict[str, Any]) -> str:
             held = f"; QUARANTINED: {m['quarantined']}" if m.get("quarantined") else ""
             lines.append(f"  {source} -> {m['mirror']}: {m['rows']} row(s), commit LSN "
                          f"{m['commit_lsn']}{copied}{held}")
+            if m.get("inexact"):
+                lines.append(f"    INEXACT: {m['inexact']}")
     return "\n".join(lines)

@@ -440,6 +440,7 @@ def validate_tables(config: Config, params: RunParams | None = None,
     The suite needs each table's replica identity and key, which only the decoder's relation
     versions give: they come from the batches' manifests (the newest version wins).
     """
+    from cdclake.lake.tables import inexact_marks
     from cdclake.quality import raise_for_failures, validate_mirror_chunks
 
     params = params or RunParams()
@@ -469,7 +470,8 @@ def validate_tables(config: Config, params: RunParams | None = None,
         if chunks is None:
             return {"tables": [], "missing": missing, "success": True}
         run_name = f"{max(b.name for b in batches)}-mirrors" if batches else None
-        report = validate_mirror_chunks(config, chunks, run_name=run_name, context=context)
+        report = validate_mirror_chunks(config, chunks, run_name=run_name, context=context,
+                                        inexact=inexact_marks(config, catalog, relations))
     rows: dict[str, int] = {}
     for t in report.tables:  # a table's chunks (table#2, ...) add up
         name = t.table.split("#", 1)[0]
@@ -573,6 +575,8 @@ def report(config: Config, params: RunParams | None = None,
     out = {"run_id": run_id, "stream": config.stream, "store": config.effective_store_url(),
            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
            "params": params.to_json(), "steps": results, "mirrors": mirrors,
+           # mirrors the merge knows to differ from their source (cdclake.lake.inexact)
+           "inexact": {t: m["inexact"] for t, m in sorted(mirrors.items()) if m.get("inexact")},
            "merged_end_lsn": format_lsn_or_none(merged_end),
            "data_docs_index": str(index) if index.exists() else None}
     if not params.dry_run:

@@ -13,12 +13,17 @@ it imports GX at module level and is only ever imported lazily, by the suite bui
   the whole batch; a transaction's order key is ``(_lsn, _seq)`` and only rows of the same
   transaction (same ``_commit_lsn``) are comparable, so the metric compares each row with the
   previous row *of its group*, lexicographically over the order columns.
+* :class:`ExpectMirrorToHoldEveryChange` — the mirror holds every change of its source: the
+  merge marks a mirror whose UPDATEs or DELETEs it could not apply
+  (:mod:`cdclake.lake.inexact`), and the mirror suite passes that count in. No row can show
+  such a difference, so it is a table expectation on a parameter, on every engine.
 * :class:`ExpectChangesToCarryReplicaIdentity` — PostgreSQL's rules for which identity an
   UPDATE or DELETE carries (see ``ExtractReplicaIdentity`` in heapam.c): a DELETE carries the
   old key; an UPDATE carries the old key only when the key changed (DEFAULT/INDEX) or always
   (FULL), otherwise the new row's key columns identify it; with NOTHING nothing identifies it.
 
-Only the pandas engine is implemented: the runner validates pandas frames.
+Only the pandas engine is implemented for the row checks: the runner validates pandas frames
+(the mirror suite on Spark uses GX's built-ins and the table expectation).
 """
 
 from __future__ import annotations
@@ -32,7 +37,10 @@ import pandas as pd
 import pyarrow.compute as pc
 from great_expectations.compatibility import pydantic
 from great_expectations.execution_engine import PandasExecutionEngine
-from great_expectations.expectations.expectation import MulticolumnMapExpectation
+from great_expectations.expectations.expectation import (
+    BatchExpectation,
+    MulticolumnMapExpectation,
+)
 from great_expectations.expectations.metrics.map_metric_provider import (
     MulticolumnMapMetricProvider,
 )
@@ -154,6 +162,33 @@ class ExpectMulticolumnValuesToNotBeNull(MulticolumnMapExpectation):
         "tags": ["cdclake", "multi-column expectation", "completeness"],
         "contributors": ["cdclake"],
     }
+
+
+# --- every change of the source applied ---------------------------------------------------
+
+
+class ExpectMirrorToHoldEveryChange(BatchExpectation):
+    """The mirror holds every change of its source: ``not_applied`` (the UPDATEs and DELETEs
+    the merge could not apply, from the mirror's mark) is 0. Its observed value is that count;
+    ``since_lsn`` says from which commit the mirror differs."""
+
+    not_applied: int = 0
+    since_lsn: str = ""
+
+    metric_dependencies = ("table.row_count",)
+    domain_keys: ClassVar[tuple[str, ...]] = ("row_condition", "condition_parser")
+    success_keys = ("not_applied",)
+    args_keys = ("not_applied",)
+    library_metadata: ClassVar[dict[str, Any]] = {
+        "maturity": "production",
+        "tags": ["cdclake", "table expectation", "completeness"],
+        "contributors": ["cdclake"],
+    }
+
+    def _validate(self, metrics: dict[str, Any], runtime_configuration: dict[str, Any] | None
+                  = None, execution_engine: Any = None) -> dict[str, Any]:
+        not_applied = int(self._get_success_kwargs().get("not_applied") or 0)
+        return {"success": not_applied == 0, "result": {"observed_value": not_applied}}
 
 
 # --- replica identity of updates and deletes -----------------------------------------------

@@ -16,7 +16,7 @@ frame's key columns take that text; and dates/times pandas cannot hold as Python
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -94,9 +94,10 @@ def stream_parameters(table: str, identity: Identity) -> dict[str, Any]:
     }
 
 
-def mirror_parameters(table: str, identity: Identity, schema: pa.Schema | Any
-                      ) -> dict[str, Any]:
-    """Parameters of ``expectations/mirror_table.json`` for one table.
+def mirror_parameters(table: str, identity: Identity, schema: pa.Schema | Any,
+                      inexact: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Parameters of ``expectations/mirror_table.json`` for one table; ``inexact``: the
+    mirror's mark (:mod:`cdclake.lake.inexact`), when the merge left changes unapplied.
 
     Only DEFAULT/INDEX tables have a key the lake merges on; FULL and NOTHING tables may hold
     duplicate rows legitimately, so they get no key checks.
@@ -107,6 +108,8 @@ def mirror_parameters(table: str, identity: Identity, schema: pa.Schema | Any
         "replica_identity": identity.effective,
         "key_columns": keys,
         "text_columns": text_columns(schema),
+        "not_applied": int((inexact or {}).get("not_applied") or 0),
+        "differs_since": str((inexact or {}).get("since_lsn") or ""),
     }
 
 

@@ -119,6 +119,11 @@ class QualityReport:
         lines = [f"{head} (run {self.run_name})"]
         for table, outcome in failures:
             lines.extend(_describe(table, outcome))
+        reported = {n.table for n in self.identity_nothing}  # their warnings, in one line
+        for table in self.tables:
+            for outcome in table.warnings if table.table not in reported else ():
+                first, *rest = _describe(table, outcome)
+                lines += [f"- warning, not failed: {first.removeprefix('- ')}", *rest]
         for n in self.identity_nothing:
             lines.append(
                 f"- reported, not failed: {n.table} has no replica identity ({n.reason}): "

@@ -53,15 +53,19 @@ def validate_mirrors(config: Config, tables: Mapping[str, pa.Table | Any],
 def validate_mirror_chunks(config: Config,
                            chunks: Iterable[tuple[str, RelationVersion, pa.Table | Any]], *,
                            run_name: str | None = None,
-                           context: QualityContext | None = None) -> QualityReport:
+                           context: QualityContext | None = None,
+                           inexact: Mapping[str, Mapping[str, Any]] | None = None
+                           ) -> QualityReport:
     """:func:`validate_mirrors` over consecutive chunks of each mirror (as
     :func:`cdclake.lake.tables.mirror_chunks` reads them), one chunk in memory at a time.
 
     The suite runs on every chunk (``table#2``, … as in :func:`validate_stream_chunks`). A
     key held in two chunks is a duplicate no chunk's check sees: the key columns of a table's
     chunks are spilled to local files (:mod:`cdclake.quality.crosskeys`) and checked across
-    them once its last chunk is done, in memory bounded by ``quality_chunk_rows``."""
-    run = _Run(MIRROR_TABLE, config, run_name, context)
+    them once its last chunk is done, in memory bounded by ``quality_chunk_rows``.
+    ``inexact``: the marks of the mirrors the merge knows to differ, by table
+    (:mod:`cdclake.lake.inexact`): their ``mirror_exact`` check fails (a warning)."""
+    run = _Run(MIRROR_TABLE, config, run_name, context, inexact)
     seen: dict[str, int] = {}
     spills: dict[str, crosskeys.KeySpill] = {}
     firsts: dict[str, TableResult] = {}  #: each table's first chunk's result
@@ -155,7 +159,8 @@ class _Run:
     """One GX run (one run id, so Data Docs group its tables) of one suite."""
 
     def __init__(self, suite: str, config: Config, run_name: str | None,
-                 context: QualityContext | None) -> None:
+                 context: QualityContext | None,
+                 inexact: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.started = datetime.now(UTC)
         self.suite, self.config = suite, config
         self.run_name = run_name or f"{suite}-{self.started:%Y%m%dT%H%M%S%fZ}"
@@ -164,6 +169,7 @@ class _Run:
         self.results: list[TableResult] = []
         self.keys: list[Any] = []  #: each result's key in the context's store
         self.nothing: list[IdentityNothingTable] = []
+        self.inexact = inexact or {}
 
     def table(self, table: str, data: pa.Table | Any, relation: RelationVersion, *,
               chunk: int = 1) -> TableResult:
@@ -181,7 +187,8 @@ class _Run:
             columns = inputs.stream_columns(identity)
             locator = list(inputs.STREAM_ROW_LOCATOR)
         else:
-            params = inputs.mirror_parameters(table, identity, data.schema)
+            params = inputs.mirror_parameters(table, identity, data.schema,
+                                              self.inexact.get(table))
             columns = inputs.mirror_columns(params)
             locator = inputs.mirror_row_locator(params)
         if is_spark(data):  # the mirror suite on Spark: a projection, nothing collected

@@ -38,7 +38,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from cdclake.catalog.model import RelationVersion
 from cdclake.config import Config
 from cdclake.errors import LakeError
-from cdclake.lake import labels, quarantine
+from cdclake.lake import inexact, labels, quarantine
 from cdclake.lake.schema import (
     apply_evolution,
     data_columns,
@@ -89,8 +89,10 @@ class MirrorSnapshot:
                                for c in sorted(set(counts_only))})
         tx.set_properties({PROPERTY: property_value(facts),
                            labels.PROPERTY: labels.property_value(self.enum_labels)})
-        if quarantine.PROPERTY in tx.table_metadata.properties:  # a new copy ends it
-            tx.remove_properties(quarantine.PROPERTY)
+        ended = [m for m in (quarantine.PROPERTY, inexact.PROPERTY)  # a new copy ends them
+                 if m in tx.table_metadata.properties]
+        if ended:
+            tx.remove_properties(*ended)
         try:
             files = [parquet_file_to_data_file(self.table.io, tx.table_metadata, p)
                      for p in paths]

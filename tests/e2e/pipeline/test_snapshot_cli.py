@@ -243,18 +243,27 @@ def shop(cluster: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> Sh
 def test_snapshot_mode_never_copies_nothing(cluster: LocalPostgres,
                                             tmp_path: Path) -> None:
     """Mirrors of a never-snapshotted stream hold only rows the stream changed after the
-    install: an UPDATE of a row the mirror lacks puts the new row, a DELETE takes nothing."""
+    install: an UPDATE of a row the mirror lacks puts the new row, a DELETE takes nothing.
+
+    A table without a key (REPLICA IDENTITY DEFAULT, no primary key) gets its INSERTs; its
+    UPDATE and DELETE cannot be applied, and its mirror says so wherever a person looks — a
+    WARNING line of the run, the run report, ``cdclake status`` — until ``cdclake snapshot
+    --tables`` copies it anew."""
     db = cluster.create_database("plain")
     for stmt in ["CREATE TABLE t1 (id int PRIMARY KEY, v text)",
                  "INSERT INTO t1 SELECT g, 'old ' || g FROM generate_series(1, 20) g",
                  "CREATE TABLE t2 (id int PRIMARY KEY, v text)",
-                 "INSERT INTO t2 SELECT g, 'untouched' FROM generate_series(1, 10) g"]:
+                 "INSERT INTO t2 SELECT g, 'untouched' FROM generate_series(1, 10) g",
+                 "CREATE TABLE nokey (id int, v text)"]:
         cluster.sql(stmt, db)
     env = env_for(cluster, tmp_path, dsn(cluster, db), CDCLAKE_SNAPSHOT_MODE="never")
     ok(cdclake(env, "source", "install"))
     for stmt in ["INSERT INTO t1 VALUES (101, 'new'), (102, 'new')",
                  "UPDATE t1 SET v = 'updated' WHERE id IN (1, 2)",
-                 "DELETE FROM t1 WHERE id = 3"]:
+                 "DELETE FROM t1 WHERE id = 3",
+                 "INSERT INTO nokey SELECT g, 'n' FROM generate_series(1, 5) g",
+                 "UPDATE nokey SET v = 'changed' WHERE id <= 2",
+                 "DELETE FROM nokey WHERE id = 5"]:
         cluster.sql(stmt, db)
     archive_all(cluster, db)
 
@@ -268,6 +277,27 @@ def test_snapshot_mode_never_copies_nothing(cluster: LocalPostgres,
         (1, "updated"), (2, "updated"), (101, "new"), (102, "new")]
     assert mirror_rows(config, "public.t2", ["id", "v"]) in (None, [])
     assert not snapshot_dirs(tmp_path)
+
+    warning = report["inexact"]["public.nokey"]
+    assert list(report["inexact"]) == ["public.nokey"]
+    assert warning.startswith("public.nokey differs from its source since commit LSN ")
+    assert "3 UPDATE/DELETE(s) not applied" in warning
+    assert warning.endswith("fix: ALTER TABLE public.nokey REPLICA IDENTITY FULL, then "
+                            "cdclake snapshot --tables public.nokey")
+    assert f"WARNING: {warning}" in out.stdout.splitlines()
+    assert f"    INEXACT: {warning}" in ok(cdclake(env, "status")).stdout.splitlines()
+    assert mirror_rows(config, "public.nokey", ["id", "v"]) == [(i, "n") for i in range(1, 6)]
+    checked = report["steps"]["validate_tables"]  # the mirror suite warns, and passes
+    assert checked["success"], checked
+    assert ("- warning, not failed: suite mirror_table, table public.nokey: Mirror "
+            "public.nokey holds every change of its source") in checked["summary"], checked
+    assert "  observed: 3" in checked["summary"].splitlines(), checked
+
+    cluster.sql("ALTER TABLE nokey REPLICA IDENTITY FULL", db)
+    ok(cdclake(env, "snapshot", "--tables", "public.nokey"))
+    assert "INEXACT" not in ok(cdclake(env, "status")).stdout
+    assert mirror_rows(config, "public.nokey", ["id", "v"]) == [
+        (1, "changed"), (2, "changed"), (3, "n"), (4, "n")]
 
 
 def test_killed_first_run_then_a_run_that_copies_every_table(shop: Shop, tmp_path: Path) -> None:

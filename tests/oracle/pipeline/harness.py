@@ -34,6 +34,7 @@ from cdclake.catalog.install import install
 from cdclake.catalog.model import RelationVersion, TypeInfo
 from cdclake.config import Config
 from cdclake.lake.catalog import open_catalog
+from cdclake.lake.inexact import inexact_of
 from cdclake.lake.pending import list_batches, open_batch
 from cdclake.lake.tables import mirror_identifier
 from cdclake.local.postgres import LocalPostgres
@@ -350,7 +351,7 @@ def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff
     """Each source table's rows (as their output functions print them) against its mirror's
     (read with DuckDB, rendered to the same text), as multisets. Returns the differences and
     the tables whose differences are accepted because the merge reported changes it could not
-    apply (no replica identity)."""
+    apply (no replica identity) and marked their mirrors inexact."""
     dictionary = final_dictionary(run.config)
     catalog = open_catalog(run.config)
     unappliable = {t["table"] for m in run.merges for b in m["batches"] for t in b["tables"]
@@ -375,8 +376,11 @@ def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff
             ident = mirror_identifier(run.config, schema, name)
             table = f"{schema}.{name}"
             absent: list[str] = []
+            marked = False
             if catalog.table_exists(ident):
-                data = duck.read_table(catalog.load_table(ident), con)
+                stored = catalog.load_table(ident)
+                marked = inexact_of(stored.properties) is not None
+                data = duck.read_table(stored, con)
                 absent = [c for c in cols if c not in data.column_names]
                 mirror = Counter(mirror_rows(data, cols, _latest(dictionary, oid),
                                              dictionary.types))
@@ -386,11 +390,15 @@ def compare_mirrors(pg: LocalPostgres, run: PipelineRun) -> tuple[list[TableDiff
                 diffs.append(TableDiff(table, [], [], f"columns missing from the mirror: "
                                                      f"{absent}"))
             elif source != mirror:
-                accepted = table in unappliable
+                # only a difference the mirror itself declares (cdclake.lake.inexact), for
+                # changes the merge reported it could not apply
+                accepted = table in unappliable and marked
+                note = ("accepted: no replica identity, the mirror marked inexact" if accepted
+                        else "the merge reported changes it could not apply, but the mirror "
+                        "is not marked inexact" if table in unappliable else "")
                 diffs.append(TableDiff(table, sorted((source - mirror).elements(), key=repr),
                                        sorted((mirror - source).elements(), key=repr),
-                                       "accepted: no replica identity" if accepted else "",
-                                       accepted))
+                                       note, accepted))
     con.close()
     return diffs, sorted(unappliable)
 
@@ -431,8 +439,9 @@ def mirror_rows(table: pa.Table, columns: list[str], rel: RelationVersion,
 def describe(diffs: list[TableDiff], limit: int = 8) -> str:
     lines = []
     for d in diffs:
+        note = f"; {d.note}" if d.note else ""
         lines.append(f"{d.table}: {len(d.missing)} source rows missing from the mirror, "
-                     f"{len(d.extra)} mirror rows not in the source {d.note}")
+                     f"{len(d.extra)} mirror rows not in the source{note}")
         lines += [f"  - {r}" for r in d.missing[:limit]]
         lines += [f"  + {r}" for r in d.extra[:limit]]
     return "\n".join(lines)

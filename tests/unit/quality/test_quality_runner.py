@@ -307,6 +307,25 @@ def test_a_key_in_two_chunks_of_a_mirror_is_a_duplicate(
     assert clean.success, clean.summary()
 
 
+def test_a_mirror_marked_inexact_warns_and_passes(quality_config: Config,
+                                                 gx_context: QualityContext) -> None:
+    """The merge's mark (cdclake.lake.inexact) fails the mirror_exact check as a warning:
+    the run goes on, the summary says it with the count; an unmarked mirror passes it."""
+    rel = builders.relation()
+    mark = {"not_applied": 7, "since_lsn": "0/3000060"}
+    marked = validate_mirror_chunks(
+        quality_config, [(ORDERS, rel, builders.mirror(rel, GOOD_ROWS))], context=gx_context,
+        inexact={ORDERS: mark})
+    assert marked.success and marked.failures() == []
+    (warning,) = marked.tables[0].warnings
+    assert (warning.check, warning.observed) == ("mirror_exact", 7)
+    assert warning.severity == "warning"
+    assert (f"- warning, not failed: suite mirror_table, table {ORDERS}: Mirror {ORDERS} "
+            "holds every change of its source") in marked.summary()
+    plain = _mirror_one(quality_config, gx_context, GOOD_ROWS, rel)
+    assert plain.tables[0].warnings == [] and "warning" not in plain.summary()
+
+
 def test_mirror_without_commit_lsn_column_fails(quality_config: Config,
                                                 gx_context: QualityContext) -> None:
     rel = builders.relation()
