@@ -59,7 +59,7 @@ def test_status_lists_this_streams_mirrors_only(catalog: Catalog, config: Config
     assert status["public.items"] == {"mirror": "cdc.public__items", "commit_lsn": lsn,
                                       "snapshot_id": status["public.items"]["snapshot_id"],
                                       "rows": 2, "initial_snapshot_lsn": None,
-                                      "quarantined": None}
+                                      "quarantined": None, "inexact": None}
     assert status["public.items"]["snapshot_id"] is not None
     assert status["public.owners"]["rows"] == 1
     assert list(mirror_status(config, catalog, ["public.owners"])) == ["public.owners"]
@@ -67,7 +67,8 @@ def test_status_lists_this_streams_mirrors_only(catalog: Catalog, config: Config
     assert mirror_status(config.replace(stream="other"), catalog) == {
         "cdc.public__elsewhere": {"mirror": "cdc.public__elsewhere", "commit_lsn": None,
                                   "snapshot_id": None, "rows": 0,
-                                  "initial_snapshot_lsn": None, "quarantined": None}}
+                                  "initial_snapshot_lsn": None, "quarantined": None,
+                                  "inexact": None}}
 
 
 def test_status_shows_the_initial_snapshot_lsn(catalog: Catalog, config: Config,
