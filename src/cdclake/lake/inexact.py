@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from cdclake.lake.marks import mark_of
 from cdclake.lsn import format_lsn
 
 #: the mirror table property of an inexact mirror (JSON: not_applied, since_lsn, since_batch)
@@ -29,14 +30,7 @@ PROPERTY = "cdclake.inexact"
 
 def inexact_of(properties: Mapping[str, str]) -> dict[str, Any] | None:
     """What a mirror's mark says (None: the merge knows of no difference)."""
-    raw = properties.get(PROPERTY)
-    if raw is None:
-        return None
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        found = None
-    return found if isinstance(found, dict) else {"not_applied": None, "since_lsn": raw}
+    return mark_of(properties, PROPERTY, "since_lsn")
 
 
 def marked(properties: Mapping[str, str], not_applied: int, commit_lsn: int, batch: str,

@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 
 from cdclake.archive.manifest import utc_now_iso
 from cdclake.lake.changes import Change
+from cdclake.lake.marks import mark_of
 from cdclake.lake.values import UNPRINTED
 from cdclake.lsn import format_lsn
 
@@ -64,11 +65,4 @@ def mark(table: Table, why: str, batch: str, change: Change) -> Table:
 
 def quarantine_of(properties: Mapping[str, str]) -> dict[str, Any] | None:
     """The quarantine a mirror's properties record (None: it is not quarantined)."""
-    raw = properties.get(PROPERTY)
-    if raw is None:
-        return None
-    try:
-        found = json.loads(raw)
-    except ValueError:
-        found = None
-    return found if isinstance(found, dict) else {"reason": raw}
+    return mark_of(properties, PROPERTY, "reason")
