@@ -20,6 +20,7 @@ from cdclake.config import Config
 from cdclake.decoding.plugins.arrow import column_fields
 from cdclake.decoding.rows import LayoutCache
 from cdclake.errors import LakeError
+from cdclake.lake import inexact, quarantine
 from cdclake.lake.batch import read_batch
 from cdclake.lake.merge import merge_batch
 from cdclake.lake.visibility import PROPERTY, SnapshotFacts, facts_of
@@ -67,6 +68,9 @@ def test_snapshot_replaces_the_mirror_in_one_commit(catalog: Catalog, config: Co
     assert facts_of(table.properties, "public.acct") == facts("run1")
     assert committed_lsn(table, config.stream) == 0  # the merge considers every change
 
+    # marks the merge left on the mirror: a new copy of every row ends them
+    marks = {quarantine.PROPERTY: '{"reason": "r"}', inexact.PROPERTY: '{"not_applied": 2}'}
+    table.transaction().set_properties(marks).commit_transaction()
     again = _open(catalog, config, "run2")
     again.commit([_copy(again, 0, [("3", "c")])], [], facts("run2", ()), config.stream)
     table = catalog.load_table(first.table.name())
@@ -74,6 +78,7 @@ def test_snapshot_replaces_the_mirror_in_one_commit(catalog: Catalog, config: Co
     history = [s.summary.operation.value for s in table.snapshots()]
     assert history[-1] == "overwrite" and len(history) == 2, history  # one commit each
     assert facts_of(table.properties, "public.acct") == facts("run2", ())
+    assert not set(marks) & set(table.properties), table.properties
 
 
 def test_a_snapshot_taken_again_after_a_type_change_replaces_the_column(
