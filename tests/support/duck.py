@@ -1,39 +1,20 @@
 """Read Iceberg tables with DuckDB: an Iceberg reader cdclake did not write.
 
-The ``duckdb-ext-iceberg`` and ``duckdb-ext-avro`` wheels ship the extension files under
-``site-packages/duckdb_ext/extensions/v<duckdb>/<platform>/``; pointing DuckDB's
-``extension_directory`` there lets ``LOAD iceberg`` (which loads ``avro`` itself) work offline.
-A missing wheel is a broken test environment, so it fails loudly rather than skipping.
+The connection is the one ``cdclake sql --engine duckdb`` opens
+(:func:`cdclake.lake.query.duckdb_connection`): the ``iceberg`` extension loaded from the
+``duckdb-ext-iceberg`` and ``duckdb-ext-avro`` wheels, offline. A missing wheel is a broken
+test environment, so it fails loudly rather than skipping.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 from pyiceberg.table import Table
 
-
-def extension_directory() -> Path:
-    spec = importlib.util.find_spec("duckdb_ext")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the duckdb-ext-iceberg and duckdb-ext-avro wheels are not installed "
-                           "(pip install duckdb-ext-iceberg duckdb-ext-avro)")
-    for location in spec.submodule_search_locations:
-        ext = Path(location) / "extensions"
-        if list(ext.glob(f"v{duckdb.__version__}/*/iceberg.duckdb_extension")):
-            missing = [n for n in ("avro",)
-                       if not list(ext.glob(f"v{duckdb.__version__}/*/{n}.duckdb_extension"))]
-            if missing:
-                raise RuntimeError(f"DuckDB extension(s) {missing} missing from {ext}: "
-                                   "pip install duckdb-ext-avro")
-            return ext
-    raise RuntimeError(f"no iceberg extension for DuckDB {duckdb.__version__} in "
-                       f"{spec.submodule_search_locations}")
-
+from cdclake.lake.query import duckdb_connection
 
 #: the process's in-memory database, with the iceberg extension loaded
 _database: duckdb.DuckDBPyConnection | None = None
@@ -46,11 +27,7 @@ def connect() -> duckdb.DuckDBPyConnection:
     the database is seen by another."""
     global _database
     if _database is None:
-        con = duckdb.connect()
-        con.execute("SET autoinstall_known_extensions = false")
-        con.execute("SET extension_directory = ?", [str(extension_directory())])
-        con.execute("LOAD iceberg")
-        _database = con
+        _database = duckdb_connection()
     return _database.cursor()
 
 

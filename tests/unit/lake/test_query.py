@@ -67,3 +67,52 @@ def test_sql_max_rows_must_be_positive(capsys: pytest.CaptureFixture[str]) -> No
         cli.main(["sql", "--max-rows", "0", "SELECT 1"])
     assert exit_.value.code == 2
     assert "--max-rows: must be at least 1" in capsys.readouterr().err
+
+
+# -- --engine duckdb: a real catalog and warehouse, no Spark ----------------------------------
+
+
+def _lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    """Two mirrors of stream main, one table of another stream and one that is no mirror."""
+    import pyarrow as pa
+
+    from cdclake.lake.catalog import open_catalog
+    from cdclake.lake.tables import KIND, MIRROR
+    from cdclake.lake.watermark import STREAM
+
+    monkeypatch.setenv("CDCLAKE_HOME", str(tmp_path))
+    config = Config.load()
+    catalog = open_catalog(config)
+    catalog.create_namespace("cdc")
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "status": ["new", "paid", "paid"]})
+    for name, stream, kind in (("public__orders", "main", MIRROR),
+                               ("public__items", "main", MIRROR),
+                               ("public__elsewhere", "other", MIRROR),
+                               ("public__orders_log", "main", "changelog")):
+        table = catalog.create_table(("cdc", name), schema=rows.schema,
+                                     properties={STREAM: stream, KIND: kind})
+        table.append(rows)
+    return config
+
+
+def test_duckdb_answers_over_this_streams_mirrors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _lake(tmp_path, monkeypatch)
+    monkeypatch.setattr(query, "session", pytest.fail)
+    assert cli.main(["sql", "--engine", "duckdb", "SELECT status, count(*) AS n FROM "
+                     "cdc.public__orders GROUP BY status ORDER BY status"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split("│")[1:3] for line in out.splitlines() if "│" in line][-2:] == [
+        [" new     ", "     1 "], [" paid    ", "     2 "]], out
+    assert cli.main(["sql", "--engine", "duckdb", "--max-rows", "1",
+                     "SELECT * FROM cdc.public__items"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("│     1 │") == 1 and "│     2 │" not in out, out
+    assert out.rstrip().endswith("only showing the first 1 rows"), out
+    # another stream's table and a changelog are no views here
+    for name in ("public__elsewhere", "public__orders_log"):
+        assert cli.main(["sql", "--engine", "duckdb", f"SELECT 1 FROM cdc.{name}"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("cdclake sql: error: query failed: Catalog Error: ") \
+            and err.count("\n") == 1 and name in err, err
