@@ -247,7 +247,8 @@ def test_snapshot_mode_never_copies_nothing(cluster: LocalPostgres,
 
     A table without a key (REPLICA IDENTITY DEFAULT, no primary key) gets its INSERTs; its
     UPDATE and DELETE cannot be applied, and its mirror says so wherever a person looks — a
-    WARNING line of the run, the run report, ``cdclake status``, the mirror suite — with the
+    WARNING line of the run, the run report, ``cdclake status``, the mirror suite and its Data
+    Docs page — with the
     way out (a new copy ends the mark: tests/unit/snapshot/test_mirror.py)."""
     db = cluster.create_database("plain")
     for stmt in ["CREATE TABLE t1 (id int PRIMARY KEY, v text)",
@@ -292,6 +293,13 @@ def test_snapshot_mode_never_copies_nothing(cluster: LocalPostgres,
     assert ("- warning, not failed: suite mirror_table, table public.nokey: Mirror "
             "public.nokey holds every change of its source") in checked["summary"], checked
     assert "  observed: 3" in checked["summary"].splitlines(), checked
+    # and Data Docs: the mirror's validation page shows the check failed, observing 3
+    (page,) = (tmp_path / "reports" / "data_docs" / "validations" / "mirror_table" / "main"
+               / "public" / "nokey").rglob("*.html")
+    html = page.read_text()
+    at = html.index("Mirror public.nokey holds every change of its source")
+    assert html.rfind("fa-times", 0, at) > html.rfind("fa-check", 0, at), "not shown failed"
+    assert re.search(r">\s*3\s*<", html[at:at + 2000]), "no observed value 3"
 
 
 def test_killed_first_run_then_a_run_that_copies_every_table(shop: Shop, tmp_path: Path) -> None:
