@@ -248,8 +248,7 @@ def test_snapshot_mode_never_copies_nothing(cluster: LocalPostgres,
     A table without a key (REPLICA IDENTITY DEFAULT, no primary key) gets its INSERTs; its
     UPDATE and DELETE cannot be applied, and its mirror says so wherever a person looks — a
     WARNING line of the run, the run report, ``cdclake status``, the mirror suite and its Data
-    Docs page — with the
-    way out (a new copy ends the mark: tests/unit/snapshot/test_mirror.py)."""
+    Docs page — with the way out (a new copy ends the mark: tests/unit/snapshot/test_mirror.py)."""
     db = cluster.create_database("plain")
     for stmt in ["CREATE TABLE t1 (id int PRIMARY KEY, v text)",
                  "INSERT INTO t1 SELECT g, 'old ' || g FROM generate_series(1, 20) g",
