@@ -29,8 +29,8 @@ The rules:
   key's last earlier event that carried one, else the mirror row's (:func:`carry`).
 
 The last two are rules over a batch's events, not over one change's values: they take a
-frame (a table of events) and one operation of it each, :meth:`Dialect.last_in_group` and
-:meth:`Dialect.previous_in_group`. The Spark dialect has both; the Arrow dialect the first
+frame (a table of events) and one operation of it each, :meth:`Lasts.last_in_group` and
+:meth:`Carries.previous_in_group`. The Spark dialect has both; the Arrow dialect the first
 (the columnar merge hands unchanged TOAST to the replay). The replay applies one change at a
 time to the mirror's rows, so its rows are these rules' sequential form — a key's row is its
 last change's, an unchanged value comes from the row the change replaces — and that form is
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from functools import reduce
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -99,18 +99,30 @@ class Dialect:
         """``a IS DISTINCT FROM b``: null is a value here."""
         return a != b
 
+
+class Lasts(Protocol):
+    """A dialect that finds the last row of each group of a frame (Arrow's, Spark's)."""
+
     def last_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str]) -> Any:
         """Of ``frame``'s rows, the last by ``order`` of each group of equal ``keys``."""
-        raise NotImplementedError(_SEQUENTIAL)
+        ...
+
+
+class Carries(Protocol):
+    """A dialect that finds, for each row of a frame, the last earlier row of its group with
+    a property (Spark's); with the operations :func:`carry` combines it with."""
+
+    def and_(self, a: Any, b: Any) -> Any: ...
+
+    def not_(self, a: Any) -> Any: ...
+
+    def where(self, condition: Any, a: Any, b: Any) -> Any: ...
 
     def previous_in_group(self, frame: Any, keys: Sequence[str], order: Sequence[str],
                           when: Any, value: Any) -> tuple[Any, Any]:
         """For each row of ``frame``: whether a row before it by ``order`` in its group of
         equal ``keys`` has ``when``, and the last such row's ``value`` (a null is a value)."""
-        raise NotImplementedError(_SEQUENTIAL)
-
-
-_SEQUENTIAL = "a frame's rule: the replay applies its sequential form (see the module's doc)"
+        ...
 
 
 class ArrowDialect(Dialect):
@@ -208,7 +220,7 @@ def looked_up(d: Dialect, logged: Any, old: Any, new: Any) -> Any:
     return d.where(logged, old, new)
 
 
-def last_per_key(d: Dialect, events: Any, keys: Sequence[str],
+def last_per_key(d: Lasts, events: Any, keys: Sequence[str],
                  order: Sequence[str] = ORDER) -> Any:
     """Per key, the event the stream puts last: it alone decides the key's row (an INSERT or
     UPDATE writes it, a DELETE removes it). ``order``: the :data:`ORDER` columns, or one rank
@@ -216,7 +228,7 @@ def last_per_key(d: Dialect, events: Any, keys: Sequence[str],
     return d.last_in_group(events, keys, order)
 
 
-def carry(d: Dialect, events: Any, keys: Sequence[str], value: Any, unchanged: Any,
+def carry(d: Carries, events: Any, keys: Sequence[str], value: Any, unchanged: Any,
           setting: Any, order: Sequence[str] = ORDER) -> tuple[Any, Any]:
     """A column's ``value`` in each event once unchanged TOAST values are carried: where the
     event left it ``unchanged``, the value of the key's last earlier event that set the row
